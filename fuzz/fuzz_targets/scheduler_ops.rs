@@ -1,0 +1,4 @@
+#![no_main]
+libfuzzer_sys::fuzz_target!(|d: &[u8]| {
+    let _ = d;
+});
