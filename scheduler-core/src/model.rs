@@ -350,6 +350,26 @@ pub struct NodeAllocation {
     pub memory_mb: u64,
 }
 
+/// A job's share of one node in a reservation: counts and the exact GPUs
+/// it will get (CPU indices are chosen only when it starts).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedNode {
+    pub node: NodeId,
+    pub tasks: u32,
+    pub cpus: u32,
+    pub gpus: Vec<u32>,
+    pub memory_mb: u64,
+}
+
+/// Where and when a pending job is planned to start, as of the last pass
+/// (Slurm's `StartTime` and `SchedNodeList`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    pub start: Secs,
+    pub end: Secs,
+    pub nodes: Vec<PlannedNode>,
+}
+
 /// A decision of a scheduling pass: start this job now, here.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StartDecision {

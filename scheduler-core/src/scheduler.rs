@@ -12,7 +12,8 @@ use crate::hostlist;
 use crate::model::{
     AccountId, Dependency, GpuRequest, HoldKind, JobId, JobOutcome, JobRequest, JobStatus, LostJob,
     NodeAdmin, NodeAllocation, NodeId, NodeInfo, NodeSpec, NodeState, PartitionId, PartitionSpec,
-    PendingReason, Secs, StartDecision, UserId, INFINITE, MAX_GPUS_PER_NODE,
+    PendingReason, PlannedNode, Reservation, Secs, StartDecision, UserId, INFINITE,
+    MAX_GPUS_PER_NODE,
 };
 use crate::placement::{mask_indices, pick_gpus, score, Capacity, Packing, Shape};
 use crate::priority::{priority, Factors, FairShare, PriorityWeights};
@@ -120,7 +121,7 @@ impl Partition {
 enum State {
     Pending {
         reason: PendingReason,
-        expected: Option<Secs>,
+        plan: Option<Box<Reservation>>,
     },
     Running {
         start: Secs,
@@ -155,8 +156,15 @@ impl Job {
         matches!(self.state, State::Pending { .. })
     }
 
-    fn set_pending(&mut self, reason: PendingReason, expected: Option<Secs>) {
-        self.state = State::Pending { reason, expected };
+    fn set_pending(&mut self, reason: PendingReason, plan: Option<Box<Reservation>>) {
+        self.state = State::Pending { reason, plan };
+    }
+
+    fn planned(&self) -> Option<&Reservation> {
+        match &self.state {
+            State::Pending { plan, .. } => plan.as_deref(),
+            State::Running { .. } => None,
+        }
     }
 
     /// The nodes a job may use, before looking at what is free.
@@ -194,6 +202,12 @@ struct Candidate {
     k: u32,
     free: Free,
     score: (u32, u32, u32),
+}
+
+enum Committed {
+    Started(StartDecision),
+    Reserved(Box<Reservation>),
+    Gone,
 }
 
 struct Placement {
@@ -691,7 +705,7 @@ impl Scheduler {
             priority: 0,
             state: State::Pending {
                 reason: PendingReason::None,
-                expected: None,
+                plan: None,
             },
         })
     }
@@ -705,40 +719,13 @@ impl Scheduler {
         required: usize,
     ) -> Result<Shape, SubmitError> {
         let invalid = |s: String| Err(SubmitError::Invalid(s));
-        let mut nodes = req.nodes;
-        let (mut gpus_per_node, gpus_per_task) = match req.gpus {
-            GpuRequest::None => (0, 0),
-            GpuRequest::PerNode(g) => (g, 0),
-            GpuRequest::PerTask(g) => (0, g),
-            GpuRequest::Total(_) => (0, 0),
-        };
-        if let GpuRequest::Total(total) = req.gpus {
-            let n = match nodes {
-                Some(n) => n,
-                None => {
-                    let most = candidates.iter().map(|c| c.gpu_count).max().unwrap_or(0);
-                    if most == 0 {
-                        return Err(SubmitError::NodeConfigUnavailable(format!(
-                            "partition {partition} has no GPUs"
-                        )));
-                    }
-                    let mut n = total.div_ceil(most).max(1);
-                    while total % n != 0 {
-                        n += 1;
-                    }
-                    n
+        let (mut nodes_min, mut nodes_max, mut tasks, mut tasks_per_node) =
+            match (req.nodes, req.ntasks, req.ntasks_per_node) {
+                (Some(n), Some(t), Some(tpn)) if u64::from(n) * u64::from(tpn) < u64::from(t) => {
+                    return invalid(format!(
+                        "{t} tasks do not fit {n} nodes at {tpn} tasks per node"
+                    ));
                 }
-            };
-            if total % n != 0 {
-                return invalid(format!(
-                    "--gpus={total} does not divide evenly over {n} nodes"
-                ));
-            }
-            gpus_per_node = total / n;
-            nodes = Some(n);
-        }
-        let (nodes_min, nodes_max, tasks, tasks_per_node) =
-            match (nodes, req.ntasks, req.ntasks_per_node) {
                 (n, t, Some(tpn)) => {
                     let n = n.unwrap_or(1).max(t.map_or(1, |t| t.div_ceil(tpn)));
                     (n, n, n.saturating_mul(tpn), Some(tpn))
@@ -751,6 +738,50 @@ impl Scheduler {
                 (None, Some(t), None) => (1, t, t, None),
                 (None, None, None) => (1, 1, 1, Some(1)),
             };
+        let (mut gpus_per_node, gpus_per_task) = match req.gpus {
+            GpuRequest::None | GpuRequest::Total(_) => (0, 0),
+            GpuRequest::PerNode(g) => (g, 0),
+            GpuRequest::PerTask(g) => (0, g),
+        };
+        if let GpuRequest::Total(total) = req.gpus {
+            // The node count is fixed by -N or --ntasks-per-node; otherwise
+            // the fewest nodes over which the GPUs divide evenly.
+            let fixed = req.nodes.is_some() || req.ntasks_per_node.is_some();
+            let n = if fixed {
+                nodes_min
+            } else {
+                let most = candidates.iter().map(|c| c.gpu_count).max().unwrap_or(0);
+                if most == 0 {
+                    return Err(SubmitError::NodeConfigUnavailable(format!(
+                        "partition {partition} has no GPUs"
+                    )));
+                }
+                let mut n = total.div_ceil(most).max(1);
+                while total % n != 0 {
+                    n += 1;
+                }
+                n
+            };
+            if total % n != 0 {
+                return invalid(format!(
+                    "--gpus={total} does not divide evenly over {n} nodes"
+                ));
+            }
+            if !fixed {
+                if req.ntasks.is_some_and(|t| t < n) {
+                    return invalid(format!(
+                        "{tasks} tasks cannot cover the {n} nodes --gpus={total} needs"
+                    ));
+                }
+                if req.ntasks.is_none() {
+                    tasks = n;
+                    tasks_per_node = Some(1);
+                }
+                nodes_min = n;
+                nodes_max = n;
+            }
+            gpus_per_node = total / n;
+        }
         if (required as u32) > nodes_max {
             return invalid(format!(
                 "{required} required nodes exceed the {nodes_max} nodes asked for"
@@ -838,7 +869,7 @@ impl Scheduler {
             &mut job.state,
             State::Pending {
                 reason: PendingReason::None,
-                expected: None,
+                plan: None,
             },
         ) else {
             return;
@@ -877,9 +908,9 @@ impl Scheduler {
         }
         let job = self.jobs.get(&id)?;
         Some(match &job.state {
-            State::Pending { reason, expected } => JobStatus::Pending {
+            State::Pending { reason, plan } => JobStatus::Pending {
                 reason: *reason,
-                expected_start: *expected,
+                expected_start: plan.as_ref().map(|p| p.start),
                 priority: job.priority,
             },
             State::Running {
@@ -892,6 +923,11 @@ impl Scheduler {
                 nodes: alloc.clone(),
             },
         })
+    }
+
+    /// A pending job's reservation from the last pass, if it holds one.
+    pub fn reservation(&self, id: JobId) -> Option<&Reservation> {
+        self.jobs.get(&id)?.planned()
     }
 
     /// Jobs pending or running, ascending by id.
@@ -992,26 +1028,61 @@ impl Scheduler {
                 None
             };
             let partition = job.partition;
+            // Keep last pass's placement when it still starts as early as
+            // anything new: plans stay stable, and a backfilled job (which
+            // was placed around that reservation) cannot reshuffle the
+            // reservations behind it.
+            let found = match (found, job.planned()) {
+                (Some(p), Some(old)) if old.start == p.start => {
+                    let keep = old.nodes.iter().all(|pn| {
+                        eligible.binary_search(&pn.node).is_ok()
+                            && planned_fits(
+                                &self.timelines[pn.node.0 as usize],
+                                old.start,
+                                limit,
+                                pn,
+                            )
+                    });
+                    Some(if keep {
+                        let nodes = old
+                            .nodes
+                            .iter()
+                            .map(|pn| {
+                                (
+                                    pn.node,
+                                    pn.tasks,
+                                    pn.gpus.iter().fold(0u64, |m, &g| m | 1u64 << g),
+                                )
+                            })
+                            .collect();
+                        Placement {
+                            start: old.start,
+                            nodes,
+                        }
+                    } else {
+                        p
+                    })
+                }
+                (found, _) => found,
+            };
             match found {
                 Some(p) => {
                     class.floor = p.start;
                     fcfs_floor = fcfs_floor.max(p.start);
-                    let start = p.start;
-                    let decision = self.commit(&mut pass, id, p);
-                    if start == now {
-                        if let Some(d) = decision {
-                            decisions.push(d);
+                    match self.commit(&mut pass, id, p) {
+                        Committed::Started(d) => decisions.push(d),
+                        Committed::Reserved(plan) => {
+                            reservations += 1;
+                            let reason = if blocked_partitions.insert(partition) {
+                                PendingReason::Resources
+                            } else {
+                                PendingReason::Priority
+                            };
+                            if let Some(j) = self.jobs.get_mut(&id) {
+                                j.set_pending(reason, Some(plan));
+                            }
                         }
-                    } else {
-                        reservations += 1;
-                        let reason = if blocked_partitions.insert(partition) {
-                            PendingReason::Resources
-                        } else {
-                            PendingReason::Priority
-                        };
-                        if let Some(j) = self.jobs.get_mut(&id) {
-                            j.set_pending(reason, Some(start));
-                        }
+                        Committed::Gone => {}
                     }
                 }
                 None => {
@@ -1246,11 +1317,15 @@ impl Scheduler {
 
     /// Applies a placement: reserves it on the profiles and, if it starts
     /// now, allocates exact CPUs and GPUs and marks the job running.
-    fn commit(&mut self, pass: &mut PassState, id: JobId, p: Placement) -> Option<StartDecision> {
-        let job = self.jobs.get(&id)?;
+    fn commit(&mut self, pass: &mut PassState, id: JobId, p: Placement) -> Committed {
+        let Some(job) = self.jobs.get(&id) else {
+            return Committed::Gone;
+        };
         let shape = job.shape;
         let end = p.start.saturating_add(job.limit).min(INFINITE);
-        let mut allocs = Vec::with_capacity(p.nodes.len());
+        let starts_now = p.start == pass.now;
+        let mut allocs = Vec::new();
+        let mut planned = Vec::new();
         for &(n, k, gpus) in &p.nodes {
             let Some(node) = self.nodes[n.0 as usize].as_mut() else {
                 continue;
@@ -1258,7 +1333,7 @@ impl Scheduler {
             let u = shape.usage(k, gpus, &node.cap);
             self.timelines[n.0 as usize].reserve(p.start, end, u);
             pass.versions[n.0 as usize] += 1;
-            if p.start == pass.now {
+            if starts_now {
                 let cpus = node.take_cpus(u.cpus);
                 node.free.cpus -= u.cpus;
                 node.free.mem -= u.mem;
@@ -1271,21 +1346,35 @@ impl Scheduler {
                     gpus: mask_indices(u.gpus),
                     memory_mb: u.mem,
                 });
+            } else {
+                planned.push(PlannedNode {
+                    node: n,
+                    tasks: k,
+                    cpus: u.cpus,
+                    gpus: mask_indices(u.gpus),
+                    memory_mb: u.mem,
+                });
             }
         }
         if end < INFINITE {
             pass.releases.insert(end);
         }
-        if p.start != pass.now {
-            return None;
+        if !starts_now {
+            return Committed::Reserved(Box::new(Reservation {
+                start: p.start,
+                end,
+                nodes: planned,
+            }));
         }
-        let job = self.jobs.get_mut(&id)?;
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return Committed::Gone;
+        };
         job.state = State::Running {
             start: p.start,
             end_by: end,
             alloc: allocs.clone(),
         };
-        Some(StartDecision {
+        Committed::Started(StartDecision {
             job: id,
             end_by: end,
             nodes: allocs,
@@ -1389,6 +1478,13 @@ impl Scheduler {
     }
 }
 
+/// Whether a node can still give a planned share over `[start, start+len)`.
+fn planned_fits(tl: &Timeline, start: Secs, len: Secs, pn: &PlannedNode) -> bool {
+    let free = tl.window(start, len);
+    let gpus = pn.gpus.iter().fold(0u64, |m, &g| m | 1u64 << g);
+    free.cpus >= pn.cpus && free.mem >= pn.memory_mb && free.gpus & gpus == gpus
+}
+
 /// The earliest start of a job on `eligible` nodes, no earlier than
 /// `from` and no later than `until`, with the nodes and GPUs to use.
 #[allow(clippy::too_many_arguments)]
@@ -1443,6 +1539,7 @@ fn find_slot(
                 score: score(shape, k, free, gpus, &slot.cap, packing),
             });
         }
+        let have = pass.candidates.len();
         if let Some(chosen) = select(shape, required, &mut pass.candidates) {
             let nodes = chosen
                 .into_iter()
@@ -1464,7 +1561,6 @@ fn find_slot(
             .next()
             .copied()
             .unwrap_or(INFINITE);
-        let have = pass.candidates.len();
         if shape.uniform() && have < need_nodes {
             let more = need_nodes - have;
             if pass.waits.len() < more {
@@ -1472,7 +1568,7 @@ fn find_slot(
             }
             let (_, nth, _) = pass.waits.select_nth_unstable(more - 1);
             next = next.max(*nth);
-        } else if pass.candidates.is_empty() {
+        } else if have == 0 {
             match pass.waits.iter().min() {
                 Some(&m) => next = next.max(m),
                 None => return None,

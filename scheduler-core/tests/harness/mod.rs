@@ -1,0 +1,334 @@
+//! A small world for scheduling stories: a cluster, a clock, jobs that run
+//! for a set time. `Sim::new().nodes(2, gpus(8))`, `sim.submit(job().gpus(4))`,
+//! `sim.run_until_idle()`, then ask when and where each job ran.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use scheduler_core::*;
+
+/// A node template.
+#[derive(Clone, Debug)]
+pub struct Kind {
+    pub cpus: u32,
+    pub mem: u64,
+    pub gpus: u32,
+    pub per_group: u32,
+    pub features: Vec<String>,
+}
+
+/// 64 CPUs, 512 GB, `n` GPUs in groups of 4.
+pub fn gpus(n: u32) -> Kind {
+    Kind {
+        cpus: 64,
+        mem: 512_000,
+        gpus: n,
+        per_group: 4,
+        features: Vec::new(),
+    }
+}
+
+/// `n` CPUs and no GPUs.
+pub fn cpus(n: u32) -> Kind {
+    Kind {
+        cpus: n,
+        mem: 64_000,
+        gpus: 0,
+        per_group: 0,
+        features: Vec::new(),
+    }
+}
+
+impl Kind {
+    pub fn feature(mut self, f: &str) -> Self {
+        self.features.push(f.to_string());
+        self
+    }
+}
+
+/// A job and how long it will really run.
+#[derive(Clone, Debug)]
+pub struct JobDef {
+    pub req: JobRequest,
+    pub runtime: Option<Secs>,
+    pub fails: bool,
+}
+
+pub fn job() -> JobDef {
+    let mut req = JobRequest::new(UserId(1));
+    req.time_limit = Some(100);
+    JobDef {
+        req,
+        runtime: None,
+        fails: false,
+    }
+}
+
+impl JobDef {
+    pub fn gpus(mut self, n: u32) -> Self {
+        self.req.gpus = GpuRequest::PerNode(n);
+        self
+    }
+    pub fn gpus_per_task(mut self, n: u32) -> Self {
+        self.req.gpus = GpuRequest::PerTask(n);
+        self
+    }
+    pub fn total_gpus(mut self, n: u32) -> Self {
+        self.req.gpus = GpuRequest::Total(n);
+        self
+    }
+    pub fn nodes(mut self, n: u32) -> Self {
+        self.req.nodes = Some(n);
+        self
+    }
+    pub fn tasks(mut self, n: u32) -> Self {
+        self.req.ntasks = Some(n);
+        self
+    }
+    pub fn cpus(mut self, n: u32) -> Self {
+        self.req.cpus_per_task = n;
+        self
+    }
+    pub fn time(mut self, t: Secs) -> Self {
+        self.req.time_limit = Some(t);
+        self
+    }
+    /// Runs for `t` seconds (default: its whole time limit).
+    pub fn runs(mut self, t: Secs) -> Self {
+        self.runtime = Some(t);
+        self
+    }
+    pub fn exclusive(mut self) -> Self {
+        self.req.exclusive = true;
+        self
+    }
+    pub fn user(mut self, u: u32) -> Self {
+        self.req.user = UserId(u);
+        self.req.account = AccountId(u);
+        self
+    }
+    pub fn name(mut self, n: &str) -> Self {
+        self.req.name = n.to_string();
+        self
+    }
+    pub fn partition(mut self, p: &str) -> Self {
+        self.req.partition = Some(p.to_string());
+        self
+    }
+    pub fn after(mut self, d: Dependency) -> Self {
+        self.req.dependencies.push(d);
+        self
+    }
+    pub fn fails(mut self) -> Self {
+        self.fails = true;
+        self
+    }
+    pub fn held(mut self) -> Self {
+        self.req.hold = true;
+        self
+    }
+    pub fn begin(mut self, t: Secs) -> Self {
+        self.req.begin_time = Some(t);
+        self
+    }
+    pub fn requeue(mut self) -> Self {
+        self.req.requeue = true;
+        self
+    }
+    pub fn nodelist(mut self, names: &[&str]) -> Self {
+        self.req.nodelist = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+    pub fn constraint(mut self, f: &str) -> Self {
+        self.req.features.push(f.to_string());
+        self
+    }
+}
+
+/// Where and when a job ran.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub start: Secs,
+    pub end: Secs,
+    pub nodes: Vec<NodeAllocation>,
+}
+
+pub struct Sim {
+    pub s: Scheduler,
+    pub now: Secs,
+    next_id: u64,
+    next_node: usize,
+    defs: BTreeMap<JobId, JobDef>,
+    pub runs: BTreeMap<JobId, Run>,
+    /// Expected start the first time each job was given one.
+    pub first_expected: BTreeMap<JobId, Secs>,
+    running: BTreeMap<JobId, Secs>,
+}
+
+impl Sim {
+    /// One partition `batch` over every node; first-come-first-served
+    /// priority so stories read in submit order.
+    pub fn new() -> Self {
+        Self::with(SchedulerConfig {
+            weights: PriorityWeights::age_only(),
+            ..SchedulerConfig::default()
+        })
+    }
+
+    pub fn with(cfg: SchedulerConfig) -> Self {
+        let mut s = Scheduler::new(cfg);
+        let mut p = PartitionSpec::new("batch", "ALL");
+        p.is_default = true;
+        p.max_time = Some(100_000);
+        s.add_partition(p).expect("partition");
+        Sim {
+            s,
+            now: 0,
+            next_id: 1,
+            next_node: 0,
+            defs: BTreeMap::new(),
+            runs: BTreeMap::new(),
+            first_expected: BTreeMap::new(),
+            running: BTreeMap::new(),
+        }
+    }
+
+    /// Adds `n` nodes named `node-<i>`.
+    pub fn nodes(mut self, n: usize, kind: Kind) -> Self {
+        for _ in 0..n {
+            let name = format!("node-{}", self.next_node);
+            self.next_node += 1;
+            let spec = NodeSpec::new(name, kind.cpus, kind.mem)
+                .with_gpus(kind.gpus, kind.per_group)
+                .with_features(kind.features.clone());
+            self.s.handle_node_added(spec).expect("node");
+        }
+        self
+    }
+
+    pub fn node(&self, name: &str) -> NodeId {
+        self.s.node_id(name).expect("known node")
+    }
+
+    pub fn try_submit(&mut self, def: JobDef) -> Result<JobId, SubmitError> {
+        let id = JobId(self.next_id);
+        self.s.submit(self.now, id, def.req.clone())?;
+        self.next_id += 1;
+        self.defs.insert(id, def);
+        Ok(id)
+    }
+
+    pub fn submit(&mut self, def: JobDef) -> JobId {
+        self.try_submit(def).expect("submit accepted")
+    }
+
+    /// One scheduling pass at the current time.
+    pub fn pass(&mut self) -> Vec<StartDecision> {
+        let starts = self.s.schedule(self.now);
+        self.s.audit().expect("audit after pass");
+        for d in &starts {
+            let def = &self.defs[&d.job];
+            let limit = d.end_by - self.now;
+            let runtime = def.runtime.unwrap_or(limit).min(limit);
+            self.running.insert(d.job, self.now + runtime);
+            self.runs.insert(
+                d.job,
+                Run {
+                    start: self.now,
+                    end: self.now + runtime,
+                    nodes: d.nodes.clone(),
+                },
+            );
+        }
+        for id in self.s.active_jobs().collect::<Vec<_>>() {
+            if let Some(JobStatus::Pending {
+                expected_start: Some(t),
+                ..
+            }) = self.s.job_status(id)
+            {
+                self.first_expected.entry(id).or_insert(t);
+            }
+        }
+        starts
+    }
+
+    /// Moves the clock to `t`, ending the jobs whose run is over by then.
+    pub fn advance_to(&mut self, t: Secs) {
+        loop {
+            let next = self.running.values().copied().min();
+            match next {
+                Some(end) if end <= t => {
+                    self.now = end;
+                    self.finish_due();
+                    self.pass();
+                }
+                _ => break,
+            }
+        }
+        self.now = t;
+    }
+
+    fn finish_due(&mut self) {
+        let due: Vec<JobId> = self
+            .running
+            .iter()
+            .filter(|(_, &e)| e <= self.now)
+            .map(|(&j, _)| j)
+            .collect();
+        for id in due {
+            self.running.remove(&id);
+            let outcome = if self.defs[&id].fails {
+                JobOutcome::Failed { exit_code: 1 }
+            } else {
+                JobOutcome::Completed
+            };
+            self.s
+                .handle_job_finished(self.now, id, outcome)
+                .expect("finish");
+        }
+    }
+
+    /// Passes and job ends until nothing more can happen.
+    pub fn run_until_idle(&mut self) {
+        self.pass();
+        let mut guard = 0;
+        while let Some(end) = self.running.values().copied().min() {
+            self.now = end;
+            self.finish_due();
+            self.pass();
+            guard += 1;
+            assert!(guard < 100_000, "simulation does not settle");
+        }
+    }
+
+    pub fn start(&self, id: JobId) -> Option<Secs> {
+        self.runs.get(&id).map(|r| r.start)
+    }
+
+    pub fn run(&self, id: JobId) -> &Run {
+        self.runs.get(&id).expect("job ran")
+    }
+
+    /// Names of the nodes a job ran on.
+    pub fn node_names(&self, id: JobId) -> Vec<String> {
+        self.run(id)
+            .nodes
+            .iter()
+            .map(|a| self.s.node_info(a.node).expect("node").name)
+            .collect()
+    }
+
+    pub fn reason(&self, id: JobId) -> PendingReason {
+        match self.s.job_status(id) {
+            Some(JobStatus::Pending { reason, .. }) => reason,
+            other => panic!("job {id} is not pending: {other:?}"),
+        }
+    }
+
+    pub fn expected(&self, id: JobId) -> Option<Secs> {
+        match self.s.job_status(id) {
+            Some(JobStatus::Pending { expected_start, .. }) => expected_start,
+            other => panic!("job {id} is not pending: {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,531 @@
+//! Scheduling stories, one rule each.
+
+mod harness;
+
+use harness::{cpus, gpus, job, Sim};
+use scheduler_core::*;
+
+#[test]
+fn backfill_fills_a_hole_without_delaying_the_reserved_job() {
+    let mut sim = Sim::new().nodes(2, gpus(8));
+    let a = sim.submit(job().gpus(8).time(100)); // node A busy until 100
+    let b = sim.submit(job().gpus(4).time(1000)); // half of node B until 1000
+    sim.pass();
+    let big = sim.submit(job().nodes(2).gpus(8).time(500)); // needs both nodes
+    let short = sim.submit(job().gpus(4).time(900)); // fits B's free half, ends before 1000
+    let long = sim.submit(job().gpus(8).time(2000)); // would fit A at 100, but delays `big`
+    sim.pass();
+    assert_eq!(sim.start(short), Some(0), "backfilled into B's free GPUs");
+    assert_eq!(sim.expected(big), Some(1000));
+    assert_eq!(sim.reason(big), PendingReason::Resources);
+    assert_eq!(sim.expected(long), Some(1500), "queued after the gang job");
+    assert_eq!(sim.reason(long), PendingReason::Priority);
+    sim.run_until_idle();
+    assert_eq!(sim.start(a), Some(0));
+    assert_eq!(sim.start(b), Some(0));
+    assert_eq!(sim.start(big), Some(1000));
+    assert_eq!(sim.start(long), Some(1500));
+}
+
+#[test]
+fn backfill_that_would_delay_a_reservation_waits() {
+    let mut sim = Sim::new().nodes(1, cpus(8));
+    sim.submit(job().tasks(4).time(100));
+    let wide = sim.submit(job().tasks(8).time(100)); // waits for all 8 CPUs at 100
+    let fits = sim.submit(job().tasks(4).time(100)); // ends at 100: fine
+    let too_long = sim.submit(job().tasks(4).time(101)); // would overlap `wide`
+    sim.pass();
+    assert_eq!(sim.start(fits), Some(0));
+    assert_eq!(sim.expected(wide), Some(100));
+    assert_eq!(sim.expected(too_long), Some(200));
+    sim.run_until_idle();
+    assert_eq!(sim.start(wide), Some(100));
+    assert_eq!(sim.start(too_long), Some(200));
+}
+
+#[test]
+fn easy_reserves_only_for_the_first_waiting_job() {
+    let cfg = SchedulerConfig {
+        policy: BackfillPolicy::Easy,
+        weights: PriorityWeights::age_only(),
+        ..SchedulerConfig::default()
+    };
+    let mut sim = Sim::with(cfg).nodes(1, cpus(8));
+    sim.submit(job().tasks(8).time(100));
+    let first = sim.submit(job().tasks(8).time(100));
+    let second = sim.submit(job().tasks(8).time(100));
+    sim.pass();
+    assert_eq!(sim.expected(first), Some(100));
+    assert_eq!(sim.expected(second), None);
+    sim.run_until_idle();
+    assert_eq!(sim.start(second), Some(200));
+}
+
+#[test]
+fn fcfs_never_lets_a_later_job_pass() {
+    let cfg = SchedulerConfig {
+        policy: BackfillPolicy::Fcfs,
+        weights: PriorityWeights::age_only(),
+        ..SchedulerConfig::default()
+    };
+    let mut sim = Sim::with(cfg).nodes(1, cpus(8));
+    sim.submit(job().tasks(4).time(100));
+    let wide = sim.submit(job().tasks(8).time(100));
+    let small = sim.submit(job().tasks(1).time(10)); // would fit now
+    sim.run_until_idle();
+    assert_eq!(sim.start(wide), Some(100));
+    assert_eq!(
+        sim.start(small),
+        Some(200),
+        "behind the wide job, not around it"
+    );
+}
+
+#[test]
+fn small_gpu_jobs_pack_into_one_node_and_one_group() {
+    let mut sim = Sim::new().nodes(2, gpus(8));
+    let ones: Vec<JobId> = (0..3).map(|_| sim.submit(job().gpus(1))).collect();
+    sim.pass();
+    let four = sim.submit(job().gpus(4));
+    sim.pass();
+    let eight = sim.submit(job().gpus(8));
+    sim.pass();
+    for &j in &ones {
+        assert_eq!(sim.node_names(j), ["node-0"]);
+    }
+    let mut used: Vec<u32> = ones
+        .iter()
+        .flat_map(|&j| sim.run(j).nodes[0].gpus.clone())
+        .collect();
+    used.sort();
+    assert_eq!(used, [0, 1, 2], "one topology group, lowest first");
+    assert_eq!(sim.node_names(four), ["node-0"]);
+    assert_eq!(
+        sim.run(four).nodes[0].gpus,
+        [4, 5, 6, 7],
+        "a whole free group"
+    );
+    assert_eq!(
+        sim.node_names(eight),
+        ["node-1"],
+        "a whole node stayed free"
+    );
+}
+
+#[test]
+fn first_fit_strands_gpus_that_best_fit_keeps_whole() {
+    // Node 0 has 6 free GPUs, node 1 has 2 free (each half of a group used).
+    let story = |packing: Packing| {
+        let cfg = SchedulerConfig {
+            packing,
+            weights: PriorityWeights::age_only(),
+            ..SchedulerConfig::default()
+        };
+        let mut sim = Sim::with(cfg).nodes(2, gpus(8));
+        sim.submit(job().gpus(2).nodelist(&["node-0"]).time(1000));
+        sim.submit(job().gpus(6).nodelist(&["node-1"]).time(1000));
+        sim.pass();
+        let two = sim.submit(job().gpus(2).time(1000));
+        let six = sim.submit(job().gpus(6).time(1000));
+        sim.pass();
+        (sim.start(two), sim.start(six))
+    };
+    assert_eq!(story(Packing::BestFit), (Some(0), Some(0)));
+    assert_eq!(story(Packing::FirstFit), (Some(0), None));
+}
+
+#[test]
+fn gpus_per_task_gives_each_task_its_own_gpus() {
+    let mut sim = Sim::new().nodes(2, gpus(8));
+    let j = sim.submit(job().tasks(6).gpus_per_task(2));
+    sim.pass();
+    let run = sim.run(j);
+    let tasks: u32 = run.nodes.iter().map(|a| a.tasks).sum();
+    assert_eq!(tasks, 6);
+    for a in &run.nodes {
+        assert_eq!(a.gpus.len() as u32, a.tasks * 2);
+        let mut g = a.gpus.clone();
+        g.sort();
+        g.dedup();
+        assert_eq!(g.len(), a.gpus.len(), "distinct GPUs per task");
+    }
+    assert_eq!(
+        run.nodes.len(),
+        2,
+        "4 tasks fill one node, 2 go to the next"
+    );
+}
+
+#[test]
+fn total_gpus_spread_evenly_over_the_fewest_nodes() {
+    let mut sim = Sim::new().nodes(3, gpus(8));
+    let j = sim.submit(job().total_gpus(16));
+    sim.pass();
+    let run = sim.run(j);
+    assert_eq!(run.nodes.len(), 2);
+    assert!(run.nodes.iter().all(|a| a.gpus.len() == 8));
+}
+
+#[test]
+fn a_gang_starts_on_all_its_nodes_at_once() {
+    let mut sim = Sim::new().nodes(3, gpus(8));
+    sim.submit(job().gpus(8).time(50).nodelist(&["node-0"]));
+    sim.submit(job().gpus(8).time(300).nodelist(&["node-1"]));
+    sim.pass();
+    let gang = sim.submit(job().nodes(3).gpus(8).time(100));
+    sim.run_until_idle();
+    let run = sim.run(gang);
+    assert_eq!(run.start, 300, "waits for the last node, not the first");
+    assert_eq!(run.nodes.len(), 3);
+}
+
+#[test]
+fn exclusive_jobs_take_whole_idle_nodes_and_share_nothing() {
+    let mut sim = Sim::new().nodes(2, gpus(8));
+    let small = sim.submit(job().gpus(1).time(100));
+    sim.pass();
+    let ex = sim.submit(job().exclusive().time(100));
+    let other = sim.submit(job().gpus(1).time(100));
+    sim.pass();
+    assert_eq!(sim.node_names(small), ["node-0"]);
+    assert_eq!(sim.node_names(ex), ["node-1"]);
+    assert_eq!(sim.run(ex).nodes[0].gpus.len(), 8);
+    assert_eq!(sim.run(ex).nodes[0].cpus.len(), 64);
+    assert_eq!(sim.node_names(other), ["node-0"]);
+    let ex2 = sim.submit(job().exclusive().time(100));
+    sim.pass();
+    assert_eq!(sim.expected(ex2), Some(100));
+    sim.run_until_idle();
+    assert_eq!(sim.start(ex2), Some(100));
+}
+
+#[test]
+fn dependencies_wait_run_or_never_run() {
+    let mut sim = Sim::new().nodes(1, cpus(8));
+    let ok = sim.submit(job().time(10));
+    let bad = sim.submit(job().time(20).fails());
+    let after_ok = sim.submit(job().after(Dependency::AfterOk(ok)));
+    let after_bad_ok = sim.submit(job().after(Dependency::AfterOk(bad)));
+    let after_bad_notok = sim.submit(job().after(Dependency::AfterNotOk(bad)));
+    let after_any = sim.submit(job().after(Dependency::AfterAny(bad)));
+    let after_start = sim.submit(job().after(Dependency::After(ok)));
+    sim.pass();
+    assert_eq!(sim.reason(after_ok), PendingReason::Dependency);
+    sim.pass(); // `ok` has started now
+    assert_eq!(
+        sim.start(after_start),
+        Some(0),
+        "`after` needs only the start"
+    );
+    sim.run_until_idle();
+    assert_eq!(sim.start(after_ok), Some(10));
+    assert_eq!(sim.start(after_bad_notok), Some(20));
+    assert_eq!(sim.start(after_any), Some(20));
+    assert_eq!(
+        sim.reason(after_bad_ok),
+        PendingReason::DependencyNeverSatisfied
+    );
+}
+
+#[test]
+fn singleton_runs_one_job_of_a_name_at_a_time() {
+    let mut sim = Sim::new().nodes(1, cpus(8));
+    let a = sim.submit(job().name("train").after(Dependency::Singleton).time(50));
+    let b = sim.submit(job().name("train").after(Dependency::Singleton).time(50));
+    let other = sim.submit(job().name("eval").after(Dependency::Singleton).time(50));
+    sim.pass();
+    assert_eq!(sim.reason(b), PendingReason::Dependency);
+    sim.run_until_idle();
+    assert_eq!(sim.start(a), Some(0));
+    assert_eq!(sim.start(other), Some(0));
+    assert_eq!(sim.start(b), Some(50));
+}
+
+#[test]
+fn fair_share_puts_the_light_user_first() {
+    let cfg = SchedulerConfig {
+        weights: PriorityWeights {
+            age: 0,
+            size: 0,
+            partition: 0,
+            qos: 0,
+            fairshare: 10_000,
+            max_age: 1,
+        },
+        ..SchedulerConfig::default()
+    };
+    let mut sim = Sim::with(cfg).nodes(1, gpus(8));
+    // User 1 burns the node for a while.
+    sim.submit(job().user(1).gpus(8).time(1000));
+    sim.run_until_idle();
+    sim.submit(job().user(2).gpus(1).time(10)).0; // user 2 shows up, tiny usage
+    sim.run_until_idle();
+    let heavy = sim.submit(job().user(1).gpus(8).time(100));
+    let light = sim.submit(job().user(2).gpus(8).time(100));
+    sim.pass();
+    assert_eq!(sim.start(light), Some(sim.now));
+    assert_eq!(sim.reason(heavy), PendingReason::Resources);
+    let (Some(JobStatus::Pending { priority: ph, .. }), Some(JobStatus::Pending { .. })) =
+        (sim.s.job_status(heavy), sim.s.job_status(heavy))
+    else {
+        panic!("heavy pending")
+    };
+    assert!(ph < 10_000);
+}
+
+#[test]
+fn usage_decays_with_the_half_life() {
+    // User 1 used much long ago, user 2 a little just now. With a short
+    // half-life the old usage has faded and user 1 comes first; with a very
+    // long one user 1 is still the heavy user.
+    let order = |half_life: Secs| {
+        let cfg = SchedulerConfig {
+            weights: PriorityWeights {
+                age: 0,
+                size: 0,
+                partition: 0,
+                qos: 0,
+                fairshare: 10_000,
+                max_age: 1,
+            },
+            fairshare_half_life: half_life,
+            ..SchedulerConfig::default()
+        };
+        let mut sim = Sim::with(cfg).nodes(1, cpus(8));
+        sim.submit(job().user(1).tasks(8).time(100));
+        sim.run_until_idle();
+        sim.advance_to(1100);
+        sim.submit(job().user(2).time(10));
+        sim.run_until_idle();
+        sim.submit(job().user(3).tasks(8).time(1000)); // fills the node
+        sim.pass();
+        let one = sim.submit(job().user(1));
+        let two = sim.submit(job().user(2));
+        sim.pass();
+        let prio = |j| match sim.s.job_status(j) {
+            Some(JobStatus::Pending { priority, .. }) => priority,
+            other => panic!("{other:?}"),
+        };
+        prio(one) > prio(two)
+    };
+    assert!(order(100), "ten half-lives on, the old usage has faded");
+    assert!(!order(1_000_000_000), "without decay user 1 stays heavy");
+}
+
+#[test]
+fn a_drained_node_gets_no_new_work_but_keeps_its_jobs() {
+    let mut sim = Sim::new().nodes(2, cpus(4));
+    let running = sim.submit(job().tasks(2).time(100).nodelist(&["node-0"]));
+    sim.pass();
+    let n0 = sim.node("node-0");
+    sim.s
+        .handle_node_admin(
+            sim.now,
+            n0,
+            NodeAdmin::Drain {
+                reason: "bad fan".into(),
+            },
+        )
+        .expect("drain");
+    assert_eq!(
+        sim.s.node_info(n0).map(|n| n.state),
+        Some(NodeState::Draining)
+    );
+    let next: Vec<JobId> = (0..3)
+        .map(|_| sim.submit(job().tasks(2).time(100)))
+        .collect();
+    sim.pass();
+    assert_eq!(sim.node_names(next[0]), ["node-1"]);
+    assert_eq!(sim.node_names(next[1]), ["node-1"]);
+    assert_eq!(sim.expected(next[2]), Some(100));
+    let pinned = sim.submit(job().nodelist(&["node-0"]));
+    sim.pass();
+    assert_eq!(sim.reason(pinned), PendingReason::ReqNodeNotAvail);
+    sim.run_until_idle();
+    assert_eq!(sim.run(running).end, 100, "the running job was left alone");
+    assert_eq!(
+        sim.s.node_info(n0).map(|n| n.state),
+        Some(NodeState::Drained)
+    );
+    sim.s
+        .handle_node_admin(sim.now, n0, NodeAdmin::Up)
+        .expect("resume");
+    sim.pass();
+    assert_eq!(sim.start(pinned), Some(sim.now));
+}
+
+#[test]
+fn a_lost_node_reports_its_jobs_and_requeues_those_that_asked() {
+    let mut sim = Sim::new().nodes(2, gpus(8));
+    let plain = sim.submit(job().gpus(4).nodelist(&["node-0"]));
+    let requeue = sim.submit(job().gpus(4).nodelist(&["node-0"]).requeue());
+    sim.pass();
+    let n0 = sim.node("node-0");
+    let mut lost = sim
+        .s
+        .handle_node_admin(
+            5,
+            n0,
+            NodeAdmin::Down {
+                reason: "not responding".into(),
+            },
+        )
+        .expect("down");
+    lost.sort_by_key(|l| match l {
+        LostJob::Failed(j) | LostJob::Requeued(j) => *j,
+    });
+    assert_eq!(lost, [LostJob::Failed(plain), LostJob::Requeued(requeue)]);
+    assert_eq!(
+        sim.s.job_status(plain),
+        Some(JobStatus::Finished(JobOutcome::NodeFail))
+    );
+    sim.s.audit().expect("consistent after loss");
+    sim.now = 5;
+    sim.pass();
+    assert_eq!(sim.reason(requeue), PendingReason::ReqNodeNotAvail);
+    let removed = sim.s.handle_node_removed(6, n0).expect("remove");
+    assert!(removed.is_empty());
+    assert!(sim.s.node_info(n0).is_none());
+}
+
+#[test]
+fn impossible_requests_are_refused_at_submit() {
+    let mut sim = Sim::new().nodes(2, gpus(8));
+    let err = |sim: &mut Sim, def| sim.try_submit(def).expect_err("refused");
+    assert!(matches!(
+        err(&mut sim, job().gpus(9)),
+        SubmitError::NodeConfigUnavailable(_)
+    ));
+    assert!(matches!(
+        err(&mut sim, job().nodes(3)),
+        SubmitError::NodeConfigUnavailable(_)
+    ));
+    assert!(matches!(
+        err(&mut sim, job().time(200_000)),
+        SubmitError::TimeLimit { .. }
+    ));
+    assert!(matches!(
+        err(&mut sim, job().partition("nope")),
+        SubmitError::UnknownPartition(_)
+    ));
+    assert!(matches!(
+        err(&mut sim, job().nodelist(&["ghost"])),
+        SubmitError::UnknownNode(_)
+    ));
+    assert!(matches!(
+        err(&mut sim, job().constraint("h100")),
+        SubmitError::NodeConfigUnavailable(_)
+    ));
+    assert!(matches!(
+        err(&mut sim, job().cpus(65)),
+        SubmitError::NodeConfigUnavailable(_)
+    ));
+    assert!(matches!(
+        err(&mut sim, job().after(Dependency::AfterOk(JobId(999)))),
+        SubmitError::UnknownDependency(_)
+    ));
+    assert!(matches!(
+        err(&mut sim, job().nodes(2).tasks(1)),
+        SubmitError::Invalid(_)
+    ));
+    let msg = err(&mut sim, job().gpus(9)).to_string();
+    assert!(
+        msg.starts_with("requested node configuration is not available"),
+        "{msg}"
+    );
+    assert_eq!(
+        sim.s.pending_count(),
+        0,
+        "nothing refused sits in the queue"
+    );
+}
+
+#[test]
+fn reasons_for_held_begin_and_partition_limit() {
+    let mut sim = Sim::new().nodes(1, cpus(4));
+    let held = sim.submit(job().held());
+    let later = sim.submit(job().begin(500));
+    let long = sim.submit(job().time(50_000));
+    sim.s
+        .update_partition_limits("batch", None, Some(1000), 1)
+        .expect("update");
+    sim.pass();
+    assert_eq!(sim.reason(held), PendingReason::JobHeldUser);
+    assert_eq!(sim.reason(later), PendingReason::BeginTime);
+    assert_eq!(sim.reason(long), PendingReason::PartitionTimeLimit);
+    assert_eq!(sim.s.next_wakeup(sim.now), Some(500));
+    sim.s.hold(held, HoldKind::Admin).expect("admin hold");
+    assert_eq!(
+        sim.s.release(held, HoldKind::User),
+        Err(ControlError::AdminHold(held))
+    );
+    sim.s.release(held, HoldKind::Admin).expect("admin release");
+    sim.advance_to(500);
+    sim.pass();
+    assert_eq!(sim.start(held), Some(500));
+    assert_eq!(sim.start(later), Some(500));
+}
+
+#[test]
+fn cancel_removes_pending_and_asks_the_driver_to_kill_running() {
+    let mut sim = Sim::new().nodes(1, cpus(4));
+    let run = sim.submit(job().tasks(4));
+    let wait = sim.submit(job().tasks(4));
+    sim.pass();
+    assert_eq!(sim.s.cancel(wait), Ok(Cancelled::Pending));
+    assert_eq!(
+        sim.s.job_status(wait),
+        Some(JobStatus::Finished(JobOutcome::Cancelled))
+    );
+    let Ok(Cancelled::Running(alloc)) = sim.s.cancel(run) else {
+        panic!("running job")
+    };
+    assert_eq!(alloc[0].cpus, [0, 1, 2, 3]);
+    sim.s
+        .handle_job_finished(3, run, JobOutcome::Cancelled)
+        .expect("finish");
+    assert_eq!(
+        sim.s.cancel(JobId(77)),
+        Err(ControlError::UnknownJob(JobId(77)))
+    );
+}
+
+#[test]
+fn constraints_and_required_nodes_steer_placement() {
+    let mut sim = Sim::new()
+        .nodes(2, gpus(8))
+        .nodes(1, gpus(8).feature("h200"));
+    let h200 = sim.submit(job().gpus(1).constraint("h200"));
+    let pinned = sim.submit(job().gpus(1).nodelist(&["node-1"]));
+    sim.pass();
+    assert_eq!(sim.node_names(h200), ["node-2"]);
+    assert_eq!(sim.node_names(pinned), ["node-1"]);
+}
+
+#[test]
+fn nodes_that_register_later_join_their_partition() {
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    let mut p = PartitionSpec::new("gpu", "worker-[0-1]");
+    p.is_default = true;
+    s.add_partition(p).expect("partition");
+    s.add_partition(PartitionSpec::new("other", "login-0"))
+        .expect("partition");
+    let w1 = s
+        .handle_node_added(NodeSpec::new("worker-1", 8, 1000).with_gpus(2, 0))
+        .expect("node");
+    let stray = s
+        .handle_node_added(NodeSpec::new("stray", 8, 1000))
+        .expect("node");
+    let gpu = s.partition_id("gpu").expect("gpu");
+    assert_eq!(s.partition_nodes(gpu), [w1]);
+    assert!(!s.partition_nodes(gpu).contains(&stray));
+    let mut req = JobRequest::new(UserId(5));
+    req.gpus = GpuRequest::PerNode(2);
+    s.submit(0, JobId(1), req).expect("submit");
+    let starts = s.schedule(0);
+    assert_eq!(starts[0].nodes[0].node, w1);
+    assert_eq!(starts[0].nodes[0].gpus, [0, 1]);
+    assert!(s
+        .handle_node_added(NodeSpec::new("worker-1", 8, 1000))
+        .is_err());
+}
