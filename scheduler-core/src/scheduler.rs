@@ -70,6 +70,7 @@ pub enum Cancelled {
     Running(Vec<NodeAllocation>),
 }
 
+#[derive(Clone)]
 struct NodeSlot {
     name: String,
     cap: Capacity,
@@ -104,6 +105,7 @@ impl NodeSlot {
     }
 }
 
+#[derive(Clone)]
 struct Partition {
     spec: PartitionSpec,
     all: bool,
@@ -118,6 +120,7 @@ impl Partition {
     }
 }
 
+#[derive(Clone)]
 enum State {
     Pending {
         reason: PendingReason,
@@ -130,6 +133,7 @@ enum State {
     },
 }
 
+#[derive(Clone)]
 struct Job {
     name: String,
     user: UserId,
@@ -223,7 +227,9 @@ struct PassState {
     releases: BTreeSet<Secs>,
     versions: Vec<u32>,
     candidates: Vec<Candidate>,
-    waits: Vec<Secs>,
+    /// Nodes that cannot host the job at the instant tried: when they
+    /// first could, and the most tasks they could ever hold.
+    waits: Vec<(Secs, u32)>,
 }
 
 /// The scheduler. Calls in any order:
@@ -242,6 +248,7 @@ struct PassState {
 ///
 /// [`next_wakeup`](Self::next_wakeup) says when a pass is due even if
 /// nothing else happens (a begin time, a time limit).
+#[derive(Clone)]
 pub struct Scheduler {
     cfg: SchedulerConfig,
     nodes: Vec<Option<NodeSlot>>,
@@ -977,7 +984,6 @@ impl Scheduler {
         let mut decisions = Vec::new();
         let mut blocked_partitions: HashSet<PartitionId> = HashSet::new();
         let mut reservations = 0usize;
-        let mut fcfs_floor = now;
 
         for id in queue {
             let Some(job) = self.jobs.get(&id) else {
@@ -1002,14 +1008,24 @@ impl Scheduler {
                     floor: now,
                     earliest: vec![(0, u32::MAX); eligible.len()],
                 });
+            if self.cfg.policy == BackfillPolicy::Fcfs && reservations > 0 {
+                // Strict order: nothing passes the first waiting job, so
+                // there is nothing to search for.
+                let reason = if blocked_partitions.insert(job.partition) {
+                    PendingReason::Resources
+                } else {
+                    PendingReason::Priority
+                };
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.set_pending(reason, None);
+                }
+                continue;
+            }
             let until = match self.cfg.policy {
                 BackfillPolicy::Easy if reservations > 0 => now,
                 _ => INFINITE,
             };
-            let from = match self.cfg.policy {
-                BackfillPolicy::Fcfs => fcfs_floor,
-                _ => now,
-            };
+            let from = now;
             let found = if *required_ok {
                 find_slot(
                     &self.timelines,
@@ -1068,7 +1084,6 @@ impl Scheduler {
             match found {
                 Some(p) => {
                     class.floor = p.start;
-                    fcfs_floor = fcfs_floor.max(p.start);
                     match self.commit(&mut pass, id, p) {
                         Committed::Started(d) => decisions.push(d),
                         Committed::Reserved(plan) => {
@@ -1509,6 +1524,7 @@ fn find_slot(
     while t <= until && t < INFINITE {
         pass.candidates.clear();
         pass.waits.clear();
+        let mut cand_units = 0u64;
         for (pos, &n) in eligible.iter().enumerate() {
             let Some(slot) = nodes[n.0 as usize].as_ref() else {
                 continue;
@@ -1525,10 +1541,18 @@ fn find_slot(
             };
             if e != t {
                 if e < INFINITE {
-                    pass.waits.push(e);
+                    let most = shape
+                        .tasks_fit(slot.cap.whole(), &slot.cap)
+                        .min(shape.tasks);
+                    pass.waits.push((e, most));
                 }
                 continue;
             }
+            cand_units += u64::from(
+                shape
+                    .tasks_fit(slot.cap.whole(), &slot.cap)
+                    .min(shape.tasks),
+            );
             let free = timelines[n.0 as usize].window(t, len);
             let k = shape.tasks_fit(free, &slot.cap).min(shape.tasks);
             let gpus = pick_gpus(free.gpus, shape.gpus_for(k, &slot.cap), &slot.cap, packing);
@@ -1567,10 +1591,28 @@ fn find_slot(
                 return None;
             }
             let (_, nth, _) = pass.waits.select_nth_unstable(more - 1);
-            next = next.max(*nth);
+            next = next.max(nth.0);
+        } else if !shape.uniform() && (cand_units < u64::from(shape.tasks) || have < need_nodes) {
+            // Tasks need room: no start before enough further nodes could
+            // hold the rest even if each were empty.
+            pass.waits.sort_unstable();
+            let (mut units, mut count) = (cand_units, have);
+            let mut bound = None;
+            for &(e, most) in &pass.waits {
+                units += u64::from(most);
+                count += 1;
+                if units >= u64::from(shape.tasks) && count >= need_nodes {
+                    bound = Some(e);
+                    break;
+                }
+            }
+            match bound {
+                Some(b) => next = next.max(b),
+                None => return None,
+            }
         } else if have == 0 {
-            match pass.waits.iter().min() {
-                Some(&m) => next = next.max(m),
+            match pass.waits.iter().map(|w| w.0).min() {
+                Some(m) => next = next.max(m),
                 None => return None,
             }
         }

@@ -1,1 +1,164 @@
-fn main() {}
+//! `corral-sim`: replay a workload trace through Corral's scheduler in
+//! virtual time and report waits, slowdown, utilisation and pass times.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::{Parser, ValueEnum};
+use corral_sim::replay::{replay, Options, Report};
+use corral_sim::trace::{read_alibaba, read_swf, MachineOverride, Workload};
+use scheduler_core::{BackfillPolicy, Packing};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Policy {
+    Fcfs,
+    Easy,
+    Conservative,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PackingArg {
+    BestFit,
+    FirstFit,
+}
+
+/// Replay a workload trace (SWF, plain or gzip; or the Alibaba GPU trace)
+/// through Corral's scheduler.
+#[derive(Debug, Parser)]
+#[command(name = "corral-sim", version)]
+struct Args {
+    /// An SWF file (.swf or .swf.gz), or a directory holding the Alibaba
+    /// GPU trace (openb_node_list_*.csv and openb_pod_list_*.csv).
+    trace: PathBuf,
+    /// Backfill policy.
+    #[arg(long, value_enum, default_value = "easy")]
+    policy: Policy,
+    /// How nodes and GPUs are chosen among those that fit.
+    #[arg(long, value_enum, default_value = "best-fit")]
+    packing: PackingArg,
+    /// Number of nodes (default: from the trace).
+    #[arg(long)]
+    nodes: Option<u32>,
+    /// CPUs per node (default: MaxProcs / MaxNodes of the trace).
+    #[arg(long)]
+    cpus_per_node: Option<u32>,
+    /// GPUs per node for SWF traces (default 0).
+    #[arg(long)]
+    gpus_per_node: Option<u32>,
+    /// Alibaba trace: the pod list to use, inside the trace directory.
+    #[arg(long, default_value = "openb_pod_list_default.csv")]
+    pods: String,
+    /// Alibaba trace: GPUs per topology group (0: one group per node).
+    #[arg(long, default_value_t = 0)]
+    gpu_group: u32,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write a chart of utilisation and queue length (.png or .svg).
+    #[arg(long)]
+    chart: Option<PathBuf>,
+    /// Do not show a progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn load(args: &Args) -> anyhow::Result<Workload> {
+    if args.trace.is_dir() {
+        let nodes = args.trace.join("openb_node_list_all_node.csv");
+        let pods = args.trace.join(&args.pods);
+        return read_alibaba(&nodes, &pods, args.gpu_group)
+            .context("corral-sim: reading the Alibaba trace");
+    }
+    if !args.trace.exists() {
+        bail!("corral-sim: no such trace: {}", args.trace.display());
+    }
+    let machine = MachineOverride {
+        nodes: args.nodes,
+        cpus_per_node: args.cpus_per_node,
+        gpus_per_node: args.gpus_per_node,
+    };
+    read_swf(&args.trace, &machine).context("corral-sim: reading the SWF trace")
+}
+
+fn print_table(r: &Report) {
+    let rows: Vec<(&str, String)> = vec![
+        ("trace", r.trace.clone()),
+        ("policy", r.policy.clone()),
+        ("packing", r.packing.clone()),
+        ("nodes", r.nodes.to_string()),
+        ("jobs", r.jobs.to_string()),
+        ("unplaced jobs", r.unplaced_jobs.to_string()),
+        ("utilization", format!("{:.3}", r.utilization)),
+        ("mean wait", format!("{:.0} s", r.mean_wait_s)),
+        (
+            "mean bounded slowdown",
+            format!("{:.1}", r.mean_bounded_slowdown),
+        ),
+        ("max wait", format!("{:.0} s", r.max_wait_s)),
+        ("makespan", format!("{:.0} s", r.makespan_s)),
+        ("passes", r.passes.to_string()),
+        (
+            "pass p50 / p99 / max",
+            format!(
+                "{:.0} / {:.0} / {:.0} µs",
+                r.pass_p50_us, r.pass_p99_us, r.pass_max_us
+            ),
+        ),
+        ("wall", format!("{:.2} s", r.wall_s)),
+    ];
+    for (k, v) in rows {
+        println!("{k:<24}{v}");
+    }
+    if let Some(f) = r.gpu_fragmentation {
+        println!("{:<24}{f:.3}", "gpu fragmentation");
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("{e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> anyhow::Result<()> {
+    let w = load(args)?;
+    let opts = Options {
+        policy: match args.policy {
+            Policy::Fcfs => BackfillPolicy::Fcfs,
+            Policy::Easy => BackfillPolicy::Easy,
+            Policy::Conservative => BackfillPolicy::Conservative,
+        },
+        packing: match args.packing {
+            PackingArg::BestFit => Packing::BestFit,
+            PackingArg::FirstFit => Packing::FirstFit,
+        },
+    };
+    let bar = if args.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let bar = indicatif::ProgressBar::new(w.jobs.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} replay [{bar:40}] {pos}/{len} jobs ({eta})",
+            )
+            .map_err(|e| anyhow::anyhow!("corral-sim: progress template: {e}"))?,
+        );
+        bar
+    };
+    let (report, samples) = replay(&w, opts, |n| bar.set_position(n as u64));
+    bar.finish_and_clear();
+    if let Some(path) = &args.chart {
+        corral_sim::chart::draw(path, &w.name, &samples).context("corral-sim")?;
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).context("corral-sim: encoding the report")?
+        );
+    } else {
+        print_table(&report);
+    }
+    Ok(())
+}
