@@ -136,3 +136,48 @@ pub fn single_gpu_stream(nodes: usize, freed: usize, seed: u64) -> Scheduler {
     }
     s
 }
+
+/// A workload of the job mix arriving over time on `nodes` 8-GPU nodes:
+/// Poisson-like arrivals at `load` times the rate the machine can serve
+/// on average, run times between a tenth of and the full time limit.
+pub fn ml_mix_workload(nodes: usize, jobs: usize, load: f64, seed: u64) -> crate::trace::Workload {
+    let mut rng = Rng::new(seed);
+    let specs = (0..nodes)
+        .map(|i| NodeSpec::new(format!("gpu-{i}"), 64, 1_024_000).with_gpus(8, 4))
+        .collect();
+    let mut list = Vec::with_capacity(jobs);
+    let mut t = 0u64;
+    // Mean GPU-seconds per job of the mix, estimated from a sample.
+    let mut probe = Rng::new(seed ^ 0x5eed);
+    let mean_work: f64 = (0..2000)
+        .map(|_| {
+            let r = mixed_job(&mut probe, 1);
+            let g = match r.gpus {
+                GpuRequest::PerNode(g) => g,
+                _ => 0,
+            };
+            f64::from(g * r.nodes.unwrap_or(1)) * r.time_limit.unwrap_or(0) as f64 * 0.55
+        })
+        .sum::<f64>()
+        / 2000.0;
+    let mean_gap = mean_work / (nodes as f64 * 8.0 * load.max(1e-6));
+    for _ in 0..jobs {
+        let request = mixed_job(&mut rng, 16);
+        let limit = request.time_limit.unwrap_or(3600);
+        let runtime = limit / 10 + rng.below(limit - limit / 10 + 1);
+        // Exponential gaps from a uniform draw.
+        let u = (rng.below(1 << 30) as f64 + 0.5) / f64::from(1u32 << 30);
+        t += (-u.ln() * mean_gap) as u64;
+        list.push(crate::trace::TraceJob {
+            submit: t,
+            runtime,
+            request,
+        });
+    }
+    crate::trace::Workload {
+        name: format!("ml-mix-{nodes}x8-{jobs}"),
+        nodes: specs,
+        jobs: list,
+        skipped: 0,
+    }
+}

@@ -238,26 +238,32 @@ pub fn read_alibaba(
     let c_cpu = column(pods, &h, "cpu_milli")?;
     let c_mem = column(pods, &h, "memory_mib")?;
     let c_ngpu = column(pods, &h, "num_gpu")?;
-    let c_create = column(pods, &h, "creation_time")?;
-    let c_delete = column(pods, &h, "deletion_time")?;
+    // The resampled lists have no times: pods arrive one a second, in
+    // order, and never end (replay them with --fill).
+    let c_create = column(pods, &h, "creation_time").ok();
+    let c_delete = column(pods, &h, "deletion_time").ok();
     let c_sched = column(pods, &h, "scheduled_time").ok();
     let mut jobs = Vec::with_capacity(rows.len());
     let mut skipped = 0;
     for (i, r) in rows.iter().enumerate() {
         let line = i + 2;
         let get = |c: usize| r.get(c).map_or("", String::as_str);
-        let create = num(pods, line, get(c_create))?;
-        let delete = num(pods, line, get(c_delete))?;
-        let sched = match c_sched {
-            Some(c) => num(pods, line, get(c))?,
-            None => -1,
+        let field = |c: Option<usize>| match c {
+            Some(c) => num(pods, line, get(c)),
+            None => Ok(-1),
         };
-        let started = if sched >= 0 { sched } else { create };
-        if create < 0 || delete < started {
-            skipped += 1;
-            continue;
-        }
-        let runtime = (delete - started).max(1) as Secs;
+        let (create, delete, sched) = (field(c_create)?, field(c_delete)?, field(c_sched)?);
+        let (create, runtime) = match (c_create, c_delete) {
+            (Some(_), Some(_)) => {
+                let started = if sched >= 0 { sched } else { create };
+                if create < 0 || delete < started {
+                    skipped += 1;
+                    continue;
+                }
+                (create, (delete - started).max(1) as Secs)
+            }
+            _ => (i as i64, scheduler_core::INFINITE),
+        };
         let mut request = JobRequest::new(UserId(0));
         request.cpus_per_task = (num(pods, line, get(c_cpu))?.max(0) as u64)
             .div_ceil(1000)
@@ -267,7 +273,7 @@ pub fn read_alibaba(
         if gpus > 0 {
             request.gpus = GpuRequest::PerNode(gpus);
         }
-        request.time_limit = Some(runtime);
+        request.time_limit = (runtime < scheduler_core::INFINITE).then_some(runtime);
         jobs.push(TraceJob {
             submit: create as Secs,
             runtime,

@@ -1,0 +1,20 @@
+//! Times single passes of the bench workloads without criterion's
+//! repetitions: `cargo run --release -p benches --example probe -- NODES JOBS`.
+use std::time::Instant;
+
+use corral_sim::synthetic::busy_cluster_with_queue;
+use scheduler_core::SchedulerConfig;
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let (nodes, jobs) = (args.first().copied().unwrap_or(1000), args.get(1).copied().unwrap_or(10_000));
+    let t = Instant::now();
+    let (s, _) = busy_cluster_with_queue(nodes, jobs, SchedulerConfig::default(), 1);
+    println!("setup {:.2} s, pending {}", t.elapsed().as_secs_f64(), s.pending_count());
+    for _ in 0..3 {
+        let mut c = s.clone();
+        let t = Instant::now();
+        let started = c.schedule(1).len();
+        println!("pass {:.2} ms, started {started}", t.elapsed().as_secs_f64() * 1e3);
+    }
+}
