@@ -17,7 +17,11 @@ fn pass_10k_jobs_1k_nodes(c: &mut Criterion) {
     let mut g = c.benchmark_group("full_pass");
     g.sample_size(10).measurement_time(Duration::from_secs(20));
     g.bench_function("10k_pending_1k_nodes_conservative", |b| {
-        b.iter_batched(|| s.clone(), |mut s| black_box(s.schedule(1)), BatchSize::LargeInput)
+        b.iter_batched(
+            || s.clone(),
+            |mut s| black_box(s.schedule(1)),
+            BatchSize::LargeInput,
+        )
     });
     g.finish();
 }
@@ -28,7 +32,11 @@ fn pass_100k_jobs_10k_nodes(c: &mut Criterion) {
     let mut g = c.benchmark_group("full_pass");
     g.sample_size(10).measurement_time(Duration::from_secs(30));
     g.bench_function("100k_pending_10k_nodes_conservative", |b| {
-        b.iter_batched(|| s.clone(), |mut s| black_box(s.schedule(1)), BatchSize::LargeInput)
+        b.iter_batched(
+            || s.clone(),
+            |mut s| black_box(s.schedule(1)),
+            BatchSize::LargeInput,
+        )
     });
     g.finish();
 }
@@ -42,10 +50,19 @@ fn single_gpu_starts(c: &mut Criterion) {
     g.sample_size(10).measurement_time(Duration::from_secs(20));
     g.throughput(Throughput::Elements(FREED as u64));
     g.bench_function("single_gpu_10k_busy_nodes", |b| {
-        b.iter_batched(|| s.clone(), |mut s| black_box(s.schedule(20)), BatchSize::LargeInput)
+        b.iter_batched(
+            || s.clone(),
+            |mut s| black_box(s.schedule(20)),
+            BatchSize::LargeInput,
+        )
     });
     g.finish();
 }
 
-criterion_group!(benches, pass_10k_jobs_1k_nodes, pass_100k_jobs_10k_nodes, single_gpu_starts);
+criterion_group!(
+    benches,
+    pass_10k_jobs_1k_nodes,
+    pass_100k_jobs_10k_nodes,
+    single_gpu_starts
+);
 criterion_main!(benches);

@@ -2,19 +2,49 @@
 //! repetitions: `cargo run --release -p benches --example probe -- NODES JOBS`.
 use std::time::Instant;
 
-use corral_sim::synthetic::busy_cluster_with_queue;
+use corral_sim::synthetic::{busy_cluster_with_queue, single_gpu_stream};
 use scheduler_core::SchedulerConfig;
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let (nodes, jobs) = (args.first().copied().unwrap_or(1000), args.get(1).copied().unwrap_or(10_000));
+    if std::env::args().nth(1).as_deref() == Some("stream") {
+        let t = Instant::now();
+        let s = single_gpu_stream(10_000, 10_000, 3);
+        println!("setup {:.2} s", t.elapsed().as_secs_f64());
+        for _ in 0..3 {
+            let mut c = s.clone();
+            let t = Instant::now();
+            let started = c.schedule(20).len();
+            let secs = t.elapsed().as_secs_f64();
+            println!(
+                "pass {:.2} ms, {started} starts, {:.0} starts/s",
+                secs * 1e3,
+                started as f64 / secs
+            );
+        }
+        return;
+    }
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let (nodes, jobs) = (
+        args.first().copied().unwrap_or(1000),
+        args.get(1).copied().unwrap_or(10_000),
+    );
     let t = Instant::now();
     let (s, _) = busy_cluster_with_queue(nodes, jobs, SchedulerConfig::default(), 1);
-    println!("setup {:.2} s, pending {}", t.elapsed().as_secs_f64(), s.pending_count());
+    println!(
+        "setup {:.2} s, pending {}",
+        t.elapsed().as_secs_f64(),
+        s.pending_count()
+    );
     for _ in 0..3 {
         let mut c = s.clone();
         let t = Instant::now();
         let started = c.schedule(1).len();
-        println!("pass {:.2} ms, started {started}", t.elapsed().as_secs_f64() * 1e3);
+        println!(
+            "pass {:.2} ms, started {started}",
+            t.elapsed().as_secs_f64() * 1e3
+        );
     }
 }

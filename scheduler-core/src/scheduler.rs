@@ -5,7 +5,8 @@
 //! input carries `now`, every iteration over state is in a stable order, and
 //! ties are broken on ids. Same calls, same decisions.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 
 use crate::error::{ControlError, SubmitError};
 use crate::hostlist;
@@ -45,6 +46,10 @@ pub struct SchedulerConfig {
     pub qos: Vec<(String, u32)>,
     /// Fair-share charge per GPU-second, relative to a CPU-second.
     pub gpu_billing_weight: f64,
+    /// Cross-check every search against a scan of every node at every
+    /// candidate time, and panic if it found a later start. Slow; for
+    /// tests and fuzzing.
+    pub verify_search: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -56,6 +61,7 @@ impl Default for SchedulerConfig {
             fairshare_half_life: 7 * 24 * 3600,
             qos: vec![("normal".to_string(), 0)],
             gpu_billing_weight: 8.0,
+            verify_search: false,
         }
     }
 }
@@ -190,15 +196,109 @@ struct EligKey {
     exclude: Vec<NodeId>,
 }
 
-/// Jobs of one class (same eligible nodes, shape and time limit) are
-/// interchangeable for placement, so what one pass learns about a class
-/// carries to the next job of it: it cannot start before the last one did,
-/// and a node's earliest fit only moves later as the pass reserves more.
+/// Jobs of one class (same eligible nodes and shape) are interchangeable
+/// for placement, so what the pass learns about a class carries to its next
+/// job: within a pass resources only get scarcer, so a node's earliest fit
+/// only moves later, and a job cannot start before the last one of its
+/// class and time limit did.
+///
+/// The heap holds every eligible node that could still host the class,
+/// keyed by a lower bound of its earliest fit (for the shortest time limit
+/// in the class, so the bound holds for every job of it) and then by how
+/// well it fits there, so a search pops the few nodes it needs instead of
+/// scanning all of them.
 struct ClassState {
-    floor: Secs,
-    /// Per eligible node: a lower bound of its earliest fit, and the node's
-    /// version when that bound was exact.
-    earliest: Vec<(Secs, u32)>,
+    /// The time limit the heap's bounds were computed for.
+    key_len: Secs,
+    /// The class's distinct time limits, ascending, and how many of its
+    /// jobs with each are still to be placed this pass.
+    lens: Vec<Secs>,
+    remaining: Vec<u32>,
+    /// Prefix maximum over `lens` of the starts given so far: a job with
+    /// limit `lens[i]` cannot start before the max over `..=i`.
+    floors: Vec<Secs>,
+    heap: BinaryHeap<Reverse<HeapEntry>>,
+    /// Per eligible position: the node's version when its bound was exact.
+    seen: Vec<u32>,
+}
+
+/// (earliest-fit bound, fit score, position in the eligible list).
+type HeapEntry = (Secs, (u32, u32, u32), u32);
+
+impl ClassState {
+    fn new(nodes: usize) -> Self {
+        ClassState {
+            key_len: INFINITE,
+            lens: Vec::new(),
+            remaining: Vec::new(),
+            floors: Vec::new(),
+            heap: (0..nodes as u32)
+                .map(|pos| Reverse((0, (0, 0, 0), pos)))
+                .collect(),
+            seen: vec![u32::MAX; nodes],
+        }
+    }
+
+    /// Counts one more job with this limit (before the pass places any).
+    fn add_job(&mut self, len: Secs) {
+        self.key_len = self.key_len.min(len);
+        self.lens.push(len);
+    }
+
+    /// Turns the collected limits into the per-limit tables.
+    fn seal(&mut self) {
+        let all = std::mem::take(&mut self.lens);
+        self.lens = all.clone();
+        self.lens.sort_unstable();
+        self.lens.dedup();
+        self.remaining = vec![0; self.lens.len()];
+        for len in all {
+            let i = self.index(len);
+            self.remaining[i] += 1;
+        }
+        self.floors = vec![0; self.lens.len() + 1];
+    }
+
+    fn index(&self, len: Secs) -> usize {
+        self.lens.partition_point(|&l| l < len)
+    }
+
+    /// No job of this class with limit `len` starts before this.
+    fn floor(&self, len: Secs) -> Secs {
+        // Fenwick prefix maximum over limits up to `len`.
+        let mut i = self.index(len) + 1;
+        let mut m = 0;
+        while i > 0 {
+            m = m.max(self.floors[i]);
+            i &= i - 1;
+        }
+        m
+    }
+
+    /// A job with limit `len` was placed at `start` (or cannot start
+    /// before it): jobs no shorter cannot start earlier.
+    fn raise_floor(&mut self, len: Secs, start: Secs) {
+        let mut i = self.index(len) + 1;
+        while i < self.floors.len() {
+            self.floors[i] = self.floors[i].max(start);
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// The earliest any job of the class still to be placed (this one
+    /// included) may start: heap bounds must hold from here on.
+    fn horizon(&self) -> Secs {
+        match self.remaining.iter().position(|&c| c > 0) {
+            Some(i) => self.floor(self.lens[i]),
+            None => INFINITE,
+        }
+    }
+
+    /// This job is done with.
+    fn retire(&mut self, len: Secs) {
+        let i = self.index(len);
+        self.remaining[i] = self.remaining[i].saturating_sub(1);
+    }
 }
 
 struct Candidate {
@@ -227,9 +327,6 @@ struct PassState {
     releases: BTreeSet<Secs>,
     versions: Vec<u32>,
     candidates: Vec<Candidate>,
-    /// Nodes that cannot host the job at the instant tried: when they
-    /// first could, and the most tasks they could ever hold.
-    waits: Vec<(Secs, u32)>,
 }
 
 /// The scheduler. Calls in any order:
@@ -978,13 +1075,14 @@ impl Scheduler {
         let mut pass = self.build_timelines(now);
         let queue = self.rank(now);
 
+        // Group the queue into classes first: a class's heap is keyed by
+        // earliest fits for the shortest time limit among its jobs, which
+        // bounds the earliest fit of every job in it from below.
         let mut elig_index: HashMap<EligKey, usize> = HashMap::new();
         let mut elig_lists: Vec<(Vec<NodeId>, bool)> = Vec::new();
-        let mut classes: HashMap<(usize, Shape, Secs), ClassState> = HashMap::new();
-        let mut decisions = Vec::new();
-        let mut blocked_partitions: HashSet<PartitionId> = HashSet::new();
-        let mut reservations = 0usize;
-
+        let mut class_index: HashMap<(usize, Shape), usize> = HashMap::new();
+        let mut classes: Vec<ClassState> = Vec::new();
+        let mut plan: Vec<(JobId, usize, usize)> = Vec::with_capacity(queue.len());
         for id in queue {
             let Some(job) = self.jobs.get(&id) else {
                 continue;
@@ -993,25 +1091,35 @@ impl Scheduler {
             let ei = match elig_index.get(&key) {
                 Some(&i) => i,
                 None => {
-                    let list = self.eligible_nodes(&key);
-                    elig_lists.push(list);
+                    elig_lists.push(self.eligible_nodes(&key));
                     elig_index.insert(key, elig_lists.len() - 1);
                     elig_lists.len() - 1
                 }
             };
-            let (eligible, required_ok) = &elig_lists[ei];
-            let shape = job.shape;
-            let limit = job.limit;
-            let class = classes
-                .entry((ei, shape, limit))
-                .or_insert_with(|| ClassState {
-                    floor: now,
-                    earliest: vec![(0, u32::MAX); eligible.len()],
-                });
+            let ci = *class_index.entry((ei, job.shape)).or_insert_with(|| {
+                classes.push(ClassState::new(elig_lists[ei].0.len()));
+                classes.len() - 1
+            });
+            classes[ci].add_job(job.limit);
+            plan.push((id, ei, ci));
+        }
+        for c in &mut classes {
+            c.seal();
+        }
+
+        let mut decisions = Vec::new();
+        let mut blocked_partitions: HashSet<PartitionId> = HashSet::new();
+        let mut reservations = 0usize;
+        for (id, ei, ci) in plan {
+            let Some(job) = self.jobs.get(&id) else {
+                continue;
+            };
+            let partition = job.partition;
             if self.cfg.policy == BackfillPolicy::Fcfs && reservations > 0 {
+                classes[ci].retire(job.limit);
                 // Strict order: nothing passes the first waiting job, so
                 // there is nothing to search for.
-                let reason = if blocked_partitions.insert(job.partition) {
+                let reason = if blocked_partitions.insert(partition) {
                     PendingReason::Resources
                 } else {
                     PendingReason::Priority
@@ -1021,29 +1129,40 @@ impl Scheduler {
                 }
                 continue;
             }
+            let (eligible, required_ok) = &elig_lists[ei];
+            let class = &mut classes[ci];
+            let shape = job.shape;
+            let limit = job.limit;
             let until = match self.cfg.policy {
                 BackfillPolicy::Easy if reservations > 0 => now,
                 _ => INFINITE,
             };
-            let from = now;
+            let from = now.max(class.floor(limit));
+            let horizon = now.max(class.horizon());
+            class.retire(limit);
             let found = if *required_ok {
-                find_slot(
-                    &self.timelines,
-                    &self.nodes,
-                    self.cfg.packing,
-                    &mut pass,
+                let search = Search {
+                    timelines: &self.timelines,
+                    nodes: &self.nodes,
+                    packing: self.cfg.packing,
                     eligible,
-                    &job.required,
-                    &shape,
-                    limit,
-                    from,
-                    until,
-                    class,
-                )
+                    required: &job.required,
+                    shape: &shape,
+                    len: limit,
+                };
+                let found = search.run(&mut pass, class, from, until, horizon);
+                if self.cfg.verify_search {
+                    let slow = search.scan(&mut pass, from, until).map(|p| p.start);
+                    assert_eq!(
+                        found.as_ref().map(|p| p.start),
+                        slow,
+                        "search for job {id} disagrees with a full scan"
+                    );
+                }
+                found
             } else {
                 None
             };
-            let partition = job.partition;
             // Keep last pass's placement when it still starts as early as
             // anything new: plans stay stable, and a backfilled job (which
             // was placed around that reservation) cannot reshuffle the
@@ -1083,7 +1202,7 @@ impl Scheduler {
             };
             match found {
                 Some(p) => {
-                    class.floor = p.start;
+                    class.raise_floor(limit, p.start);
                     match self.commit(&mut pass, id, p) {
                         Committed::Started(d) => decisions.push(d),
                         Committed::Reserved(plan) => {
@@ -1102,14 +1221,14 @@ impl Scheduler {
                 }
                 None => {
                     let reason = if until == now {
-                        class.floor = class.floor.max(now + 1);
+                        class.raise_floor(limit, now + 1);
                         if blocked_partitions.insert(partition) {
                             PendingReason::Resources
                         } else {
                             PendingReason::Priority
                         }
                     } else {
-                        class.floor = INFINITE;
+                        class.raise_floor(limit, INFINITE);
                         PendingReason::ReqNodeNotAvail
                     };
                     if let Some(j) = self.jobs.get_mut(&id) {
@@ -1163,7 +1282,6 @@ impl Scheduler {
             releases,
             versions: vec![0; self.nodes.len()],
             candidates: Vec::new(),
-            waits: Vec::new(),
         }
     }
 
@@ -1500,125 +1618,267 @@ fn planned_fits(tl: &Timeline, start: Secs, len: Secs, pn: &PlannedNode) -> bool
     free.cpus >= pn.cpus && free.mem >= pn.memory_mb && free.gpus & gpus == gpus
 }
 
-/// The earliest start of a job on `eligible` nodes, no earlier than
-/// `from` and no later than `until`, with the nodes and GPUs to use.
-#[allow(clippy::too_many_arguments)]
-fn find_slot(
-    timelines: &[Timeline],
-    nodes: &[Option<NodeSlot>],
+/// One job's search for its earliest start on its class's nodes.
+struct Search<'a> {
+    timelines: &'a [Timeline],
+    nodes: &'a [Option<NodeSlot>],
     packing: Packing,
-    pass: &mut PassState,
-    eligible: &[NodeId],
-    required: &[NodeId],
-    shape: &Shape,
+    eligible: &'a [NodeId],
+    required: &'a [NodeId],
+    shape: &'a Shape,
     len: Secs,
-    from: Secs,
-    until: Secs,
-    class: &mut ClassState,
-) -> Option<Placement> {
-    let mut t = from.max(class.floor);
-    let need_nodes = shape.nodes_min as usize;
-    if eligible.len() < need_nodes {
-        return None;
+}
+
+impl Search<'_> {
+    fn cap(&self, n: NodeId) -> Option<&Capacity> {
+        self.nodes[n.0 as usize].as_ref().map(|s| &s.cap)
     }
-    while t <= until && t < INFINITE {
-        pass.candidates.clear();
-        pass.waits.clear();
-        let mut cand_units = 0u64;
-        for (pos, &n) in eligible.iter().enumerate() {
-            let Some(slot) = nodes[n.0 as usize].as_ref() else {
-                continue;
-            };
-            let version = pass.versions[n.0 as usize];
-            let (bound, seen) = class.earliest[pos];
-            let e = if bound > t || (bound == t && seen == version) {
-                bound
-            } else {
-                let fits = |f: Free| shape.tasks_fit(f, &slot.cap) > 0;
-                let e = timelines[n.0 as usize].earliest(t, len, fits);
-                class.earliest[pos] = (e, version);
-                e
-            };
-            if e != t {
-                if e < INFINITE {
-                    let most = shape
-                        .tasks_fit(slot.cap.whole(), &slot.cap)
-                        .min(shape.tasks);
-                    pass.waits.push((e, most));
-                }
-                continue;
-            }
-            cand_units += u64::from(
-                shape
-                    .tasks_fit(slot.cap.whole(), &slot.cap)
-                    .min(shape.tasks),
-            );
-            let free = timelines[n.0 as usize].window(t, len);
-            let k = shape.tasks_fit(free, &slot.cap).min(shape.tasks);
-            let gpus = pick_gpus(free.gpus, shape.gpus_for(k, &slot.cap), &slot.cap, packing);
-            pass.candidates.push(Candidate {
-                node: n,
-                k,
-                free,
-                score: score(shape, k, free, gpus, &slot.cap, packing),
-            });
+
+    /// Earliest start at or after `t` of at least one task for `len`.
+    fn earliest(&self, n: NodeId, t: Secs, len: Secs) -> Secs {
+        let Some(cap) = self.cap(n) else {
+            return INFINITE;
+        };
+        let shape = self.shape;
+        self.timelines[n.0 as usize].earliest(t, len, |f| shape.tasks_fit(f, cap) > 0)
+    }
+
+    /// The node as a candidate at `t`, with its real fit for this job.
+    fn candidate(&self, n: NodeId, t: Secs) -> Option<Candidate> {
+        let cap = self.cap(n)?;
+        let free = self.timelines[n.0 as usize].window(t, self.len);
+        let k = self.shape.tasks_fit(free, cap).min(self.shape.tasks);
+        let gpus = pick_gpus(free.gpus, self.shape.gpus_for(k, cap), cap, self.packing);
+        Some(Candidate {
+            node: n,
+            k,
+            free,
+            score: score(self.shape, k, free, gpus, cap, self.packing),
+        })
+    }
+
+    /// A heap entry for a node whose bound is `bound` (for the class's
+    /// key length).
+    fn entry(&self, n: NodeId, bound: Secs, key_len: Secs, pos: u32) -> HeapEntry {
+        let Some(cap) = self.cap(n) else {
+            return (bound, (0, 0, 0), pos);
+        };
+        let free = self.timelines[n.0 as usize].window(bound, key_len);
+        let k = self.shape.tasks_fit(free, cap).min(self.shape.tasks);
+        let gpus = pick_gpus(free.gpus, self.shape.gpus_for(k, cap), cap, self.packing);
+        (
+            bound,
+            score(self.shape, k, free, gpus, cap, self.packing),
+            pos,
+        )
+    }
+
+    /// The most tasks a node could ever hold.
+    fn most(&self, n: NodeId) -> u32 {
+        self.cap(n).map_or(0, |cap| {
+            self.shape.tasks_fit(cap.whole(), cap).min(self.shape.tasks)
+        })
+    }
+
+    /// Whether nodes that fit can hold the job, by count and tasks (an
+    /// upper estimate when `ks` is not given).
+    fn enough(&self, have: usize, units: u64, ks: Option<&[Candidate]>) -> bool {
+        let shape = self.shape;
+        if shape.uniform() {
+            return have >= shape.nodes_min as usize;
         }
-        let have = pass.candidates.len();
-        if let Some(chosen) = select(shape, required, &mut pass.candidates) {
-            let nodes = chosen
-                .into_iter()
-                .map(|(c, k)| {
-                    let cap = &nodes[c.node.0 as usize].as_ref().map(|s| &s.cap);
-                    let gpus = cap.map_or(0, |cap| {
-                        pick_gpus(c.free.gpus, shape.gpus_for(k, cap), cap, packing)
-                    });
-                    (c.node, k, gpus)
-                })
+        if have < shape.nodes_min as usize || units < u64::from(shape.tasks) {
+            return false;
+        }
+        // At most `nodes_max` nodes: the ones holding the most tasks.
+        match ks {
+            Some(c) if c.len() > shape.nodes_max as usize => {
+                let mut k: Vec<u32> = c.iter().map(|c| c.k).collect();
+                k.sort_unstable_by(|a, b| b.cmp(a));
+                k.iter()
+                    .take(shape.nodes_max as usize)
+                    .map(|&k| u64::from(k))
+                    .sum::<u64>()
+                    >= u64::from(shape.tasks)
+            }
+            _ => true,
+        }
+    }
+
+    /// The same answer as [`Search::run`] the slow way: every node at every
+    /// instant where something comes free.
+    fn scan(&self, pass: &mut PassState, from: Secs, until: Secs) -> Option<Placement> {
+        let mut times: Vec<Secs> = std::iter::once(from)
+            .chain(pass.releases.range(from + 1..).copied())
+            .collect();
+        times.retain(|&t| t <= until && t < INFINITE);
+        for t in times {
+            let mut cands: Vec<Candidate> = self
+                .eligible
+                .iter()
+                .filter(|&&n| self.earliest(n, t, self.len) == t)
+                .filter_map(|&n| self.candidate(n, t))
                 .collect();
-            return Some(Placement { start: t, nodes });
-        }
-        // The next start worth trying: resources must come free somewhere,
-        // and for a gang enough further nodes must become able to host it.
-        let mut next = pass
-            .releases
-            .range(t + 1..)
-            .next()
-            .copied()
-            .unwrap_or(INFINITE);
-        if shape.uniform() && have < need_nodes {
-            let more = need_nodes - have;
-            if pass.waits.len() < more {
-                return None;
+            if let Some(chosen) = select(self.shape, self.required, &mut cands) {
+                let nodes = chosen.into_iter().map(|(c, k)| (c.node, k, 0)).collect();
+                return Some(Placement { start: t, nodes });
             }
-            let (_, nth, _) = pass.waits.select_nth_unstable(more - 1);
-            next = next.max(nth.0);
-        } else if !shape.uniform() && (cand_units < u64::from(shape.tasks) || have < need_nodes) {
-            // Tasks need room: no start before enough further nodes could
-            // hold the rest even if each were empty.
-            pass.waits.sort_unstable();
-            let (mut units, mut count) = (cand_units, have);
+        }
+        None
+    }
+
+    /// The earliest start no earlier than `from` and no later than `until`,
+    /// with the nodes and GPUs to use. `horizon` is the earliest start any
+    /// job of the class still to come may search from; bounds put back in
+    /// the heap hold from there.
+    fn run(
+        &self,
+        pass: &mut PassState,
+        class: &mut ClassState,
+        from: Secs,
+        until: Secs,
+        horizon: Secs,
+    ) -> Option<Placement> {
+        let need_nodes = self.shape.nodes_min as usize;
+        if self.eligible.len() < need_nodes {
+            return None;
+        }
+        let mut held: Vec<HeapEntry> = Vec::new();
+        let mut t = from;
+        let result = loop {
+            if t > until || t >= INFINITE {
+                break None;
+            }
+            pass.candidates.clear();
+            let mut units = 0u64;
+            // Required nodes must all fit at `t`.
+            let mut required_next = t;
+            for &r in self.required {
+                let e = self.earliest(r, t, self.len);
+                if e == t {
+                    if let Some(c) = self.candidate(r, t) {
+                        units += u64::from(c.k);
+                        pass.candidates.push(c);
+                    }
+                } else {
+                    required_next = required_next.max(e);
+                }
+            }
+            if required_next > t {
+                t = required_next;
+                continue;
+            }
+            // Pop nodes whose bound says they might fit at `t`, best fit
+            // first, until the job has enough of them.
+            while !self.enough(pass.candidates.len(), units, Some(&pass.candidates)) {
+                let Some(&Reverse((bound, stored, pos))) = class.heap.peek() else {
+                    break;
+                };
+                if bound > t {
+                    break;
+                }
+                class.heap.pop();
+                let n = self.eligible[pos as usize];
+                if self.required.contains(&n) {
+                    held.push((bound, (0, 0, 0), pos));
+                    continue;
+                }
+                let version = pass.versions[n.0 as usize];
+                let exact =
+                    bound == t && class.seen[pos as usize] == version && self.len == class.key_len;
+                let e = if exact {
+                    t
+                } else {
+                    self.earliest(n, t, self.len)
+                };
+                if e == t {
+                    class.seen[pos as usize] = version;
+                    let Some(c) = self.candidate(n, t) else {
+                        continue;
+                    };
+                    // Keys are optimistic (a node's fit only worsens as the
+                    // pass reserves, except where it was never scored), so
+                    // a node whose real key is worse goes back in line if
+                    // another may now fit better.
+                    let real = (t, c.score, pos);
+                    if t == horizon
+                        && (bound, stored, pos) < real
+                        && class.heap.peek().is_some_and(|Reverse(top)| *top < real)
+                    {
+                        class.heap.push(Reverse(real));
+                        continue;
+                    }
+                    units += u64::from(c.k);
+                    pass.candidates.push(c);
+                    // Back in line after the search, optimistically scored.
+                    let key = if t == horizon {
+                        t
+                    } else {
+                        self.earliest(n, horizon, class.key_len)
+                    };
+                    held.push((key, (0, 0, 0), pos));
+                    continue;
+                }
+                let key = if self.len == class.key_len && t == horizon {
+                    e
+                } else {
+                    self.earliest(n, horizon, class.key_len)
+                };
+                class.seen[pos as usize] = version;
+                if key < INFINITE {
+                    held.push(self.entry(n, key, class.key_len, pos));
+                }
+            }
+            let have = pass.candidates.len();
+            if let Some(chosen) = select(self.shape, self.required, &mut pass.candidates) {
+                let nodes = chosen
+                    .into_iter()
+                    .map(|(c, k)| {
+                        let gpus = self.cap(c.node).map_or(0, |cap| {
+                            pick_gpus(c.free.gpus, self.shape.gpus_for(k, cap), cap, self.packing)
+                        });
+                        (c.node, k, gpus)
+                    })
+                    .collect();
+                break Some(Placement { start: t, nodes });
+            }
+            // Not enough at `t`. The next start worth trying: resources must
+            // come free somewhere, and enough further nodes must be able to
+            // host the job by then.
+            class.heap.extend(held.drain(..).map(Reverse));
+            let mut next = pass
+                .releases
+                .range(t + 1..)
+                .next()
+                .copied()
+                .unwrap_or(INFINITE);
+            let mut more_units = units;
+            let mut more_nodes = have;
             let mut bound = None;
-            for &(e, most) in &pass.waits {
-                units += u64::from(most);
-                count += 1;
-                if units >= u64::from(shape.tasks) && count >= need_nodes {
-                    bound = Some(e);
+            let mut peeked = Vec::new();
+            while let Some(Reverse(entry)) = class.heap.pop() {
+                peeked.push(entry);
+                let n = self.eligible[entry.2 as usize];
+                if self.required.contains(&n) {
+                    continue;
+                }
+                more_nodes += 1;
+                more_units += u64::from(self.most(n));
+                if self.enough(more_nodes, more_units, None) {
+                    bound = Some(entry.0);
                     break;
                 }
             }
+            class.heap.extend(peeked.into_iter().map(Reverse));
             match bound {
                 Some(b) => next = next.max(b),
-                None => return None,
+                None => break None,
             }
-        } else if have == 0 {
-            match pass.waits.iter().map(|w| w.0).min() {
-                Some(m) => next = next.max(m),
-                None => return None,
-            }
-        }
-        t = next;
+            t = next;
+        };
+        class.heap.extend(held.drain(..).map(Reverse));
+        result
     }
-    None
 }
 
 /// Chooses nodes among those that fit at one instant, or `None` if they

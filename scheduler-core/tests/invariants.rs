@@ -149,6 +149,7 @@ impl World {
     fn new(policy: BackfillPolicy, nodes: &[NodeGen]) -> World {
         let mut s = Scheduler::new(SchedulerConfig {
             policy,
+            verify_search: true,
             ..SchedulerConfig::default()
         });
         let mut p = PartitionSpec::new("all", "ALL");
@@ -459,6 +460,7 @@ proptest! {
                 policy,
                 packing: if first_fit { Packing::FirstFit } else { Packing::BestFit },
                 weights: PriorityWeights::age_only(),
+                verify_search: true,
                 ..SchedulerConfig::default()
             });
             let mut p = PartitionSpec::new("all", "ALL");

@@ -73,11 +73,15 @@ struct Args {
 
 fn load(args: &Args) -> anyhow::Result<Workload> {
     if let Some(n) = args.trace.to_str().and_then(|s| s.strip_prefix("ml-mix:")) {
-        let jobs: usize = n.parse().context("corral-sim: ml-mix:JOBS needs a job count")?;
+        let jobs: usize = n
+            .parse()
+            .context("corral-sim: ml-mix:JOBS needs a job count")?;
         let nodes = args.nodes.unwrap_or(128) as usize;
         // --load is the offered load here: 1.0 keeps the machine as busy
         // as it can serve on average.
-        return Ok(corral_sim::synthetic::ml_mix_workload(nodes, jobs, args.load, 7));
+        return Ok(corral_sim::synthetic::ml_mix_workload(
+            nodes, jobs, args.load, 7,
+        ));
     }
     if args.trace.is_dir() {
         let nodes = args.trace.join("openb_node_list_all_node.csv");
