@@ -49,6 +49,7 @@
 //! - Gang: a multi-node job starts on all its nodes at once or not at all.
 
 mod error;
+mod hash;
 pub mod hostlist;
 mod model;
 mod placement;

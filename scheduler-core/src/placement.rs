@@ -4,7 +4,6 @@
 //! [`pick_gpus`] chooses the exact GPUs on a chosen node. Pure functions;
 //! the search over time lives in the scheduler.
 
-use crate::model::MAX_GPUS_PER_NODE;
 use crate::timeline::{Free, Use};
 
 /// How nodes and GPUs are chosen among those that fit.
@@ -161,18 +160,25 @@ pub(crate) fn pick_gpus(free: u64, n: u32, cap: &Capacity, packing: Packing) -> 
     if let Some(m) = best_single {
         return lowest_bits(m, n);
     }
-    let mut groups: Vec<u64> = cap.groups.iter().map(|&g| free & g).collect();
-    // Most free first; stable, so ties keep group order.
-    groups.sort_by_key(|m| std::cmp::Reverse(m.count_ones()));
+    // Whole groups, most free first (ties in group order), until enough.
     let mut out = 0u64;
     let mut left = n;
-    for m in groups {
+    let mut used = 0u64; // bit per group index already taken
+    while left > 0 {
+        let best = cap
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| used & (1u64 << i) == 0)
+            .map(|(i, &g)| (i, free & g))
+            .max_by(|a, b| a.1.count_ones().cmp(&b.1.count_ones()).then(b.0.cmp(&a.0)));
+        let Some((i, m)) = best.filter(|(_, m)| *m != 0) else {
+            break;
+        };
+        used |= 1u64 << i;
         let take = lowest_bits(m, left);
         left -= take.count_ones();
         out |= take;
-        if left == 0 {
-            break;
-        }
     }
     out
 }
@@ -216,9 +222,13 @@ pub(crate) fn score(
 
 /// Indices of the set bits, ascending.
 pub(crate) fn mask_indices(mask: u64) -> Vec<u32> {
-    (0..MAX_GPUS_PER_NODE as u32)
-        .filter(|i| mask & (1u64 << i) != 0)
-        .collect()
+    let mut out = Vec::with_capacity(mask.count_ones() as usize);
+    let mut m = mask;
+    while m != 0 {
+        out.push(m.trailing_zeros());
+        m &= m - 1;
+    }
+    out
 }
 
 #[cfg(test)]

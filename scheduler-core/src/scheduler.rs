@@ -9,6 +9,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 
 use crate::error::{ControlError, SubmitError};
+use crate::hash::FastMap;
 use crate::hostlist;
 use crate::model::{
     AccountId, Dependency, GpuRequest, HoldKind, JobId, JobOutcome, JobRequest, JobStatus, LostJob,
@@ -218,9 +219,15 @@ struct ClassState {
     /// limit `lens[i]` cannot start before the max over `..=i`.
     floors: Vec<Secs>,
     heap: BinaryHeap<Reverse<HeapEntry>>,
+    /// Whether the heap holds every eligible node yet (built on first use).
+    built: bool,
     /// Per eligible position: the node's version when its bound was exact.
     seen: Vec<u32>,
 }
+
+/// A shape whose jobs come with more distinct time limits than this in
+/// one pass shares one heap among all of them.
+const MAX_LIMITS_PER_CLASS: usize = 16;
 
 /// (earliest-fit bound, fit score, position in the eligible list).
 type HeapEntry = (Secs, (u32, u32, u32), u32);
@@ -232,9 +239,8 @@ impl ClassState {
             lens: Vec::new(),
             remaining: Vec::new(),
             floors: Vec::new(),
-            heap: (0..nodes as u32)
-                .map(|pos| Reverse((0, (0, 0, 0), pos)))
-                .collect(),
+            heap: BinaryHeap::new(),
+            built: false,
             seen: vec![u32::MAX; nodes],
         }
     }
@@ -327,6 +333,9 @@ struct PassState {
     releases: BTreeSet<Secs>,
     versions: Vec<u32>,
     candidates: Vec<Candidate>,
+    /// Heap entries a search has taken out, and will put back.
+    held: Vec<HeapEntry>,
+    peeked: Vec<HeapEntry>,
 }
 
 /// The scheduler. Calls in any order:
@@ -744,30 +753,47 @@ impl Scheduler {
         }
 
         // Nodes this job could ever use, whatever their state.
-        let candidates: Vec<&NodeSlot> = part
-            .members
-            .iter()
-            .filter(|m| !exclude.contains(m))
-            .filter_map(|&m| self.slot(m))
-            .filter(|n| features.iter().all(|f| n.features.contains(f)))
-            .collect();
-        let shape = self.shape(&req, &part.spec.name, &candidates, required.len())?;
-        let fits: Vec<u32> = candidates
-            .iter()
-            .map(|n| shape.tasks_fit(n.cap.whole(), &n.cap))
-            .filter(|&k| k > 0)
-            .collect();
+        let usable = || {
+            part.members
+                .iter()
+                .filter(|m| !exclude.contains(m))
+                .filter_map(|&m| self.slot(m))
+                .filter(|n| features.iter().all(|f| n.features.contains(f)))
+        };
+        let most_gpus = || usable().map(|n| n.gpu_count).max().unwrap_or(0);
+        let shape = self.shape(&req, &part.spec.name, most_gpus, required.len())?;
+        // Stop looking as soon as enough nodes could hold it.
+        let mut fits: Vec<u32> = Vec::new();
+        let mut units = 0u64;
+        for n in usable() {
+            let k = shape.tasks_fit(n.cap.whole(), &n.cap);
+            if k == 0 {
+                continue;
+            }
+            fits.push(k);
+            units += u64::from(k);
+            let count = fits.len();
+            let done = if shape.uniform() {
+                count >= shape.nodes_min as usize
+            } else {
+                count >= shape.nodes_min as usize
+                    && count <= shape.nodes_max as usize
+                    && units >= u64::from(shape.tasks)
+            };
+            if done {
+                break;
+            }
+        }
         let enough = if shape.uniform() {
             fits.len() >= shape.nodes_min as usize
         } else {
-            let mut ks = fits.clone();
-            ks.sort_unstable_by(|a, b| b.cmp(a));
-            let most: u64 = ks
+            fits.sort_unstable_by(|a, b| b.cmp(a));
+            let most: u64 = fits
                 .iter()
                 .take(shape.nodes_max as usize)
                 .map(|&k| u64::from(k))
                 .sum();
-            ks.len() >= shape.nodes_min as usize && most >= u64::from(shape.tasks)
+            fits.len() >= shape.nodes_min as usize && most >= u64::from(shape.tasks)
         };
         if !enough {
             return Err(SubmitError::NodeConfigUnavailable(if fits.is_empty() {
@@ -819,7 +845,7 @@ impl Scheduler {
         &self,
         req: &JobRequest,
         partition: &str,
-        candidates: &[&NodeSlot],
+        most_gpus: impl FnOnce() -> u32,
         required: usize,
     ) -> Result<Shape, SubmitError> {
         let invalid = |s: String| Err(SubmitError::Invalid(s));
@@ -854,7 +880,7 @@ impl Scheduler {
             let n = if fixed {
                 nodes_min
             } else {
-                let most = candidates.iter().map(|c| c.gpu_count).max().unwrap_or(0);
+                let most = most_gpus();
                 if most == 0 {
                     return Err(SubmitError::NodeConfigUnavailable(format!(
                         "partition {partition} has no GPUs"
@@ -1078,29 +1104,57 @@ impl Scheduler {
         // Group the queue into classes first: a class's heap is keyed by
         // earliest fits for the shortest time limit among its jobs, which
         // bounds the earliest fit of every job in it from below.
-        let mut elig_index: HashMap<EligKey, usize> = HashMap::new();
+        let mut elig_index: FastMap<EligKey, usize> = FastMap::default();
+        // Jobs with no features, required or excluded nodes: by partition.
+        let mut simple_elig: FastMap<PartitionId, usize> = FastMap::default();
         let mut elig_lists: Vec<(Vec<NodeId>, bool)> = Vec::new();
-        let mut class_index: HashMap<(usize, Shape), usize> = HashMap::new();
+        let mut class_index: FastMap<(usize, Shape, Secs), usize> = FastMap::default();
         let mut classes: Vec<ClassState> = Vec::new();
         let mut plan: Vec<(JobId, usize, usize)> = Vec::with_capacity(queue.len());
+        let mut keyed: Vec<(JobId, usize, Shape, Secs)> = Vec::with_capacity(queue.len());
+        let mut limits: FastMap<(usize, Shape), Vec<Secs>> = FastMap::default();
         for id in queue {
             let Some(job) = self.jobs.get(&id) else {
                 continue;
             };
-            let key = job.eligibility();
-            let ei = match elig_index.get(&key) {
+            let simple =
+                job.features.is_empty() && job.required.is_empty() && job.exclude.is_empty();
+            let ei = match simple.then(|| simple_elig.get(&job.partition)).flatten() {
                 Some(&i) => i,
                 None => {
-                    elig_lists.push(self.eligible_nodes(&key));
-                    elig_index.insert(key, elig_lists.len() - 1);
-                    elig_lists.len() - 1
+                    let key = job.eligibility();
+                    match elig_index.get(&key) {
+                        Some(&i) => i,
+                        None => {
+                            elig_lists.push(self.eligible_nodes(&key));
+                            elig_index.insert(key, elig_lists.len() - 1);
+                            if simple {
+                                simple_elig.insert(job.partition, elig_lists.len() - 1);
+                            }
+                            elig_lists.len() - 1
+                        }
+                    }
                 }
             };
-            let ci = *class_index.entry((ei, job.shape)).or_insert_with(|| {
+            let seen = limits.entry((ei, job.shape)).or_default();
+            if seen.len() <= MAX_LIMITS_PER_CLASS && !seen.contains(&job.limit) {
+                seen.push(job.limit);
+            }
+            keyed.push((id, ei, job.shape, job.limit));
+        }
+        // A class per time limit gives exact heap keys; where a shape comes
+        // with many limits, one class for all of them (keyed by the
+        // shortest) keeps the number of heaps small.
+        for (id, ei, shape, limit) in keyed {
+            let shared = limits
+                .get(&(ei, shape))
+                .is_some_and(|l| l.len() > MAX_LIMITS_PER_CLASS);
+            let key = (ei, shape, if shared { 0 } else { limit });
+            let ci = *class_index.entry(key).or_insert_with(|| {
                 classes.push(ClassState::new(elig_lists[ei].0.len()));
                 classes.len() - 1
             });
-            classes[ci].add_job(job.limit);
+            classes[ci].add_job(limit);
             plan.push((id, ei, ci));
         }
         for c in &mut classes {
@@ -1282,6 +1336,8 @@ impl Scheduler {
             releases,
             versions: vec![0; self.nodes.len()],
             candidates: Vec::new(),
+            held: Vec::new(),
+            peeked: Vec::new(),
         }
     }
 
@@ -1320,27 +1376,24 @@ impl Scheduler {
             .max(1);
         let max_qos = self.cfg.qos.iter().map(|q| q.1).max().unwrap_or(0).max(1);
         let mut users: BTreeSet<UserId> = self.fairshare.known_users().collect();
-        let mut singletons: HashMap<(UserId, &str), JobId> = HashMap::new();
         let mut any_singleton = false;
-        for (&id, j) in &self.jobs {
+        for j in self.jobs.values() {
             users.insert(j.user);
             any_singleton |= j.deps.contains(&Dependency::Singleton);
-            // The first job (running first, then lowest id) of each name.
-            let e = singletons.entry((j.user, j.name.as_str())).or_insert(id);
-            if matches!(j.state, State::Running { .. }) {
-                *e = id;
+        }
+        // The first job (running first, then lowest id) of each user and
+        // name, only when some job waits on it.
+        let mut first_of_name: HashMap<(UserId, String), JobId> = HashMap::new();
+        if any_singleton {
+            for (&id, j) in &self.jobs {
+                let e = first_of_name.entry((j.user, j.name.clone())).or_insert(id);
+                if matches!(j.state, State::Running { .. }) {
+                    *e = id;
+                }
             }
         }
-        let first_of_name: HashMap<(UserId, String), JobId> = if any_singleton {
-            singletons
-                .into_iter()
-                .map(|((u, n), id)| ((u, n.to_string()), id))
-                .collect()
-        } else {
-            HashMap::new()
-        };
         let parties = users.len();
-        let mut fs_cache: HashMap<(UserId, AccountId), f64> = HashMap::new();
+        let mut fs_cache: FastMap<(UserId, AccountId), f64> = FastMap::default();
         let mut order: Vec<(i64, Secs, JobId)> = Vec::new();
         let ids: Vec<JobId> = self
             .jobs
@@ -1743,7 +1796,22 @@ impl Search<'_> {
         if self.eligible.len() < need_nodes {
             return None;
         }
-        let mut held: Vec<HeapEntry> = Vec::new();
+        if !class.built {
+            // Every node's earliest fit from the horizon, scored, at once.
+            class.built = true;
+            let mut entries = Vec::with_capacity(self.eligible.len());
+            for (pos, &n) in self.eligible.iter().enumerate() {
+                let e = self.earliest(n, horizon, class.key_len);
+                class.seen[pos] = pass.versions[n.0 as usize];
+                if e < INFINITE {
+                    entries.push(Reverse(self.entry(n, e, class.key_len, pos as u32)));
+                }
+            }
+            class.heap = BinaryHeap::from(entries);
+        }
+        let mut held = std::mem::take(&mut pass.held);
+        let mut peeked = std::mem::take(&mut pass.peeked);
+        held.clear();
         let mut t = from;
         let result = loop {
             if t > until || t >= INFINITE {
@@ -1855,7 +1923,7 @@ impl Search<'_> {
             let mut more_units = units;
             let mut more_nodes = have;
             let mut bound = None;
-            let mut peeked = Vec::new();
+            peeked.clear();
             while let Some(Reverse(entry)) = class.heap.pop() {
                 peeked.push(entry);
                 let n = self.eligible[entry.2 as usize];
@@ -1869,7 +1937,7 @@ impl Search<'_> {
                     break;
                 }
             }
-            class.heap.extend(peeked.into_iter().map(Reverse));
+            class.heap.extend(peeked.drain(..).map(Reverse));
             match bound {
                 Some(b) => next = next.max(b),
                 None => break None,
@@ -1877,6 +1945,8 @@ impl Search<'_> {
             t = next;
         };
         class.heap.extend(held.drain(..).map(Reverse));
+        pass.held = held;
+        pass.peeked = peeked;
         result
     }
 }
