@@ -90,7 +90,7 @@ impl NodeSpec {
             .map(|i| GpuSpec {
                 index: i,
                 uuid: format!("GPU-{}-{i}", self.name),
-                group: if per_group == 0 { 0 } else { i / per_group },
+                group: i.checked_div(per_group).unwrap_or(0),
             })
             .collect();
         self

@@ -166,7 +166,7 @@ mod tests {
         fs.charge(100, UserId(2), AccountId(2), 1000.0);
         assert!(fs.factor(100, UserId(1), AccountId(1), 2) > f0);
         assert!(fs.factor(100, UserId(2), AccountId(2), 2) < f0);
-        assert_eq!(fs.factor(0, UserId(3), AccountId(3), 3) > 0.99, true);
+        assert!(fs.factor(0, UserId(3), AccountId(3), 3) > 0.99);
     }
 
     #[test]

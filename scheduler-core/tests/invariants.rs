@@ -294,7 +294,8 @@ impl World {
 /// reservation was promised.
 fn check_plan(s: &Scheduler, now: Secs) -> Result<(), TestCaseError> {
     // node -> (start, end, job, cpus, mem, gpus)
-    let mut uses: BTreeMap<NodeId, Vec<(Secs, Secs, JobId, u32, u64, Vec<u32>)>> = BTreeMap::new();
+    type Use = (Secs, Secs, JobId, u32, u64, Vec<u32>);
+    let mut uses: BTreeMap<NodeId, Vec<Use>> = BTreeMap::new();
     for j in s.active_jobs() {
         match s.job_status(j) {
             Some(JobStatus::Running { end_by, nodes, .. }) => {
