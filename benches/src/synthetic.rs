@@ -125,9 +125,16 @@ pub fn single_gpu_stream(nodes: usize, freed: usize, seed: u64) -> Scheduler {
     }
     let started = s.schedule(0);
     assert_eq!(started.len(), nodes * 8, "every GPU busy");
-    for _ in 0..freed {
-        let victim = JobId(1 + rng.below(nodes as u64 * 8));
-        let _ = s.handle_job_finished(10, victim, scheduler_core::JobOutcome::Completed);
+    // End `freed` distinct jobs, spread evenly over the machine.
+    let total = nodes as u64 * 8;
+    let stride = (total / freed.max(1) as u64).max(1);
+    let mut ended = 0;
+    let mut victim = 1 + rng.below(stride);
+    while ended < freed && victim <= total {
+        s.handle_job_finished(10, JobId(victim), scheduler_core::JobOutcome::Completed)
+            .expect("every job is running");
+        ended += 1;
+        victim += stride;
     }
     for _ in 0..freed {
         s.submit(10, JobId(id), one_gpu(&mut rng))

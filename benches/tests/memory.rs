@@ -28,7 +28,10 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
         // SAFETY: `ptr` came from this allocator with `layout`.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -56,14 +59,17 @@ fn a_pending_job_costs_under_a_kibibyte() {
     let before = LIVE.load(Ordering::Relaxed);
     let pending_before = s.pending_count();
     for _ in 0..JOBS {
-        s.submit(0, JobId(id), mixed_job(&mut rng, 16)).expect("valid");
+        s.submit(0, JobId(id), mixed_job(&mut rng, 16))
+            .expect("valid");
         id += 1;
     }
     let queued = (s.pending_count() - pending_before) as f64;
     let submitted = (LIVE.load(Ordering::Relaxed) - before) as f64 / queued;
     s.schedule(1);
     let planned = (LIVE.load(Ordering::Relaxed) - before) as f64 / queued;
-    println!("memory per pending job: {submitted:.0} B queued, {planned:.0} B with its reservation");
+    println!(
+        "memory per pending job: {submitted:.0} B queued, {planned:.0} B with its reservation"
+    );
     assert!(submitted < BUDGET, "{submitted} B per queued job");
     assert!(planned < BUDGET, "{planned} B per planned job");
 }

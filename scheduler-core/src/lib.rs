@@ -54,6 +54,7 @@ pub mod hostlist;
 mod model;
 mod placement;
 mod priority;
+mod quad_heap;
 mod scheduler;
 mod timeline;
 

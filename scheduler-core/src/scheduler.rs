@@ -5,8 +5,7 @@
 //! input carries `now`, every iteration over state is in a stable order, and
 //! ties are broken on ids. Same calls, same decisions.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::error::{ControlError, SubmitError};
 use crate::hash::FastMap;
@@ -19,6 +18,7 @@ use crate::model::{
 };
 use crate::placement::{mask_indices, pick_gpus, score, Capacity, Packing, Shape};
 use crate::priority::{priority, Factors, FairShare, PriorityWeights};
+use crate::quad_heap::QuadHeap;
 use crate::timeline::{Free, Timeline, Use};
 
 /// How a pass treats jobs that cannot start now.
@@ -218,7 +218,7 @@ struct ClassState {
     /// Prefix maximum over `lens` of the starts given so far: a job with
     /// limit `lens[i]` cannot start before the max over `..=i`.
     floors: Vec<Secs>,
-    heap: BinaryHeap<Reverse<HeapEntry>>,
+    heap: QuadHeap<HeapEntry>,
     /// Whether the heap holds every eligible node yet (built on first use).
     built: bool,
     /// Per eligible position: the node's version when its bound was exact.
@@ -230,7 +230,34 @@ struct ClassState {
 const MAX_LIMITS_PER_CLASS: usize = 16;
 
 /// (earliest-fit bound, fit score, position in the eligible list).
-type HeapEntry = (Secs, (u32, u32, u32), u32);
+///
+/// Packed into one integer, most significant first, so comparing entries
+/// is one comparison: 62 bits of bound (every time before [`INFINITE`]),
+/// 38 of score (GPUs left, groups broken, CPUs left up to 2^24) and 28 of
+/// position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct HeapEntry(u128);
+
+impl HeapEntry {
+    fn new(bound: Secs, score: (u32, u32, u32), pos: u32) -> Self {
+        let score = (u128::from(score.0.min(127)) << 31)
+            | (u128::from(score.1.min(127)) << 24)
+            | u128::from(score.2.min((1 << 24) - 1));
+        HeapEntry(
+            (u128::from(bound.min(INFINITE)) << 66)
+                | (score << 28)
+                | u128::from(pos & ((1 << 28) - 1)),
+        )
+    }
+
+    fn bound(self) -> Secs {
+        (self.0 >> 66) as Secs
+    }
+
+    fn pos(self) -> u32 {
+        (self.0 & ((1 << 28) - 1)) as u32
+    }
+}
 
 impl ClassState {
     fn new(nodes: usize) -> Self {
@@ -239,7 +266,7 @@ impl ClassState {
             lens: Vec::new(),
             remaining: Vec::new(),
             floors: Vec::new(),
-            heap: BinaryHeap::new(),
+            heap: QuadHeap::default(),
             built: false,
             seen: vec![u32::MAX; nodes],
         }
@@ -1714,12 +1741,12 @@ impl Search<'_> {
     /// key length).
     fn entry(&self, n: NodeId, bound: Secs, key_len: Secs, pos: u32) -> HeapEntry {
         let Some(cap) = self.cap(n) else {
-            return (bound, (0, 0, 0), pos);
+            return HeapEntry::new(bound, (0, 0, 0), pos);
         };
         let free = self.timelines[n.0 as usize].window(bound, key_len);
         let k = self.shape.tasks_fit(free, cap).min(self.shape.tasks);
         let gpus = pick_gpus(free.gpus, self.shape.gpus_for(k, cap), cap, self.packing);
-        (
+        HeapEntry::new(
             bound,
             score(self.shape, k, free, gpus, cap, self.packing),
             pos,
@@ -1804,10 +1831,10 @@ impl Search<'_> {
                 let e = self.earliest(n, horizon, class.key_len);
                 class.seen[pos] = pass.versions[n.0 as usize];
                 if e < INFINITE {
-                    entries.push(Reverse(self.entry(n, e, class.key_len, pos as u32)));
+                    entries.push(self.entry(n, e, class.key_len, pos as u32));
                 }
             }
-            class.heap = BinaryHeap::from(entries);
+            class.heap = QuadHeap::from_vec(entries);
         }
         let mut held = std::mem::take(&mut pass.held);
         let mut peeked = std::mem::take(&mut pass.peeked);
@@ -1839,16 +1866,17 @@ impl Search<'_> {
             // Pop nodes whose bound says they might fit at `t`, best fit
             // first, until the job has enough of them.
             while !self.enough(pass.candidates.len(), units, Some(&pass.candidates)) {
-                let Some(&Reverse((bound, stored, pos))) = class.heap.peek() else {
+                let Some(top) = class.heap.peek() else {
                     break;
                 };
+                let (bound, pos) = (top.bound(), top.pos());
                 if bound > t {
                     break;
                 }
-                class.heap.pop();
                 let n = self.eligible[pos as usize];
                 if self.required.contains(&n) {
-                    held.push((bound, (0, 0, 0), pos));
+                    class.heap.pop();
+                    held.push(HeapEntry::new(bound, (0, 0, 0), pos));
                     continue;
                 }
                 let version = pass.versions[n.0 as usize];
@@ -1859,23 +1887,24 @@ impl Search<'_> {
                 } else {
                     self.earliest(n, t, self.len)
                 };
+                class.seen[pos as usize] = version;
                 if e == t {
-                    class.seen[pos as usize] = version;
                     let Some(c) = self.candidate(n, t) else {
+                        class.heap.pop();
                         continue;
                     };
                     // Keys are optimistic (a node's fit only worsens as the
                     // pass reserves, except where it was never scored), so
                     // a node whose real key is worse goes back in line if
                     // another may now fit better.
-                    let real = (t, c.score, pos);
-                    if t == horizon
-                        && (bound, stored, pos) < real
-                        && class.heap.peek().is_some_and(|Reverse(top)| *top < real)
-                    {
-                        class.heap.push(Reverse(real));
-                        continue;
+                    let real = HeapEntry::new(t, c.score, pos);
+                    if t == horizon && top < real {
+                        class.heap.replace_top(real);
+                        if class.heap.peek().is_some_and(|first| first < real) {
+                            continue;
+                        }
                     }
+                    class.heap.pop();
                     units += u64::from(c.k);
                     pass.candidates.push(c);
                     // Back in line after the search, optimistically scored.
@@ -1884,7 +1913,7 @@ impl Search<'_> {
                     } else {
                         self.earliest(n, horizon, class.key_len)
                     };
-                    held.push((key, (0, 0, 0), pos));
+                    held.push(HeapEntry::new(key, (0, 0, 0), pos));
                     continue;
                 }
                 let key = if self.len == class.key_len && t == horizon {
@@ -1892,8 +1921,14 @@ impl Search<'_> {
                 } else {
                     self.earliest(n, horizon, class.key_len)
                 };
-                class.seen[pos as usize] = version;
-                if key < INFINITE {
+                if key >= INFINITE {
+                    class.heap.pop();
+                } else if key > t {
+                    // Re-keyed in place: one sift instead of a pop and a push.
+                    let fresh = self.entry(n, key, class.key_len, pos);
+                    class.heap.replace_top(fresh);
+                } else {
+                    class.heap.pop();
                     held.push(self.entry(n, key, class.key_len, pos));
                 }
             }
@@ -1913,7 +1948,7 @@ impl Search<'_> {
             // Not enough at `t`. The next start worth trying: resources must
             // come free somewhere, and enough further nodes must be able to
             // host the job by then.
-            class.heap.extend(held.drain(..).map(Reverse));
+            class.heap.extend(held.drain(..));
             let mut next = pass
                 .releases
                 .range(t + 1..)
@@ -1924,27 +1959,27 @@ impl Search<'_> {
             let mut more_nodes = have;
             let mut bound = None;
             peeked.clear();
-            while let Some(Reverse(entry)) = class.heap.pop() {
+            while let Some(entry) = class.heap.pop() {
                 peeked.push(entry);
-                let n = self.eligible[entry.2 as usize];
+                let n = self.eligible[entry.pos() as usize];
                 if self.required.contains(&n) {
                     continue;
                 }
                 more_nodes += 1;
                 more_units += u64::from(self.most(n));
                 if self.enough(more_nodes, more_units, None) {
-                    bound = Some(entry.0);
+                    bound = Some(entry.bound());
                     break;
                 }
             }
-            class.heap.extend(peeked.drain(..).map(Reverse));
+            class.heap.extend(peeked.drain(..));
             match bound {
                 Some(b) => next = next.max(b),
                 None => break None,
             }
             t = next;
         };
-        class.heap.extend(held.drain(..).map(Reverse));
+        class.heap.extend(held.drain(..));
         pass.held = held;
         pass.peeked = peeked;
         result
