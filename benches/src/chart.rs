@@ -18,6 +18,27 @@ pub struct ChartError {
 /// At most this many points per series; more are thinned evenly.
 const MAX_POINTS: usize = 4000;
 
+/// Where Debian and most distributions keep a sans-serif TrueType font;
+/// PNG text needs one (SVG text does not).
+const FONT_PATHS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+];
+
+fn register_font() -> Result<(), String> {
+    for p in FONT_PATHS {
+        if let Ok(bytes) = std::fs::read(p) {
+            // plotters keeps fonts for the life of the process.
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            return plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+                .map_err(|_| format!("{p} is not a usable font"));
+        }
+    }
+    Err("no TrueType font found for PNG text (install fonts-dejavu-core, or write .svg)".into())
+}
+
 pub fn draw(path: &Path, title: &str, samples: &[Sample]) -> Result<(), ChartError> {
     let err = |e: &dyn std::fmt::Display| ChartError {
         path: path.display().to_string(),
@@ -31,6 +52,7 @@ pub fn draw(path: &Path, title: &str, samples: &[Sample]) -> Result<(), ChartErr
         plot(&root, title, samples).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))
     } else {
+        register_font().map_err(|e| err(&e))?;
         let root = BitMapBackend::new(path, (1200, 700)).into_drawing_area();
         plot(&root, title, samples).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))
@@ -75,4 +97,27 @@ fn plot<DB: DrawingBackend>(
         &RED,
     ))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn svg_chart_has_both_series() {
+        let samples: Vec<Sample> = (0..100)
+            .map(|i| Sample {
+                t: i * 3600,
+                busy: (i % 10) as f64 / 10.0,
+                queued: (i % 7) as usize,
+            })
+            .collect();
+        let path = std::env::temp_dir().join(format!("corral-chart-{}.svg", std::process::id()));
+        draw(&path, "test", &samples).expect("drawn");
+        let svg = std::fs::read_to_string(&path).expect("written");
+        let _ = std::fs::remove_file(&path);
+        assert!(svg.contains("test: utilisation"));
+        assert!(svg.contains("queue length"));
+        assert!(svg.matches("<polyline").count() >= 2, "two line series");
+    }
 }
