@@ -19,7 +19,7 @@ pub struct ChartError {
 const MAX_POINTS: usize = 4000;
 
 /// Where Debian and most distributions keep a sans-serif TrueType font;
-/// PNG text needs one (SVG text does not).
+/// plotters lays out chart text with it.
 const FONT_PATHS: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
     "/usr/share/fonts/dejavu/DejaVuSans.ttf",
@@ -36,7 +36,7 @@ fn register_font() -> Result<(), String> {
                 .map_err(|_| format!("{p} is not a usable font"));
         }
     }
-    Err("no TrueType font found for PNG text (install fonts-dejavu-core, or write .svg)".into())
+    Err("no TrueType font found for chart text (install fonts-dejavu-core)".into())
 }
 
 pub fn draw(path: &Path, title: &str, samples: &[Sample]) -> Result<(), ChartError> {
@@ -47,12 +47,12 @@ pub fn draw(path: &Path, title: &str, samples: &[Sample]) -> Result<(), ChartErr
     let svg = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+    register_font().map_err(|e| err(&e))?;
     if svg {
         let root = SVGBackend::new(path, (1200, 700)).into_drawing_area();
         plot(&root, title, samples).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))
     } else {
-        register_font().map_err(|e| err(&e))?;
         let root = BitMapBackend::new(path, (1200, 700)).into_drawing_area();
         plot(&root, title, samples).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))
