@@ -220,6 +220,30 @@ pub(crate) fn score(
     }
 }
 
+/// A lower bound of [`score`] that needs no GPU choice: exact but for the
+/// topology groups broken, counted as none. Heap keys use it, so they stay
+/// optimistic and the real score is taken when a node comes up.
+pub(crate) fn score_bound(
+    shape: &Shape,
+    k: u32,
+    free: Free,
+    cap: &Capacity,
+    packing: Packing,
+) -> (u32, u32, u32) {
+    if packing == Packing::FirstFit {
+        return (0, 0, 0);
+    }
+    let used = shape.usage(k, 0, cap);
+    let cpus_left = free.cpus.saturating_sub(used.cpus);
+    let need = shape.gpus_for(k, cap);
+    let gpus_left = free.gpu_count().saturating_sub(need);
+    if need == 0 {
+        (gpus_left, cpus_left, 0)
+    } else {
+        (gpus_left, 0, cpus_left)
+    }
+}
+
 /// Indices of the set bits, ascending.
 pub(crate) fn mask_indices(mask: u64) -> Vec<u32> {
     let mut out = Vec::with_capacity(mask.count_ones() as usize);

@@ -16,7 +16,7 @@ use crate::model::{
     PendingReason, PlannedNode, Reservation, Secs, StartDecision, UserId, INFINITE,
     MAX_GPUS_PER_NODE,
 };
-use crate::placement::{mask_indices, pick_gpus, score, Capacity, Packing, Shape};
+use crate::placement::{mask_indices, pick_gpus, score, score_bound, Capacity, Packing, Shape};
 use crate::priority::{priority, Factors, FairShare, PriorityWeights};
 use crate::quad_heap::QuadHeap;
 use crate::timeline::{Free, Timeline, Use};
@@ -1745,10 +1745,9 @@ impl Search<'_> {
         };
         let free = self.timelines[n.0 as usize].window(bound, key_len);
         let k = self.shape.tasks_fit(free, cap).min(self.shape.tasks);
-        let gpus = pick_gpus(free.gpus, self.shape.gpus_for(k, cap), cap, self.packing);
         HeapEntry::new(
             bound,
-            score(self.shape, k, free, gpus, cap, self.packing),
+            score_bound(self.shape, k, free, cap, self.packing),
             pos,
         )
     }
