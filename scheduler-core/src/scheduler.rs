@@ -1421,17 +1421,14 @@ impl Scheduler {
         }
         let parties = users.len();
         let mut fs_cache: FastMap<(UserId, AccountId), f64> = FastMap::default();
+        // One walk in id order decides each pending job: blocked (with a
+        // reason) or ranked (with a priority); a second walk writes back.
         let mut order: Vec<(i64, Secs, JobId)> = Vec::new();
-        let ids: Vec<JobId> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| j.is_pending())
-            .map(|(&id, _)| id)
-            .collect();
-        for id in ids {
-            let Some(j) = self.jobs.get(&id) else {
+        let mut verdicts: Vec<Result<i64, PendingReason>> = Vec::new();
+        for (&id, j) in &self.jobs {
+            if !j.is_pending() {
                 continue;
-            };
+            }
             let part = &self.partitions[j.partition.0 as usize].spec;
             let blocked = if let Some(h) = j.hold {
                 Some(match h {
@@ -1442,13 +1439,13 @@ impl Scheduler {
                 Some(PendingReason::BeginTime)
             } else if j.limit > part.max_time.unwrap_or(INFINITE) {
                 Some(PendingReason::PartitionTimeLimit)
+            } else if j.deps.is_empty() {
+                None
             } else {
                 self.dependency_reason(id, j, &first_of_name)
             };
             if let Some(reason) = blocked {
-                if let Some(j) = self.jobs.get_mut(&id) {
-                    j.set_pending(reason, None);
-                }
+                verdicts.push(Err(reason));
                 continue;
             }
             let fs = *fs_cache
@@ -1471,11 +1468,15 @@ impl Scheduler {
                     nice: j.nice,
                 },
             );
+            verdicts.push(Ok(p));
             order.push((p, j.submit, id));
         }
-        for &(p, _, id) in &order {
-            if let Some(j) = self.jobs.get_mut(&id) {
-                j.priority = p;
+        let mut verdict = verdicts.into_iter();
+        for j in self.jobs.values_mut().filter(|j| j.is_pending()) {
+            match verdict.next() {
+                Some(Ok(p)) => j.priority = p,
+                Some(Err(reason)) => j.set_pending(reason, None),
+                None => break,
             }
         }
         order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
