@@ -52,6 +52,7 @@ enum Op {
 struct Input {
     policy: u8,
     first_fit: bool,
+    shared_classes: bool,
     nodes: Vec<Node>,
     ops: Vec<Op>,
 }
@@ -82,6 +83,7 @@ fuzz_target!(|input: Input| {
             Packing::BestFit
         },
         verify_search: true,
+        split_limits_up_to_nodes: if input.shared_classes { 0 } else { 4096 },
         ..SchedulerConfig::default()
     });
     let mut all = PartitionSpec::new("all", "ALL");

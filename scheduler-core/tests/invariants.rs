@@ -146,10 +146,13 @@ struct World {
 }
 
 impl World {
-    fn new(policy: BackfillPolicy, nodes: &[NodeGen]) -> World {
+    /// `shared`: one search class for all time limits of a shape (the
+    /// large-cluster path), else a class per limit.
+    fn new(policy: BackfillPolicy, nodes: &[NodeGen], shared: bool) -> World {
         let mut s = Scheduler::new(SchedulerConfig {
             policy,
             verify_search: true,
+            split_limits_up_to_nodes: if shared { 0 } else { 4096 },
             ..SchedulerConfig::default()
         });
         let mut p = PartitionSpec::new("all", "ALL");
@@ -418,8 +421,9 @@ proptest! {
         nodes in proptest::collection::vec(node_gen(), 1..6),
         ops in proptest::collection::vec(op_gen(), 1..80),
         policy in prop_oneof![Just(BackfillPolicy::Conservative), Just(BackfillPolicy::Easy), Just(BackfillPolicy::Fcfs)],
+        shared in any::<bool>(),
     ) {
-        let mut w = World::new(policy, &nodes);
+        let mut w = World::new(policy, &nodes, shared);
         for op in &ops {
             w.apply(op)?;
         }
@@ -433,7 +437,7 @@ proptest! {
         ops in proptest::collection::vec(op_gen(), 1..60),
     ) {
         let run = || -> Result<Vec<String>, TestCaseError> {
-            let mut w = World::new(BackfillPolicy::Conservative, &nodes);
+            let mut w = World::new(BackfillPolicy::Conservative, &nodes, false);
             for op in &ops {
                 w.apply(op)?;
             }
@@ -453,15 +457,17 @@ proptest! {
         jobs in proptest::collection::vec(job_gen(), 1..40),
         fcfs in any::<bool>(),
         first_fit in any::<bool>(),
+        shared in any::<bool>(),
     ) {
         let policy = if fcfs { BackfillPolicy::Fcfs } else { BackfillPolicy::Conservative };
-        let mut w = World::new(policy, &nodes);
+        let mut w = World::new(policy, &nodes, false);
         w.s = {
             let mut s = Scheduler::new(SchedulerConfig {
                 policy,
                 packing: if first_fit { Packing::FirstFit } else { Packing::BestFit },
                 weights: PriorityWeights::age_only(),
                 verify_search: true,
+                split_limits_up_to_nodes: if shared { 0 } else { 4096 },
                 ..SchedulerConfig::default()
             });
             let mut p = PartitionSpec::new("all", "ALL");
