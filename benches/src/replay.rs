@@ -258,7 +258,14 @@ pub fn replay(
         pass_p99_us: pct(0.99),
         pass_max_us: pass_us.last().copied().unwrap_or(0.0),
         wall_s: wall.elapsed().as_secs_f64(),
-        gpu_fragmentation: gpu_machine.then(|| frag.iter().sum::<f64>() / frag.len().max(1) as f64),
+        // No blocked head, nothing stranded (and an empty sum is -0.0).
+        gpu_fragmentation: gpu_machine.then(|| {
+            if frag.is_empty() {
+                0.0
+            } else {
+                frag.iter().sum::<f64>() / frag.len() as f64
+            }
+        }),
     };
     (report, samples)
 }

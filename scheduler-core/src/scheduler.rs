@@ -1201,7 +1201,11 @@ impl Scheduler {
         }
 
         let mut decisions = Vec::new();
-        let mut blocked_partitions: HashSet<PartitionId> = HashSet::new();
+        // Partitions whose first waiting job has been seen: that one shows
+        // `Resources`, the ones behind it `Priority`.
+        let mut blocked = vec![false; self.partitions.len()];
+        let mut first_blocked =
+            |p: PartitionId| !std::mem::replace(&mut blocked[p.0 as usize], true);
         let mut reservations = 0usize;
         for (id, ei, ci) in plan {
             let Some(job) = self.jobs.get(&id) else {
@@ -1212,7 +1216,7 @@ impl Scheduler {
                 classes[ci].retire(job.limit);
                 // Strict order: nothing passes the first waiting job, so
                 // there is nothing to search for.
-                let reason = if blocked_partitions.insert(partition) {
+                let reason = if first_blocked(partition) {
                     PendingReason::Resources
                 } else {
                     PendingReason::Priority
@@ -1300,7 +1304,7 @@ impl Scheduler {
                         Committed::Started(d) => decisions.push(d),
                         Committed::Reserved(plan) => {
                             reservations += 1;
-                            let reason = if blocked_partitions.insert(partition) {
+                            let reason = if first_blocked(partition) {
                                 PendingReason::Resources
                             } else {
                                 PendingReason::Priority
@@ -1315,7 +1319,7 @@ impl Scheduler {
                 None => {
                     let reason = if until == now {
                         class.raise_floor(limit, now + 1);
-                        if blocked_partitions.insert(partition) {
+                        if first_blocked(partition) {
                             PendingReason::Resources
                         } else {
                             PendingReason::Priority
