@@ -9,9 +9,11 @@ use crate::timeline::{Free, Use};
 /// How nodes and GPUs are chosen among those that fit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Packing {
-    /// Fewest free GPUs left on the node, then fewest whole topology groups
-    /// broken, then fewest free CPUs left: keeps whole nodes and whole
-    /// groups free for the jobs that need them.
+    /// Never strand GPUs (leave them free on a node short of CPUs or memory
+    /// to use them) where another node would do; then fewest free GPUs
+    /// left on the node, fewest whole topology groups broken, fewest free
+    /// CPUs left: keeps whole nodes and whole groups free for the jobs
+    /// that need them.
     #[default]
     BestFit,
     /// The lowest-numbered node that fits, its lowest-numbered GPUs.
@@ -207,16 +209,33 @@ pub(crate) fn score(
     let used = shape.usage(k, gpus, cap);
     let cpus_left = free.cpus - used.cpus;
     let gpus_left = (free.gpus & !used.gpus).count_ones();
+    let mem_left = free.mem.saturating_sub(used.mem);
+    let primary = gpus_left + stranding(cap, gpus_left, cpus_left, mem_left);
     if shape.gpus_for(k, cap) == 0 {
         // CPU-only work goes where GPUs are scarce, so that free GPUs keep
         // the CPUs they need.
-        (gpus_left, cpus_left, 0)
+        (primary, cpus_left, 0)
     } else {
-        (
-            gpus_left,
-            groups_broken(free.gpus, used.gpus, cap),
-            cpus_left,
-        )
+        (primary, groups_broken(free.gpus, used.gpus, cap), cpus_left)
+    }
+}
+
+/// A penalty for leaving GPUs free on a node without the CPUs or memory to
+/// use them (less than a quarter of the node's per-GPU share): such GPUs
+/// are stranded, so placements that do it rank after every one that does
+/// not.
+fn stranding(cap: &Capacity, gpus_left: u32, cpus_left: u32, mem_left: u64) -> u32 {
+    let gpus = u64::from(cap.gpus.count_ones());
+    if gpus_left == 0 || gpus == 0 {
+        return 0;
+    }
+    let left = u64::from(gpus_left);
+    let short_cpus = u64::from(cpus_left) * gpus * 4 < left * u64::from(cap.cpus);
+    let short_mem = cap.mem > 0 && mem_left * gpus * 4 < left * cap.mem;
+    if short_cpus || short_mem {
+        64
+    } else {
+        0
     }
 }
 
@@ -237,10 +256,12 @@ pub(crate) fn score_bound(
     let cpus_left = free.cpus.saturating_sub(used.cpus);
     let need = shape.gpus_for(k, cap);
     let gpus_left = free.gpu_count().saturating_sub(need);
+    let mem_left = free.mem.saturating_sub(used.mem);
+    let primary = gpus_left + stranding(cap, gpus_left, cpus_left, mem_left);
     if need == 0 {
-        (gpus_left, cpus_left, 0)
+        (primary, cpus_left, 0)
     } else {
-        (gpus_left, 0, cpus_left)
+        (primary, 0, cpus_left)
     }
 }
 

@@ -2,7 +2,7 @@
 
 mod harness;
 
-use harness::{cpus, gpus, job, Sim};
+use harness::{cpus, gpus, job, Kind, Sim};
 use scheduler_core::*;
 
 #[test]
@@ -132,6 +132,34 @@ fn first_fit_strands_gpus_that_best_fit_keeps_whole() {
     };
     assert_eq!(story(Packing::BestFit), (Some(0), Some(0)));
     assert_eq!(story(Packing::FirstFit), (Some(0), None));
+}
+
+#[test]
+fn best_fit_does_not_strand_gpus_without_cpus() {
+    let small = Kind {
+        cpus: 16,
+        mem: 64_000,
+        gpus: 4,
+        per_group: 0,
+        features: Vec::new(),
+    };
+    let mut sim = Sim::new().nodes(2, small);
+    // node-0: 2 GPUs and 4 CPUs free; node-1: 3 GPUs and 12 CPUs free.
+    sim.submit(job().gpus(2).cpus(12).nodelist(&["node-0"]).time(1000));
+    sim.submit(job().gpus(1).cpus(4).nodelist(&["node-1"]).time(1000));
+    sim.pass();
+    // Plain best fit would pick node-0 and leave its last GPU without a
+    // CPU to use it.
+    let j = sim.submit(job().gpus(1).cpus(4).time(1000));
+    sim.pass();
+    assert_eq!(sim.node_names(j), ["node-1"]);
+    let fits_tightly = sim.submit(job().gpus(2).cpus(4).time(1000));
+    sim.pass();
+    assert_eq!(
+        sim.node_names(fits_tightly),
+        ["node-0"],
+        "uses the whole remainder"
+    );
 }
 
 #[test]
