@@ -1690,22 +1690,6 @@ impl Scheduler {
         }
         Ok(())
     }
-
-    /// Bytes of the longest-lived per-job state, for the memory budget.
-    pub fn job_state_bytes(&self) -> usize {
-        self.jobs
-            .values()
-            .map(|j| {
-                std::mem::size_of::<Job>()
-                    + j.name.capacity()
-                    + j.features.iter().map(|f| f.capacity() + 24).sum::<usize>()
-                    + j.deps.capacity() * std::mem::size_of::<Dependency>()
-                    + (j.required.capacity() + j.exclude.capacity()) * 4
-            })
-            .sum::<usize>()
-            // B-tree nodes: about one key and value slot per entry, plus slack.
-            + self.jobs.len() * (std::mem::size_of::<JobId>() + 16)
-    }
 }
 
 /// Whether a node can still give a planned share over `[start, start+len)`.
