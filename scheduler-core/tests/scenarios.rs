@@ -457,6 +457,9 @@ fn impossible_requests_are_refused_at_submit() {
         err(&mut sim, job().nodes(2).tasks(1)),
         SubmitError::Invalid(_)
     ));
+    let mut bad_qos = job();
+    bad_qos.req.qos = Some("bogus".into());
+    assert!(matches!(err(&mut sim, bad_qos), SubmitError::UnknownQos(_)));
     let msg = err(&mut sim, job().gpus(9)).to_string();
     assert!(
         msg.starts_with("requested node configuration is not available"),
@@ -539,6 +542,8 @@ fn nodes_that_register_later_join_their_partition() {
     s.add_partition(p).expect("partition");
     s.add_partition(PartitionSpec::new("other", "login-0"))
         .expect("partition");
+    s.add_partition(PartitionSpec::new("everything", "ALL"))
+        .expect("partition");
     let w1 = s
         .handle_node_added(NodeSpec::new("worker-1", 8, 1000).with_gpus(2, 0))
         .expect("node");
@@ -548,6 +553,12 @@ fn nodes_that_register_later_join_their_partition() {
     let gpu = s.partition_id("gpu").expect("gpu");
     assert_eq!(s.partition_nodes(gpu), [w1]);
     assert!(!s.partition_nodes(gpu).contains(&stray));
+    let everything = s.partition_id("everything").expect("everything");
+    assert_eq!(
+        s.partition_nodes(everything),
+        [w1, stray],
+        "a node may be in several partitions"
+    );
     let mut req = JobRequest::new(UserId(5));
     req.gpus = GpuRequest::PerNode(2);
     s.submit(0, JobId(1), req).expect("submit");
