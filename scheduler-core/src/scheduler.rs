@@ -1326,7 +1326,14 @@ impl Scheduler {
                         }
                     } else {
                         class.raise_floor(limit, INFINITE);
-                        PendingReason::ReqNodeNotAvail
+                        // Never within the plan: either the nodes it needs
+                        // are out of service, or jobs without a time limit
+                        // hold them.
+                        if *required_ok && self.fits_when_empty(eligible, &shape) {
+                            PendingReason::Resources
+                        } else {
+                            PendingReason::ReqNodeNotAvail
+                        }
                     };
                     if let Some(j) = self.jobs.get_mut(&id) {
                         j.set_pending(reason, None);
@@ -1335,6 +1342,19 @@ impl Scheduler {
             }
         }
         decisions
+    }
+
+    /// Whether the nodes, were they empty, could hold the job.
+    fn fits_when_empty(&self, eligible: &[NodeId], shape: &Shape) -> bool {
+        let (mut nodes, mut units) = (0usize, 0u64);
+        for n in eligible.iter().filter_map(|&n| self.slot(n)) {
+            let k = shape.tasks_fit(n.cap.whole(), &n.cap);
+            if k > 0 {
+                nodes += 1;
+                units += u64::from(k);
+            }
+        }
+        nodes >= shape.nodes_min as usize && (shape.uniform() || units >= u64::from(shape.tasks))
     }
 
     /// Fresh availability profiles for every node in service.

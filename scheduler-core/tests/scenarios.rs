@@ -499,6 +499,25 @@ fn reasons_for_held_begin_and_partition_limit() {
 }
 
 #[test]
+fn behind_a_job_without_a_time_limit_the_reason_is_resources() {
+    let mut sim = Sim::new().nodes(1, cpus(4));
+    sim.s
+        .update_partition_limits("batch", None, None, 1)
+        .expect("unlimited partition");
+    let mut forever = job().tasks(4);
+    forever.req.time_limit = None;
+    sim.submit(forever);
+    let next = sim.submit(job().tasks(1));
+    sim.pass();
+    assert_eq!(sim.reason(next), PendingReason::Resources);
+    assert_eq!(
+        sim.expected(next),
+        None,
+        "no promise behind an unlimited job"
+    );
+}
+
+#[test]
 fn cancel_removes_pending_and_asks_the_driver_to_kill_running() {
     let mut sim = Sim::new().nodes(1, cpus(4));
     let run = sim.submit(job().tasks(4));
