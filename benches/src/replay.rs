@@ -58,6 +58,45 @@ pub struct Report {
     pub gpu_fragmentation: Option<f64>,
 }
 
+impl std::fmt::Display for Report {
+    /// The table `corral-sim` prints: one `name value` line per figure.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self;
+        let rows: Vec<(&str, String)> = vec![
+            ("trace", r.trace.clone()),
+            ("policy", r.policy.clone()),
+            ("packing", r.packing.clone()),
+            ("nodes", r.nodes.to_string()),
+            ("jobs", r.jobs.to_string()),
+            ("unplaced jobs", r.unplaced_jobs.to_string()),
+            ("utilization", format!("{:.3}", r.utilization)),
+            ("mean wait", format!("{:.0} s", r.mean_wait_s)),
+            (
+                "mean bounded slowdown",
+                format!("{:.1}", r.mean_bounded_slowdown),
+            ),
+            ("max wait", format!("{:.0} s", r.max_wait_s)),
+            ("makespan", format!("{:.0} s", r.makespan_s)),
+            ("passes", r.passes.to_string()),
+            (
+                "pass p50 / p99 / max",
+                format!(
+                    "{:.0} / {:.0} / {:.0} µs",
+                    r.pass_p50_us, r.pass_p99_us, r.pass_max_us
+                ),
+            ),
+            ("wall", format!("{:.2} s", r.wall_s)),
+        ];
+        for (k, v) in rows {
+            writeln!(f, "{k:<24}{v}")?;
+        }
+        if let Some(g) = r.gpu_fragmentation {
+            writeln!(f, "{:<24}{g:.3}", "gpu fragmentation")?;
+        }
+        Ok(())
+    }
+}
+
 /// The state of the machine after an event, for charts.
 #[derive(Clone, Copy, Debug)]
 pub struct Sample {

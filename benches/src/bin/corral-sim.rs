@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::{Parser, ValueEnum};
-use corral_sim::replay::{replay, Options, Report};
+use corral_sim::replay::{replay, Options};
 use corral_sim::trace::{read_alibaba, read_swf, MachineOverride, Workload};
 use scheduler_core::{BackfillPolicy, Packing};
 
@@ -100,40 +100,6 @@ fn load(args: &Args) -> anyhow::Result<Workload> {
     read_swf(&args.trace, &machine).context("corral-sim: reading the SWF trace")
 }
 
-fn print_table(r: &Report) {
-    let rows: Vec<(&str, String)> = vec![
-        ("trace", r.trace.clone()),
-        ("policy", r.policy.clone()),
-        ("packing", r.packing.clone()),
-        ("nodes", r.nodes.to_string()),
-        ("jobs", r.jobs.to_string()),
-        ("unplaced jobs", r.unplaced_jobs.to_string()),
-        ("utilization", format!("{:.3}", r.utilization)),
-        ("mean wait", format!("{:.0} s", r.mean_wait_s)),
-        (
-            "mean bounded slowdown",
-            format!("{:.1}", r.mean_bounded_slowdown),
-        ),
-        ("max wait", format!("{:.0} s", r.max_wait_s)),
-        ("makespan", format!("{:.0} s", r.makespan_s)),
-        ("passes", r.passes.to_string()),
-        (
-            "pass p50 / p99 / max",
-            format!(
-                "{:.0} / {:.0} / {:.0} µs",
-                r.pass_p50_us, r.pass_p99_us, r.pass_max_us
-            ),
-        ),
-        ("wall", format!("{:.2} s", r.wall_s)),
-    ];
-    for (k, v) in rows {
-        println!("{k:<24}{v}");
-    }
-    if let Some(f) = r.gpu_fragmentation {
-        println!("{:<24}{f:.3}", "gpu fragmentation");
-    }
-}
-
 fn main() {
     let args = Args::parse();
     if let Err(e) = run(&args) {
@@ -187,7 +153,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
             serde_json::to_string(&report).context("corral-sim: encoding the report")?
         );
     } else {
-        print_table(&report);
+        print!("{report}");
     }
     Ok(())
 }
