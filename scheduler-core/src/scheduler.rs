@@ -1300,7 +1300,7 @@ impl Scheduler {
             match found {
                 Some(p) => {
                     class.raise_floor(limit, p.start);
-                    match self.commit(&mut pass, id, p) {
+                    match self.commit(&mut pass, id, (shape, limit), p) {
                         Committed::Started(d) => decisions.push(d),
                         Committed::Reserved(plan) => {
                             reservations += 1;
@@ -1567,12 +1567,14 @@ impl Scheduler {
 
     /// Applies a placement: reserves it on the profiles and, if it starts
     /// now, allocates exact CPUs and GPUs and marks the job running.
-    fn commit(&mut self, pass: &mut PassState, id: JobId, p: Placement) -> Committed {
-        let Some(job) = self.jobs.get(&id) else {
-            return Committed::Gone;
-        };
-        let shape = job.shape;
-        let end = p.start.saturating_add(job.limit).min(INFINITE);
+    fn commit(
+        &mut self,
+        pass: &mut PassState,
+        id: JobId,
+        (shape, limit): (Shape, Secs),
+        p: Placement,
+    ) -> Committed {
+        let end = p.start.saturating_add(limit).min(INFINITE);
         let starts_now = p.start == pass.now;
         let mut allocs = Vec::new();
         let mut planned = Vec::new();
