@@ -149,11 +149,22 @@ impl World {
     /// `shared`: one search class for all time limits of a shape (the
     /// large-cluster path), else a class per limit.
     fn new(policy: BackfillPolicy, nodes: &[NodeGen], shared: bool) -> World {
+        Self::with(
+            SchedulerConfig {
+                policy,
+                split_limits_up_to_nodes: if shared { 0 } else { 4096 },
+                ..SchedulerConfig::default()
+            },
+            nodes,
+        )
+    }
+
+    /// A world on `nodes` with this configuration; every search is
+    /// cross-checked against a full scan.
+    fn with(cfg: SchedulerConfig, nodes: &[NodeGen]) -> World {
         let mut s = Scheduler::new(SchedulerConfig {
-            policy,
             verify_search: true,
-            split_limits_up_to_nodes: if shared { 0 } else { 4096 },
-            ..SchedulerConfig::default()
+            ..cfg
         });
         let mut p = PartitionSpec::new("all", "ALL");
         p.is_default = true;
@@ -460,28 +471,16 @@ proptest! {
         shared in any::<bool>(),
     ) {
         let policy = if fcfs { BackfillPolicy::Fcfs } else { BackfillPolicy::Conservative };
-        let mut w = World::new(policy, &nodes, false);
-        w.s = {
-            let mut s = Scheduler::new(SchedulerConfig {
+        let mut w = World::with(
+            SchedulerConfig {
                 policy,
                 packing: if first_fit { Packing::FirstFit } else { Packing::BestFit },
                 weights: PriorityWeights::age_only(),
-                verify_search: true,
                 split_limits_up_to_nodes: if shared { 0 } else { 4096 },
                 ..SchedulerConfig::default()
-            });
-            let mut p = PartitionSpec::new("all", "ALL");
-            p.is_default = true;
-            s.add_partition(p).expect("partition");
-            for (i, n) in nodes.iter().enumerate() {
-                let mut spec = NodeSpec::new(format!("n{i}"), n.cpus, 1000).with_gpus(n.gpus, n.per_group);
-                if n.feature {
-                    spec.features.push("fast".into());
-                }
-                s.handle_node_added(spec).expect("node");
-            }
-            s
-        };
+            },
+            &nodes,
+        );
         for g in &jobs {
             let g = JobGen { runs_pct: 100, dep: None, ..g.clone() };
             w.apply(&Op::Submit(g))?;
