@@ -203,21 +203,13 @@ pub(crate) fn score(
     cap: &Capacity,
     packing: Packing,
 ) -> (u32, u32, u32) {
-    if packing == Packing::FirstFit {
-        return (0, 0, 0);
+    let mut s = score_bound(shape, k, free, cap, packing);
+    if packing == Packing::BestFit && shape.gpus_for(k, cap) > 0 {
+        // The one thing the bound leaves out needs the actual GPUs.
+        let used = shape.usage(k, gpus, cap);
+        s.1 = groups_broken(free.gpus, used.gpus, cap);
     }
-    let used = shape.usage(k, gpus, cap);
-    let cpus_left = free.cpus - used.cpus;
-    let gpus_left = (free.gpus & !used.gpus).count_ones();
-    let mem_left = free.mem.saturating_sub(used.mem);
-    let primary = gpus_left + stranding(cap, gpus_left, cpus_left, mem_left);
-    if shape.gpus_for(k, cap) == 0 {
-        // CPU-only work goes where GPUs are scarce, so that free GPUs keep
-        // the CPUs they need.
-        (primary, cpus_left, 0)
-    } else {
-        (primary, groups_broken(free.gpus, used.gpus, cap), cpus_left)
-    }
+    s
 }
 
 /// A penalty for leaving GPUs free on a node without the CPUs or memory to
@@ -259,6 +251,8 @@ pub(crate) fn score_bound(
     let mem_left = free.mem.saturating_sub(used.mem);
     let primary = gpus_left + stranding(cap, gpus_left, cpus_left, mem_left);
     if need == 0 {
+        // CPU-only work goes where GPUs are scarce, so that free GPUs keep
+        // the CPUs they need.
         (primary, cpus_left, 0)
     } else {
         (primary, 0, cpus_left)

@@ -291,15 +291,20 @@ impl ClassState {
 
     /// Turns the collected limits into the per-limit tables.
     fn seal(&mut self) {
-        let all = std::mem::take(&mut self.lens);
-        self.lens = all.clone();
         self.lens.sort_unstable();
-        self.lens.dedup();
-        self.remaining = vec![0; self.lens.len()];
-        for len in all {
-            let i = self.index(len);
-            self.remaining[i] += 1;
+        let mut lens: Vec<Secs> = Vec::new();
+        for &len in &self.lens {
+            if lens.last() == Some(&len) {
+                *self
+                    .remaining
+                    .last_mut()
+                    .expect("one count per distinct limit") += 1;
+            } else {
+                lens.push(len);
+                self.remaining.push(1);
+            }
         }
+        self.lens = lens;
         self.floors = vec![0; self.lens.len() + 1];
     }
 

@@ -45,12 +45,7 @@ fn backfill_that_would_delay_a_reservation_waits() {
 
 #[test]
 fn easy_reserves_only_for_the_first_waiting_job() {
-    let cfg = SchedulerConfig {
-        policy: BackfillPolicy::Easy,
-        weights: PriorityWeights::age_only(),
-        ..SchedulerConfig::default()
-    };
-    let mut sim = Sim::with(cfg).nodes(1, cpus(8));
+    let mut sim = Sim::tuned(|c| c.policy = BackfillPolicy::Easy).nodes(1, cpus(8));
     sim.submit(job().tasks(8).time(100));
     let first = sim.submit(job().tasks(8).time(100));
     let second = sim.submit(job().tasks(8).time(100));
@@ -63,12 +58,7 @@ fn easy_reserves_only_for_the_first_waiting_job() {
 
 #[test]
 fn fcfs_never_lets_a_later_job_pass() {
-    let cfg = SchedulerConfig {
-        policy: BackfillPolicy::Fcfs,
-        weights: PriorityWeights::age_only(),
-        ..SchedulerConfig::default()
-    };
-    let mut sim = Sim::with(cfg).nodes(1, cpus(8));
+    let mut sim = Sim::tuned(|c| c.policy = BackfillPolicy::Fcfs).nodes(1, cpus(8));
     sim.submit(job().tasks(4).time(100));
     let wide = sim.submit(job().tasks(8).time(100));
     let small = sim.submit(job().tasks(1).time(10)); // would fit now
@@ -116,12 +106,7 @@ fn small_gpu_jobs_pack_into_one_node_and_one_group() {
 fn first_fit_strands_gpus_that_best_fit_keeps_whole() {
     // Node 0 has 6 free GPUs, node 1 has 2 free (each half of a group used).
     let story = |packing: Packing| {
-        let cfg = SchedulerConfig {
-            packing,
-            weights: PriorityWeights::age_only(),
-            ..SchedulerConfig::default()
-        };
-        let mut sim = Sim::with(cfg).nodes(2, gpus(8));
+        let mut sim = Sim::tuned(|c| c.packing = packing).nodes(2, gpus(8));
         sim.submit(job().gpus(2).nodelist(&["node-0"]).time(1000));
         sim.submit(job().gpus(6).nodelist(&["node-1"]).time(1000));
         sim.pass();

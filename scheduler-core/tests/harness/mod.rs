@@ -160,8 +160,6 @@ pub struct Sim {
     next_node: usize,
     defs: BTreeMap<JobId, JobDef>,
     pub runs: BTreeMap<JobId, Run>,
-    /// Expected start the first time each job was given one.
-    pub first_expected: BTreeMap<JobId, Secs>,
     running: BTreeMap<JobId, Secs>,
 }
 
@@ -173,6 +171,16 @@ impl Sim {
             weights: PriorityWeights::age_only(),
             ..SchedulerConfig::default()
         })
+    }
+
+    /// Like [`Sim::new`], with some settings changed.
+    pub fn tuned(change: impl FnOnce(&mut SchedulerConfig)) -> Self {
+        let mut cfg = SchedulerConfig {
+            weights: PriorityWeights::age_only(),
+            ..SchedulerConfig::default()
+        };
+        change(&mut cfg);
+        Self::with(cfg)
     }
 
     pub fn with(cfg: SchedulerConfig) -> Self {
@@ -188,7 +196,6 @@ impl Sim {
             next_node: 0,
             defs: BTreeMap::new(),
             runs: BTreeMap::new(),
-            first_expected: BTreeMap::new(),
             running: BTreeMap::new(),
         }
     }
@@ -239,15 +246,6 @@ impl Sim {
                     nodes: d.nodes.clone(),
                 },
             );
-        }
-        for id in self.s.active_jobs().collect::<Vec<_>>() {
-            if let Some(JobStatus::Pending {
-                expected_start: Some(t),
-                ..
-            }) = self.s.job_status(id)
-            {
-                self.first_expected.entry(id).or_insert(t);
-            }
         }
         starts
     }
