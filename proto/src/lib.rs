@@ -1,0 +1,27 @@
+//! `corral-proto`: what travels between Corral's processes and how.
+//!
+//! - [`msg`]: the messages (plain serde types).
+//! - [`frame`]: length-prefixed bincode 2 frames with a protocol version
+//!   and a size cap; a bad frame is an error for one stream, never a panic.
+//! - [`tls`]: the cluster CA, certificates (rcgen), and QUIC endpoint
+//!   configuration (quinn + rustls, TLS 1.3, mutual authentication).
+//! - [`cred`]: short-lived credentials that carry a uid from an agent to
+//!   ctld.
+//!
+//! It owns no sockets and spawns no tasks: the controller, the agent and
+//! the CLI each drive their own.
+
+pub mod cred;
+pub mod frame;
+pub mod msg;
+pub mod tls;
+
+pub use frame::{read_frame, write_frame, WireError, MAX_FRAME, PROTOCOL_VERSION};
+
+/// Milliseconds since the Unix epoch, from the system clock.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

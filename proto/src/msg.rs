@@ -1,0 +1,511 @@
+//! The messages controller, agents, the CLI and srun exchange. Plain data:
+//! what each side does with them lives in its own crate.
+//!
+//! Streams and who opens them:
+//! - agent → ctld, one long-lived bidirectional stream per connection:
+//!   [`Open::Control`] first, then [`AgentMsg`] up and [`CtldMsg`] down.
+//! - anyone with a cluster certificate → ctld, one stream per request:
+//!   [`Open::Request`] carrying a [`crate::cred::Token`], answered by one
+//!   [`Response`].
+//! - CLI → local agent over a Unix socket: [`LocalRequest`] frames, each
+//!   answered by one [`Response`]; the agent relays them to ctld.
+//! - agent → srun (dial back), one stream per node of a step:
+//!   [`StepUp`] up, [`StepDown`] down.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cred::Token;
+
+/// Seconds since the Unix epoch.
+pub type UnixSecs = u64;
+
+/// The first frame of every stream opened to ctld.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[allow(clippy::large_enum_variant)]
+pub enum Open {
+    /// An agent registers its node; the stream stays open for its life.
+    Control(Registration),
+    /// One request on behalf of the user the token names.
+    Request { token: Token, request: Request },
+}
+
+/// What a CLI asks its local agent.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum LocalRequest {
+    /// Forward this to ctld with a credential for the caller.
+    Relay(Request),
+    /// Mint a credential for the caller and return it
+    /// ([`Response::Credential`]).
+    Credential,
+}
+
+/// A node as its agent reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registration {
+    pub name: String,
+    pub cpus: u32,
+    pub memory_mb: u64,
+    pub gpus: Vec<GpuInfo>,
+    pub features: Vec<String>,
+    /// Key the agent signs credentials with (HMAC-SHA256), sent only over
+    /// the mutually authenticated connection.
+    pub credential_key: Vec<u8>,
+    /// Jobs the agent still runs (after a reconnect).
+    pub running: Vec<u64>,
+    /// The agent's Unix socket, as jobs on this node should reach it.
+    pub agent_version: String,
+}
+
+/// One GPU of a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub uuid: String,
+    pub memory_mb: u64,
+    /// Topology group (NVLink domain, NUMA node).
+    pub group: u32,
+}
+
+/// Agent → ctld on the control stream.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum AgentMsg {
+    Heartbeat {
+        running: Vec<u64>,
+    },
+    /// All tasks of a step on this node have ended.
+    StepExited {
+        job: u64,
+        step: u32,
+        exit: ExitStatus,
+    },
+    /// A launch failed before any task ran.
+    LaunchFailed {
+        job: u64,
+        step: u32,
+        message: String,
+    },
+    /// Every process of the job on this node is gone (after
+    /// [`CtldMsg::Terminate`]).
+    JobCleaned {
+        job: u64,
+    },
+}
+
+/// How a step ended on one node: the highest exit code of its tasks, and
+/// the signal that ended one, if any.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitStatus {
+    pub code: i32,
+    pub signal: Option<i32>,
+}
+
+impl ExitStatus {
+    pub fn success(&self) -> bool {
+        self.code == 0 && self.signal.is_none()
+    }
+}
+
+/// ctld → agent on the control stream.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[allow(clippy::large_enum_variant)]
+pub enum CtldMsg {
+    Welcome {
+        heartbeat_ms: u64,
+    },
+    Refused {
+        reason: String,
+    },
+    Launch(Launch),
+    /// Deliver a signal to the tasks of a job (one step, or all).
+    Signal {
+        job: u64,
+        step: Option<u32>,
+        signal: i32,
+    },
+    /// End the job on this node: SIGTERM, then SIGKILL after the grace,
+    /// then [`AgentMsg::JobCleaned`].
+    Terminate {
+        job: u64,
+        grace_ms: u64,
+    },
+}
+
+/// Who a job runs as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ident {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// One step of a job on one node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Launch {
+    pub job: u64,
+    pub step: u32,
+    pub name: String,
+    pub user: Ident,
+    pub partition: String,
+    pub work_dir: String,
+    /// The submitter's environment as `--export` chose it.
+    pub env: Vec<(String, String)>,
+    /// Every node of the job, in order; `SLURM_JOB_NODELIST` compresses it.
+    pub job_nodes: Vec<String>,
+    /// This node's index among the step's nodes (`SLURM_NODEID`).
+    pub node_index: u32,
+    /// Nodes of the step (`SLURM_NNODES` of a step).
+    pub step_nodes: u32,
+    /// Tasks of the step (`SLURM_NTASKS`).
+    pub ntasks: u32,
+    /// Global id of this node's first task (`SLURM_PROCID` base).
+    pub first_task: u32,
+    /// Tasks on this node.
+    pub tasks_here: u32,
+    pub cpus_per_task: u32,
+    /// The job's CPUs on this node.
+    pub cpus: Vec<u32>,
+    /// The job's GPUs on this node; with `gpus_per_task`, task `i` here owns
+    /// `gpus[i*g..(i+1)*g]`.
+    pub gpus: Vec<u32>,
+    pub gpus_per_task: Option<u32>,
+    pub memory_mb: u64,
+    /// The job's time limit in seconds (information for the task).
+    pub time_limit: Option<u64>,
+    pub what: LaunchKind,
+}
+
+/// What a step runs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum LaunchKind {
+    /// The batch script, on the job's first node, output to files.
+    Batch {
+        script: String,
+        stdout: String,
+        stderr: Option<String>,
+    },
+    /// `srun`'s command, with I/O streamed to srun.
+    Step { argv: Vec<String>, io: StepIo },
+}
+
+/// Where a step's I/O goes: srun's endpoint and how to trust it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepIo {
+    pub addr: SocketAddr,
+    /// SHA-256 of srun's self-signed certificate.
+    pub cert_sha256: [u8; 32],
+    /// Shown by the agent when it dials back, so srun knows it.
+    pub secret: [u8; 32],
+}
+
+/// Agent → srun.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum StepUp {
+    Hello {
+        secret: [u8; 32],
+        node: String,
+        node_index: u32,
+        step_nodes: u32,
+        tasks: Vec<u32>,
+    },
+    Output {
+        task: u32,
+        stderr: bool,
+        data: Vec<u8>,
+    },
+    TaskExit {
+        task: u32,
+        exit: ExitStatus,
+    },
+    /// The launch failed on this node.
+    Failed {
+        message: String,
+    },
+}
+
+/// srun → agent.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum StepDown {
+    Stdin(Vec<u8>),
+    StdinEof,
+    Signal(i32),
+}
+
+/// How a job asks for GPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GpuAsk {
+    #[default]
+    None,
+    PerNode(u32),
+    PerTask(u32),
+    Total(u32),
+}
+
+/// What `sbatch` and `srun` submit.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: String,
+    pub partition: Option<String>,
+    pub nodes: Option<u32>,
+    pub ntasks: Option<u32>,
+    pub ntasks_per_node: Option<u32>,
+    pub cpus_per_task: Option<u32>,
+    pub mem_mb: Option<u64>,
+    pub gpus: GpuAsk,
+    pub exclusive: bool,
+    pub time_limit: Option<u64>,
+    pub nodelist: Vec<String>,
+    pub exclude: Vec<String>,
+    pub requeue: bool,
+    pub hold: bool,
+    pub work_dir: String,
+    pub env: Vec<(String, String)>,
+    pub kind: JobKind,
+}
+
+/// A batch script, or srun's command run in its own allocation.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum JobKind {
+    Batch {
+        script: String,
+        /// `-o`, with `%j`-style patterns still in it.
+        stdout: Option<String>,
+        stderr: Option<String>,
+    },
+    Interactive {
+        argv: Vec<String>,
+        io: StepIo,
+    },
+}
+
+impl Default for JobKind {
+    fn default() -> Self {
+        JobKind::Batch {
+            script: String::new(),
+            stdout: None,
+            stderr: None,
+        }
+    }
+}
+
+/// srun inside an allocation: a new step of a running job.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepSpec {
+    pub job: u64,
+    pub nodes: Option<u32>,
+    pub ntasks: Option<u32>,
+    pub argv: Vec<String>,
+    pub work_dir: String,
+    pub env: Vec<(String, String)>,
+    pub io: StepIo,
+}
+
+/// Slurm's job states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum JobState {
+    Pending,
+    Running,
+    Completing,
+    Completed,
+    Failed,
+    Cancelled,
+    Timeout,
+    NodeFail,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 8] = [
+        JobState::Pending,
+        JobState::Running,
+        JobState::Completing,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Timeout,
+        JobState::NodeFail,
+    ];
+
+    /// The long name (`scontrol`, `sacct`, `squeue -t`).
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Pending => "PENDING",
+            JobState::Running => "RUNNING",
+            JobState::Completing => "COMPLETING",
+            JobState::Completed => "COMPLETED",
+            JobState::Failed => "FAILED",
+            JobState::Cancelled => "CANCELLED",
+            JobState::Timeout => "TIMEOUT",
+            JobState::NodeFail => "NODE_FAIL",
+        }
+    }
+
+    /// The compact code in `squeue`'s `ST` column.
+    pub fn code(self) -> &'static str {
+        match self {
+            JobState::Pending => "PD",
+            JobState::Running => "R",
+            JobState::Completing => "CG",
+            JobState::Completed => "CD",
+            JobState::Failed => "F",
+            JobState::Cancelled => "CA",
+            JobState::Timeout => "TO",
+            JobState::NodeFail => "NF",
+        }
+    }
+
+    /// Parses a long name or a code, in any case.
+    pub fn parse(s: &str) -> Option<JobState> {
+        let up = s.to_ascii_uppercase();
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.name() == up || st.code() == up)
+    }
+
+    pub fn is_final(self) -> bool {
+        !matches!(
+            self,
+            JobState::Pending | JobState::Running | JobState::Completing
+        )
+    }
+}
+
+/// Which jobs a query or a cancel selects; empty fields select all.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct JobFilter {
+    pub ids: Vec<u64>,
+    pub users: Vec<u32>,
+    pub states: Vec<JobState>,
+    pub partitions: Vec<String>,
+    pub names: Vec<String>,
+}
+
+/// A request to ctld.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[allow(clippy::large_enum_variant)]
+pub enum Request {
+    Submit(JobSpec),
+    SubmitStep(StepSpec),
+    /// Cancel (or signal, with `signal`) the selected jobs.
+    Cancel {
+        filter: JobFilter,
+        signal: Option<i32>,
+    },
+    Hold {
+        ids: Vec<u64>,
+    },
+    Release {
+        ids: Vec<u64>,
+    },
+    Jobs(JobFilter),
+    Nodes,
+    Partitions,
+    UpdateNode {
+        /// A hostlist expression.
+        names: String,
+        state: NodeUpdate,
+        reason: Option<String>,
+    },
+    Ping,
+}
+
+/// `scontrol update NodeName=… State=…`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeUpdate {
+    Drain,
+    Resume,
+    Down,
+}
+
+/// ctld's answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Response {
+    Submitted {
+        job: u64,
+    },
+    StepCreated {
+        job: u64,
+        step: u32,
+    },
+    Done,
+    /// The jobs a cancel or hold reached.
+    Affected {
+        jobs: Vec<u64>,
+    },
+    Jobs(Vec<JobView>),
+    Nodes(Vec<NodeView>),
+    Partitions(Vec<PartitionView>),
+    Credential(Token),
+    /// Refused, in words a Slurm user knows.
+    Error(String),
+}
+
+/// A job as `squeue` and `scontrol show job` show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: u64,
+    pub name: String,
+    pub user: Ident,
+    pub partition: String,
+    pub state: JobState,
+    /// Pending reason, or `None`.
+    pub reason: String,
+    pub priority: i64,
+    pub submit_time: UnixSecs,
+    pub start_time: Option<UnixSecs>,
+    pub end_time: Option<UnixSecs>,
+    /// Expected start of a pending job with a reservation.
+    pub expected_start: Option<UnixSecs>,
+    pub time_limit: Option<u64>,
+    pub nodes: Vec<String>,
+    pub num_nodes: u32,
+    pub num_tasks: u32,
+    pub cpus_per_task: u32,
+    pub num_cpus: u32,
+    pub gpus: u32,
+    pub mem_mb: u64,
+    pub exit: ExitStatus,
+    pub work_dir: String,
+    pub stdout: Option<String>,
+    pub stderr: Option<String>,
+    pub command: String,
+    pub batch: bool,
+    pub requeue: bool,
+    pub restarts: u32,
+}
+
+/// A node as `sinfo` and `scontrol show node` show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub name: String,
+    /// Slurm's lowercase state word (`idle`, `mixed`, `alloc`, `drain`,
+    /// `drng`, `down`).
+    pub state: String,
+    pub cpus: u32,
+    pub alloc_cpus: u32,
+    pub memory_mb: u64,
+    pub alloc_memory_mb: u64,
+    pub gpus: u32,
+    pub alloc_gpus: u32,
+    pub features: Vec<String>,
+    pub partitions: Vec<String>,
+    pub reason: Option<String>,
+    pub reason_user: Option<u32>,
+    pub reason_time: Option<UnixSecs>,
+    pub boot_time: UnixSecs,
+    pub last_seen: UnixSecs,
+    pub jobs: Vec<u64>,
+}
+
+/// A partition as `sinfo` and `scontrol show partition` show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionView {
+    pub name: String,
+    pub is_default: bool,
+    pub nodes_expr: String,
+    pub nodes: Vec<String>,
+    pub max_time: Option<u64>,
+    pub default_time: Option<u64>,
+    pub priority_tier: u32,
+    pub total_cpus: u32,
+    pub total_gpus: u32,
+}

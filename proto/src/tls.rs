@@ -1,0 +1,461 @@
+//! Certificates and QUIC endpoint configuration.
+//!
+//! A cluster has one CA (`corral certs init`). ctld's certificate names
+//! `corral-ctld`; an agent's names its node, and ctld lets an agent
+//! register only under a name its certificate carries. Both sides demand a
+//! certificate from the cluster CA (mutual TLS 1.3); a peer without one is
+//! refused during the handshake.
+//!
+//! srun's step endpoint is the exception: it makes a throwaway self-signed
+//! certificate, and agents dialing back pin its SHA-256, which travels in
+//! the launch.
+
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+/// The name in ctld's certificate that agents and clients check.
+pub const CTLD_NAME: &str = "corral-ctld";
+
+const ALPN: &[u8] = b"corral/1";
+
+/// Why certificates or endpoints could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a PEM certificate or key")]
+    Pem {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{path} already exists; refusing to overwrite a cluster CA")]
+    Exists { path: PathBuf },
+    #[error("certificate generation")]
+    Rcgen(#[from] rcgen::Error),
+    #[error("tls configuration")]
+    Rustls(#[from] rustls::Error),
+    #[error("quic configuration")]
+    Quic(#[from] quinn::crypto::rustls::NoInitialCipherSuite),
+    #[error("cannot bind udp {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn read(path: &Path) -> Result<String, TlsError> {
+    fs::read_to_string(path).map_err(|source| TlsError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn write(path: &Path, text: &str, private: bool) -> Result<(), TlsError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| TlsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(if private { 0o600 } else { 0o644 })
+        .open(path)
+        .map_err(io)?;
+    f.write_all(text.as_bytes()).map_err(io)
+}
+
+/// The files of one certificate: `NAME.pem` and `NAME.key` in a directory.
+#[derive(Clone, Debug)]
+pub struct CertFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl CertFiles {
+    /// `DIR/ca.pem`, `DIR/NAME.pem`, `DIR/NAME.key`.
+    pub fn in_dir(dir: &Path, name: &str) -> Self {
+        CertFiles {
+            ca: dir.join("ca.pem"),
+            cert: dir.join(format!("{name}.pem")),
+            key: dir.join(format!("{name}.key")),
+        }
+    }
+}
+
+fn ca_params() -> Result<CertificateParams, TlsError> {
+    let mut p = CertificateParams::new(Vec::<String>::new())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "corral cluster CA");
+    p.distinguished_name = dn;
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    Ok(p)
+}
+
+/// Creates a cluster CA (`ca.pem`, `ca.key`) in `dir`.
+pub fn init_ca(dir: &Path) -> Result<(), TlsError> {
+    fs::create_dir_all(dir).map_err(|source| TlsError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let (cert_path, key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
+    if cert_path.exists() {
+        return Err(TlsError::Exists { path: cert_path });
+    }
+    let key = KeyPair::generate()?;
+    let cert = ca_params()?.self_signed(&key)?;
+    write(&key_path, &key.serialize_pem(), true)?;
+    write(&cert_path, &cert.pem(), false)
+}
+
+/// What a certificate is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// ctld: named [`CTLD_NAME`] (and the given name).
+    Controller,
+    /// An agent (or a trusted tool): named after its node.
+    Agent,
+}
+
+/// Signs a certificate for `name` with the CA in `dir`; writes
+/// `DIR/NAME.pem` and `DIR/NAME.key`.
+pub fn issue(dir: &Path, name: &str, role: Role) -> Result<CertFiles, TlsError> {
+    let ca_key = KeyPair::from_pem(&read(&dir.join("ca.key"))?)?;
+    let ca_pem = read(&dir.join("ca.pem"))?;
+    // rcgen signs with an issuer certificate object: rebuild it from the
+    // stored one (same name, same key).
+    let ca = CertificateParams::from_ca_cert_pem(&ca_pem)?.self_signed(&ca_key)?;
+    let mut names = vec![name.to_string()];
+    if role == Role::Controller && name != CTLD_NAME {
+        names.push(CTLD_NAME.to_string());
+    }
+    let mut p = CertificateParams::new(names)?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, name);
+    p.distinguished_name = dn;
+    p.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let key = KeyPair::generate()?;
+    let cert = p.signed_by(&key, &ca, &ca_key)?;
+    let files = CertFiles::in_dir(dir, name);
+    write(&files.key, &key.serialize_pem(), true)?;
+    write(&files.cert, &cert.pem(), false)?;
+    Ok(files)
+}
+
+/// A loaded certificate, its key and the CA to trust.
+#[derive(Debug)]
+pub struct Identity {
+    roots: Arc<RootCertStore>,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+impl Clone for Identity {
+    fn clone(&self) -> Self {
+        Identity {
+            roots: self.roots.clone(),
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+        }
+    }
+}
+
+impl Identity {
+    pub fn load(files: &CertFiles) -> Result<Identity, TlsError> {
+        let pem = |path: &Path| {
+            let p = path.to_path_buf();
+            move |source| TlsError::Pem { path: p, source }
+        };
+        let mut roots = RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(&files.ca).map_err(pem(&files.ca))? {
+            roots.add(c.map_err(pem(&files.ca))?)?;
+        }
+        let chain = CertificateDer::pem_file_iter(&files.cert)
+            .map_err(pem(&files.cert))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(pem(&files.cert))?;
+        let key = PrivateKeyDer::from_pem_file(&files.key).map_err(pem(&files.key))?;
+        Ok(Identity {
+            roots: Arc::new(roots),
+            chain,
+            key,
+        })
+    }
+}
+
+fn transport(idle: Duration) -> Arc<quinn::TransportConfig> {
+    let mut t = quinn::TransportConfig::default();
+    t.max_concurrent_bidi_streams(4096u32.into());
+    t.keep_alive_interval(Some(Duration::from_secs(2)));
+    t.max_idle_timeout(quinn::IdleTimeout::try_from(idle).ok());
+    Arc::new(t)
+}
+
+/// ctld's server side: demands a client certificate from the cluster CA.
+pub fn server_config(id: &Identity) -> Result<quinn::ServerConfig, TlsError> {
+    let verifier = WebPkiClientVerifier::builder_with_provider(id.roots.clone(), provider())
+        .build()
+        .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(id.chain.clone(), id.key.clone_key())?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(tls)?));
+    cfg.transport_config(transport(Duration::from_secs(30)));
+    Ok(cfg)
+}
+
+/// A client of ctld: presents its certificate, checks ctld's.
+pub fn client_config(id: &Identity) -> Result<quinn::ClientConfig, TlsError> {
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_root_certificates(id.roots.clone())
+        .with_client_auth_cert(id.chain.clone(), id.key.clone_key())?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let mut cfg = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
+    cfg.transport_config(transport(Duration::from_secs(30)));
+    Ok(cfg)
+}
+
+/// The DNS names the peer's (already verified) certificate carries, among
+/// `candidates`: whether it may act as `name`.
+pub fn peer_is(conn: &quinn::Connection, name: &str) -> bool {
+    let Some(any) = conn.peer_identity() else {
+        return false;
+    };
+    let Ok(chain) = any.downcast::<Vec<CertificateDer<'static>>>() else {
+        return false;
+    };
+    let Some(leaf) = chain.first() else {
+        return false;
+    };
+    let Ok(cert) = webpki::EndEntityCert::try_from(leaf) else {
+        return false;
+    };
+    let Ok(server_name) = ServerName::try_from(name.to_string()) else {
+        return false;
+    };
+    cert.verify_is_valid_for_subject_name(&server_name).is_ok()
+}
+
+/// srun's step endpoint: a fresh self-signed certificate, no client
+/// certificates (agents prove themselves with the step's secret).
+pub fn step_server_config() -> Result<(quinn::ServerConfig, [u8; 32]), TlsError> {
+    let key = KeyPair::generate()?;
+    let cert = CertificateParams::new(vec!["srun".to_string()])?.self_signed(&key)?;
+    let der = cert.der().clone();
+    let fp = sha256(der.as_ref());
+    let key = PrivateKeyDer::try_from(key.serialize_der())
+        .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_no_client_auth()
+        .with_single_cert(vec![der], key)?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(tls)?));
+    cfg.transport_config(transport(Duration::from_secs(30)));
+    Ok((cfg, fp))
+}
+
+/// An agent dialing srun: trusts exactly the certificate with this hash.
+pub fn pinned_client_config(cert_sha256: [u8; 32]) -> Result<quinn::ClientConfig, TlsError> {
+    let verifier = Arc::new(Pinned {
+        sha256: cert_sha256,
+        provider: provider(),
+    });
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let mut cfg = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
+    cfg.transport_config(transport(Duration::from_secs(30)));
+    Ok(cfg)
+}
+
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+#[derive(Debug)]
+struct Pinned {
+    sha256: [u8; 32],
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        // The hash of a certificate is no secret: plain comparison is fine.
+        if sha256(end_entity.as_ref()) == self.sha256 {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Err(rustls::Error::PeerIncompatible(
+            rustls::PeerIncompatible::Tls12NotOffered,
+        ))
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// A server endpoint on `addr`.
+pub fn server_endpoint(
+    addr: SocketAddr,
+    cfg: quinn::ServerConfig,
+) -> Result<quinn::Endpoint, TlsError> {
+    quinn::Endpoint::server(cfg, addr).map_err(|source| TlsError::Bind { addr, source })
+}
+
+/// A client endpoint on an ephemeral port of the unspecified address of
+/// `peer`'s family.
+pub fn client_endpoint(peer: SocketAddr) -> Result<quinn::Endpoint, TlsError> {
+    let addr: SocketAddr = if peer.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    quinn::Endpoint::client(addr).map_err(|source| TlsError::Bind { addr, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ca_refuses_overwrite_and_issues_named_certs() {
+        let dir = tempfile::tempdir().unwrap();
+        init_ca(dir.path()).unwrap();
+        assert!(matches!(init_ca(dir.path()), Err(TlsError::Exists { .. })));
+        let files = issue(dir.path(), "worker-0", Role::Agent).unwrap();
+        let id = Identity::load(&files).unwrap();
+        assert_eq!(id.chain.len(), 1);
+        let leaf = webpki::EndEntityCert::try_from(&id.chain[0]).unwrap();
+        let name = ServerName::try_from("worker-0").unwrap();
+        assert!(leaf.verify_is_valid_for_subject_name(&name).is_ok());
+        let other = ServerName::try_from("worker-1").unwrap();
+        assert!(leaf.verify_is_valid_for_subject_name(&other).is_err());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(&files.key).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    async fn handshake(server_dir: &Path, client_dir: &Path, client: &str) -> bool {
+        let sid = Identity::load(&issue(server_dir, CTLD_NAME, Role::Controller).unwrap()).unwrap();
+        let cid = Identity::load(&issue(client_dir, client, Role::Agent).unwrap()).unwrap();
+        let server =
+            server_endpoint("127.0.0.1:0".parse().unwrap(), server_config(&sid).unwrap()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let accept = tokio::spawn(async move {
+            let inc = server.accept().await?;
+            let conn = inc.await.ok()?;
+            let (_, mut recv) = conn.accept_bi().await.ok()?;
+            let mut b = [0u8; 2];
+            tokio::io::AsyncReadExt::read_exact(&mut recv, &mut b)
+                .await
+                .ok()?;
+            Some(())
+        });
+        let mut ep = client_endpoint(addr).unwrap();
+        ep.set_default_client_config(client_config(&cid).unwrap());
+        let ok = async {
+            let conn = ep.connect(addr, CTLD_NAME).ok()?.await.ok()?;
+            let (mut send, _) = conn.open_bi().await.ok()?;
+            tokio::io::AsyncWriteExt::write_all(&mut send, b"hi")
+                .await
+                .ok()?;
+            send.finish().ok()?;
+            Some(conn)
+        }
+        .await;
+        let served = tokio::time::timeout(Duration::from_secs(5), accept)
+            .await
+            .ok()
+            .and_then(|r| r.ok())
+            .flatten()
+            .is_some();
+        ok.is_some() && served
+    }
+
+    #[tokio::test]
+    async fn mutual_tls_refuses_a_foreign_ca() {
+        let ours = tempfile::tempdir().unwrap();
+        init_ca(ours.path()).unwrap();
+        assert!(handshake(ours.path(), ours.path(), "worker-0").await);
+        let theirs = tempfile::tempdir().unwrap();
+        init_ca(theirs.path()).unwrap();
+        assert!(!handshake(ours.path(), theirs.path(), "worker-1").await);
+    }
+}
