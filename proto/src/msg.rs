@@ -33,6 +33,7 @@ pub enum Open {
 
 /// What a CLI asks its local agent.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[allow(clippy::large_enum_variant)]
 pub enum LocalRequest {
     /// Forward this to ctld with a credential for the caller.
     Relay(Request),
@@ -54,7 +55,6 @@ pub struct Registration {
     pub credential_key: Vec<u8>,
     /// Jobs the agent still runs (after a reconnect).
     pub running: Vec<u64>,
-    /// The agent's Unix socket, as jobs on this node should reach it.
     pub agent_version: String,
 }
 
