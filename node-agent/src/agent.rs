@@ -1,0 +1,501 @@
+//! The agent's runtime: one long-lived mutual-TLS connection to ctld
+//! (register, heartbeat, launches down, step state up), reconnecting when
+//! it drops; the table of this node's job processes; and the handling of
+//! launch, signal and terminate orders.
+//!
+//! The agent never decides anything about jobs: it runs what ctld says and
+//! reports what happened.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use corral_proto::cred::{Minter, DEFAULT_TTL_MS};
+use corral_proto::msg::{
+    AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, Launch, LaunchKind, Open, Registration,
+    Request, Response,
+};
+use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
+use corral_proto::{now_ms, read_frame, write_frame, WireError};
+use nix::sys::signal::Signal;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch};
+
+use crate::launch::{expand_pattern, user_name, Io, Launcher, PatternVars, TaskSpec};
+use crate::resources::Resources;
+
+/// Everything an agent needs to run.
+#[derive(Debug)]
+pub struct AgentConfig {
+    pub name: String,
+    pub cluster: String,
+    pub ctld: SocketAddr,
+    pub certs: CertFiles,
+    /// The Unix socket CLIs on this node talk to.
+    pub socket: PathBuf,
+    /// Where batch scripts are written before they run.
+    pub spool: PathBuf,
+    pub resources: Resources,
+    pub gpus: Vec<GpuInfo>,
+    pub features: Vec<String>,
+    pub launcher: Arc<dyn Launcher>,
+}
+
+/// Why the agent could not start or lost its controller.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("certificates")]
+    Tls(#[from] TlsError),
+    #[error("credentials")]
+    Cred(#[from] corral_proto::cred::CredError),
+    #[error("connect to ctld")]
+    Connect(#[from] quinn::ConnectError),
+    #[error("connection to ctld")]
+    Connection(#[from] quinn::ConnectionError),
+    #[error("wire")]
+    Wire(#[from] WireError),
+    #[error("ctld refused registration: {0}")]
+    Refused(String),
+    #[error("ctld closed the control stream")]
+    Closed,
+    #[error("{path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// This node's processes of one job.
+#[derive(Debug, Default)]
+struct JobProcs {
+    /// Running steps and the process groups of their tasks.
+    steps: HashMap<u32, Vec<u32>>,
+    /// Every process group the job ever had here (for the final kill).
+    groups: Vec<u32>,
+    terminating: bool,
+}
+
+/// A running agent. Cheap to share (`Arc`).
+#[derive(Debug)]
+pub struct Agent {
+    pub(crate) cfg: AgentConfig,
+    pub(crate) minter: Minter,
+    key: Vec<u8>,
+    pub(crate) endpoint: quinn::Endpoint,
+    client: quinn::ClientConfig,
+    pub(crate) conn: watch::Sender<Option<quinn::Connection>>,
+    up: mpsc::UnboundedSender<AgentMsg>,
+    up_rx: Mutex<Option<mpsc::UnboundedReceiver<AgentMsg>>>,
+    jobs: Mutex<HashMap<u64, JobProcs>>,
+}
+
+/// Sends a signal to a whole process group; a group already gone is fine.
+pub(crate) fn signal_group(pgid: u32, sig: Signal) {
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid as i32), sig);
+}
+
+/// Turns a child's status into Corral's.
+pub(crate) fn exit_status(st: std::process::ExitStatus) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(code), _) => ExitStatus { code, signal: None },
+        (None, Some(sig)) => ExitStatus {
+            code: 128 + sig,
+            signal: Some(sig),
+        },
+        _ => ExitStatus {
+            code: 1,
+            signal: None,
+        },
+    }
+}
+
+impl Agent {
+    pub fn new(cfg: AgentConfig) -> Result<Arc<Agent>, AgentError> {
+        let id = Identity::load(&cfg.certs)?;
+        let client = tls::client_config(&id)?;
+        let endpoint = tls::client_endpoint(cfg.ctld)?;
+        let (minter, key) = Minter::generate(cfg.name.clone(), DEFAULT_TTL_MS)?;
+        let (up, up_rx) = mpsc::unbounded_channel();
+        std::fs::create_dir_all(&cfg.spool).map_err(|source| AgentError::Io {
+            path: cfg.spool.clone(),
+            source,
+        })?;
+        Ok(Arc::new(Agent {
+            cfg,
+            minter,
+            key,
+            endpoint,
+            client,
+            conn: watch::channel(None).0,
+            up,
+            up_rx: Mutex::new(Some(up_rx)),
+            jobs: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    fn registration(&self) -> Registration {
+        Registration {
+            name: self.cfg.name.clone(),
+            cpus: self.cfg.resources.cpus,
+            memory_mb: self.cfg.resources.memory_mb,
+            gpus: self.cfg.gpus.clone(),
+            features: self.cfg.features.clone(),
+            credential_key: self.key.clone(),
+            running: self.running(),
+            agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+
+    fn running(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.jobs.lock().keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn send_up(&self, msg: AgentMsg) {
+        // The receiver lives as long as the agent's control loop.
+        let _ = self.up.send(msg);
+    }
+
+    /// Connects, registers and serves ctld forever, reconnecting after a
+    /// loss. Returns only when ctld refuses the registration.
+    pub async fn run_control(self: &Arc<Self>) -> Result<(), AgentError> {
+        let Some(mut rx) = self.up_rx.lock().take() else {
+            return Ok(());
+        };
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.session(&mut rx).await {
+                Err(AgentError::Refused(r)) => return Err(AgentError::Refused(r)),
+                Err(e) => {
+                    tracing::warn!(error = %error_chain(&e), "lost ctld; reconnecting");
+                }
+                Ok(()) => {}
+            }
+            self.conn.send_replace(None);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    async fn session(
+        self: &Arc<Self>,
+        rx: &mut mpsc::UnboundedReceiver<AgentMsg>,
+    ) -> Result<(), AgentError> {
+        let conn = self
+            .endpoint
+            .connect_with(self.client.clone(), self.cfg.ctld, CTLD_NAME)?
+            .await?;
+        let (mut send, mut recv) = conn.open_bi().await?;
+        write_frame(&mut send, &Open::Control(self.registration())).await?;
+        let heartbeat = match read_frame::<_, CtldMsg>(&mut recv).await? {
+            Some(CtldMsg::Welcome { heartbeat_ms }) => Duration::from_millis(heartbeat_ms.max(100)),
+            Some(CtldMsg::Refused { reason }) => return Err(AgentError::Refused(reason)),
+            _ => return Err(AgentError::Closed),
+        };
+        tracing::info!(ctld = %self.cfg.ctld, "registered");
+        self.conn.send_replace(Some(conn.clone()));
+        let me = self.clone();
+        let mut reader = tokio::spawn(async move {
+            loop {
+                match read_frame::<_, CtldMsg>(&mut recv).await {
+                    Ok(Some(msg)) => me.handle(msg),
+                    Ok(None) => return AgentError::Closed,
+                    Err(e) => return AgentError::Wire(e),
+                }
+            }
+        });
+        let mut tick = tokio::time::interval(heartbeat);
+        let result = loop {
+            tokio::select! {
+                r = &mut reader => break Err(r.unwrap_or(AgentError::Closed)),
+                msg = rx.recv() => {
+                    let Some(msg) = msg else { break Ok(()) };
+                    if let Err(e) = write_frame(&mut send, &msg).await {
+                        break Err(e.into());
+                    }
+                }
+                _ = tick.tick() => {
+                    let hb = AgentMsg::Heartbeat { running: self.running() };
+                    if let Err(e) = write_frame(&mut send, &hb).await {
+                        break Err(e.into());
+                    }
+                }
+            }
+        };
+        reader.abort();
+        conn.close(0u32.into(), b"reconnect");
+        result
+    }
+
+    fn handle(self: &Arc<Self>, msg: CtldMsg) {
+        match msg {
+            CtldMsg::Launch(l) => {
+                let me = self.clone();
+                tokio::spawn(async move { me.launch(l).await });
+            }
+            CtldMsg::Signal { job, step, signal } => {
+                let Ok(sig) = Signal::try_from(signal) else {
+                    return;
+                };
+                let jobs = self.jobs.lock();
+                if let Some(j) = jobs.get(&job) {
+                    for (s, groups) in &j.steps {
+                        if step.is_none_or(|want| want == *s) {
+                            groups.iter().for_each(|&g| signal_group(g, sig));
+                        }
+                    }
+                }
+            }
+            CtldMsg::Terminate { job, grace_ms } => self.terminate(job, grace_ms),
+            CtldMsg::Welcome { .. } | CtldMsg::Refused { .. } => {}
+        }
+    }
+
+    fn terminate(self: &Arc<Self>, job: u64, grace_ms: u64) {
+        let groups = {
+            let mut jobs = self.jobs.lock();
+            let Some(j) = jobs.get_mut(&job) else {
+                drop(jobs);
+                self.send_up(AgentMsg::JobCleaned { job });
+                return;
+            };
+            j.terminating = true;
+            if j.steps.is_empty() {
+                let groups = std::mem::take(&mut j.groups);
+                jobs.remove(&job);
+                drop(jobs);
+                // Leftovers of ended steps (background processes).
+                groups.iter().for_each(|&g| signal_group(g, Signal::SIGKILL));
+                self.send_up(AgentMsg::JobCleaned { job });
+                return;
+            }
+            j.groups.clone()
+        };
+        for &g in &groups {
+            signal_group(g, Signal::SIGCONT);
+            signal_group(g, Signal::SIGTERM);
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(grace_ms)).await;
+            let alive = me.jobs.lock().get(&job).map(|j| j.groups.clone());
+            for g in alive.unwrap_or_default() {
+                signal_group(g, Signal::SIGKILL);
+            }
+        });
+    }
+
+    /// Records a step's process groups; false if the job is being ended.
+    pub(crate) fn add_groups(&self, job: u64, step: u32, groups: &[u32]) -> bool {
+        let mut jobs = self.jobs.lock();
+        let j = jobs.entry(job).or_default();
+        if j.terminating {
+            return false;
+        }
+        j.steps.entry(step).or_default().extend_from_slice(groups);
+        j.groups.extend_from_slice(groups);
+        true
+    }
+
+    fn begin_step(&self, job: u64, step: u32) -> bool {
+        let mut jobs = self.jobs.lock();
+        let j = jobs.entry(job).or_default();
+        if j.terminating {
+            return false;
+        }
+        j.steps.entry(step).or_default();
+        true
+    }
+
+    fn end_step(&self, job: u64, step: u32, exit: Option<ExitStatus>, failure: Option<String>) {
+        let cleaned = {
+            let mut jobs = self.jobs.lock();
+            let cleaned = match jobs.get_mut(&job) {
+                Some(j) => {
+                    j.steps.remove(&step);
+                    j.terminating && j.steps.is_empty()
+                }
+                None => false,
+            };
+            if cleaned {
+                if let Some(j) = jobs.remove(&job) {
+                    j.groups.iter().for_each(|&g| signal_group(g, Signal::SIGKILL));
+                }
+            }
+            cleaned
+        };
+        match failure {
+            Some(message) => self.send_up(AgentMsg::LaunchFailed { job, step, message }),
+            None => self.send_up(AgentMsg::StepExited {
+                job,
+                step,
+                exit: exit.unwrap_or_default(),
+            }),
+        }
+        if cleaned {
+            self.send_up(AgentMsg::JobCleaned { job });
+        }
+    }
+
+    async fn launch(self: Arc<Self>, l: Launch) {
+        let (job, step) = (l.job, l.step);
+        if !self.begin_step(job, step) {
+            self.end_step(job, step, None, Some("job is ending".into()));
+            return;
+        }
+        let result = match &l.what {
+            LaunchKind::Batch {
+                script,
+                stdout,
+                stderr,
+            } => self.run_batch(&l, script, stdout, stderr.as_deref()).await,
+            LaunchKind::Step { argv, io } => crate::step::run(&self, &l, argv, *io).await,
+        };
+        match result {
+            Ok(exit) => self.end_step(job, step, Some(exit), None),
+            Err(e) => {
+                tracing::warn!(job, step, error = %e, "launch failed");
+                self.end_step(job, step, None, Some(e));
+            }
+        }
+    }
+
+    pub(crate) fn env_for(&self, l: &Launch, local: u32) -> Vec<(String, String)> {
+        crate::launch::task_env(
+            l,
+            &self.cfg.name,
+            local,
+            &self.cfg.socket.to_string_lossy(),
+            &self.cfg.cluster,
+        )
+    }
+
+    async fn run_batch(
+        &self,
+        l: &Launch,
+        script: &str,
+        stdout: &str,
+        stderr: Option<&str>,
+    ) -> Result<ExitStatus, String> {
+        let user = user_name(l.user.uid);
+        let vars = PatternVars {
+            job: l.job,
+            name: &l.name,
+            node: &self.cfg.name,
+            user: &user,
+            step: None,
+        };
+        let cwd = PathBuf::from(&l.work_dir);
+        let out_path = cwd.join(expand_pattern(stdout, &vars));
+        let out = open_output(&out_path, l.user).map_err(|e| e.to_string())?;
+        let err = match stderr {
+            Some(p) => open_output(&cwd.join(expand_pattern(p, &vars)), l.user)
+                .map_err(|e| e.to_string())?,
+            None => out.try_clone().map_err(|e| e.to_string())?,
+        };
+        let path = self.cfg.spool.join(format!("job{}.sh", l.job));
+        write_script(&path, script, l.user).map_err(|e| e.to_string())?;
+        let spec = TaskSpec {
+            argv: vec![path.to_string_lossy().into_owned()],
+            env: self.env_for(l, 0),
+            cwd,
+            user: l.user,
+            stdin: Io::Null,
+            stdout: Io::File(out),
+            stderr: Io::File(err),
+        };
+        let spawned = self.cfg.launcher.spawn(spec);
+        let result = match spawned {
+            Ok(mut child) => {
+                if let Some(pid) = child.id() {
+                    if !self.add_groups(l.job, l.step, &[pid]) {
+                        signal_group(pid, Signal::SIGKILL);
+                    }
+                }
+                child.wait().await.map(exit_status).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(error_chain(&e)),
+        };
+        let _ = std::fs::remove_file(&path);
+        result
+    }
+
+    /// Relays a CLI request to ctld with a fresh credential for `who`.
+    pub async fn relay(&self, who: Ident, request: Request) -> Response {
+        let unreachable =
+            || Response::Error("Unable to contact slurm controller (connect failure)".into());
+        let Some(conn) = self.conn.borrow().clone() else {
+            return unreachable();
+        };
+        let token = match self.minter.mint(who, now_ms()) {
+            Ok(t) => t,
+            Err(e) => return Response::Error(e.to_string()),
+        };
+        let exchange = async {
+            let (mut send, mut recv) = conn.open_bi().await.ok()?;
+            write_frame(&mut send, &Open::Request { token, request })
+                .await
+                .ok()?;
+            let _ = send.finish();
+            read_frame::<_, Response>(&mut recv).await.ok().flatten()
+        };
+        exchange.await.unwrap_or_else(unreachable)
+    }
+}
+
+/// "outer: inner: innermost", for one-line logs.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+fn chown_if_root(path: &std::path::Path, who: Ident) -> std::io::Result<()> {
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(path, Some(who.uid), Some(who.gid))?;
+    }
+    Ok(())
+}
+
+/// Opens (truncating) an output file for the user.
+fn open_output(path: &std::path::Path, who: Ident) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    chown_if_root(path, who)?;
+    Ok(f)
+}
+
+fn write_script(path: &std::path::Path, script: &str, who: Ident) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o700)
+        .open(path)?;
+    f.write_all(script.as_bytes())?;
+    drop(f);
+    chown_if_root(path, who)
+}

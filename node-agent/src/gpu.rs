@@ -1,0 +1,160 @@
+//! GPU backends: what GPUs a node has. The simulated backend stands in for
+//! NVML (a later issue) so everything runs on machines without GPUs.
+
+use std::path::{Path, PathBuf};
+
+use corral_proto::msg::GpuInfo;
+use serde::Deserialize;
+
+/// Why the GPUs could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("{path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: bad gpu description")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("{path}: gpu index {index} repeated")]
+    Repeated { path: PathBuf, index: u32 },
+}
+
+/// A source of GPU inventory.
+pub trait GpuBackend: Send + Sync + std::fmt::Debug {
+    fn gpus(&self) -> Result<Vec<GpuInfo>, GpuError>;
+}
+
+/// Simulated GPUs: a fixed list.
+#[derive(Clone, Debug, Default)]
+pub struct SimGpus {
+    gpus: Vec<GpuInfo>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuFile {
+    #[serde(default)]
+    gpu: Vec<GpuEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuEntry {
+    index: u32,
+    uuid: Option<String>,
+    #[serde(default = "default_memory")]
+    memory_mb: u64,
+    #[serde(default)]
+    group: u32,
+}
+
+fn default_memory() -> u64 {
+    141 * 1024
+}
+
+impl SimGpus {
+    /// `count` GPUs of `memory_mb` each, in topology groups of `per_group`
+    /// (0: one group), with UUIDs derived from the node name.
+    pub fn uniform(node: &str, count: u32, per_group: u32, memory_mb: u64) -> Self {
+        SimGpus {
+            gpus: (0..count)
+                .map(|i| GpuInfo {
+                    index: i,
+                    uuid: sim_uuid(node, i),
+                    memory_mb,
+                    group: i.checked_div(per_group).unwrap_or(0),
+                })
+                .collect(),
+        }
+    }
+
+    /// From a TOML file of `[[gpu]]` tables (`index`, `uuid`, `memory_mb`,
+    /// `group`).
+    pub fn from_file(node: &str, path: &Path) -> Result<Self, GpuError> {
+        let text = std::fs::read_to_string(path).map_err(|source| GpuError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let file: GpuFile = toml::from_str(&text).map_err(|source| GpuError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut gpus: Vec<GpuInfo> = file
+            .gpu
+            .into_iter()
+            .map(|g| GpuInfo {
+                index: g.index,
+                uuid: g.uuid.unwrap_or_else(|| sim_uuid(node, g.index)),
+                memory_mb: g.memory_mb,
+                group: g.group,
+            })
+            .collect();
+        gpus.sort_by_key(|g| g.index);
+        if let Some(w) = gpus.windows(2).find(|w| w[0].index == w[1].index) {
+            return Err(GpuError::Repeated {
+                path: path.to_path_buf(),
+                index: w[0].index,
+            });
+        }
+        Ok(SimGpus { gpus })
+    }
+}
+
+/// A stable UUID-shaped identifier for a simulated GPU.
+fn sim_uuid(node: &str, index: u32) -> String {
+    let h = node
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    format!(
+        "GPU-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        (h >> 32) as u32,
+        (h >> 16) as u16,
+        h as u16,
+        index,
+        h & 0xffff_ffff_ffff
+    )
+}
+
+impl GpuBackend for SimGpus {
+    fn gpus(&self) -> Result<Vec<GpuInfo>, GpuError> {
+        Ok(self.gpus.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_groups_and_distinct_uuids() {
+        let g = SimGpus::uniform("worker-0", 8, 4, 1000).gpus().unwrap();
+        assert_eq!(g.len(), 8);
+        assert_eq!(g[3].group, 0);
+        assert_eq!(g[4].group, 1);
+        let mut uuids: Vec<_> = g.iter().map(|g| &g.uuid).collect();
+        uuids.dedup();
+        assert_eq!(uuids.len(), 8);
+        let other = SimGpus::uniform("worker-1", 1, 0, 1000).gpus().unwrap();
+        assert_ne!(other[0].uuid, g[0].uuid);
+    }
+
+    #[test]
+    fn file_backend_reads_and_refuses_repeats() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("gpus.toml");
+        std::fs::write(&p, "[[gpu]]\nindex = 1\ngroup = 1\n[[gpu]]\nindex = 0\nuuid = \"GPU-x\"\n").unwrap();
+        let g = SimGpus::from_file("n", &p).unwrap().gpus().unwrap();
+        assert_eq!((g[0].index, g[0].uuid.as_str()), (0, "GPU-x"));
+        assert_eq!(g[1].group, 1);
+        std::fs::write(&p, "[[gpu]]\nindex = 1\n[[gpu]]\nindex = 1\n").unwrap();
+        assert!(matches!(SimGpus::from_file("n", &p), Err(GpuError::Repeated { .. })));
+        std::fs::write(&p, "[[gpu]]\nindx = 1\n").unwrap();
+        assert!(matches!(SimGpus::from_file("n", &p), Err(GpuError::Parse { .. })));
+    }
+}

@@ -1,0 +1,118 @@
+//! corral-agent: parses flags and wires the agent together.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use corral_agent::gpu::{GpuBackend, SimGpus};
+use corral_agent::launch::ProcessLauncher;
+use corral_agent::{local, resources, Agent, AgentConfig};
+use corral_proto::tls::CertFiles;
+
+/// Corral's node agent: registers this node with corral-ctld and runs the
+/// tasks it assigns.
+#[derive(Debug, Parser)]
+#[command(name = "corral-agent", version)]
+struct Args {
+    /// Node name (default: the host name).
+    #[arg(long)]
+    name: Option<String>,
+    /// corral-ctld's address.
+    #[arg(long, default_value = "127.0.0.1:6817")]
+    ctld: SocketAddr,
+    /// Directory with ca.pem and NAME.pem / NAME.key.
+    #[arg(long, default_value = "/etc/corral/certs")]
+    certs: PathBuf,
+    /// Unix socket for local CLIs.
+    #[arg(long, default_value = "/run/corral/agent.sock")]
+    socket: PathBuf,
+    /// Where batch scripts are kept while they run.
+    #[arg(long, default_value = "/var/spool/corral")]
+    spool: PathBuf,
+    /// Cluster name (SLURM_CLUSTER_NAME).
+    #[arg(long, default_value = "corral")]
+    cluster: String,
+    /// CPUs to offer (default: this machine's).
+    #[arg(long)]
+    cpus: Option<u32>,
+    /// Memory to offer in MB (default: this machine's).
+    #[arg(long)]
+    mem: Option<u64>,
+    /// Simulated GPUs: how many.
+    #[arg(long, default_value_t = 0)]
+    sim_gpus: u32,
+    /// Simulated GPUs per topology group (0: one group).
+    #[arg(long, default_value_t = 0)]
+    sim_gpus_per_group: u32,
+    /// Simulated GPU memory in MB.
+    #[arg(long, default_value_t = 141 * 1024)]
+    sim_gpu_memory: u64,
+    /// Simulated GPUs from a TOML file of [[gpu]] tables (instead of the
+    /// counts above).
+    #[arg(long)]
+    sim_gpu_file: Option<PathBuf>,
+    /// Node features, comma separated.
+    #[arg(long, value_delimiter = ',')]
+    features: Vec<String>,
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let name = args.name.unwrap_or_else(hostname);
+    let gpus: Box<dyn GpuBackend> = match &args.sim_gpu_file {
+        Some(p) => Box::new(SimGpus::from_file(&name, p)?),
+        None => Box::new(SimGpus::uniform(
+            &name,
+            args.sim_gpus,
+            args.sim_gpus_per_group,
+            args.sim_gpu_memory,
+        )),
+    };
+    let cfg = AgentConfig {
+        certs: CertFiles::in_dir(&args.certs, &name),
+        name,
+        cluster: args.cluster,
+        ctld: args.ctld,
+        socket: args.socket.clone(),
+        spool: args.spool,
+        resources: resources::detect(args.cpus, args.mem),
+        gpus: gpus.gpus()?,
+        features: args.features,
+        launcher: Arc::new(ProcessLauncher),
+    };
+    let agent = Agent::new(cfg).context("starting agent")?;
+    let listener = local::bind(&args.socket)?;
+    tokio::spawn(local::serve(agent.clone(), listener));
+    agent.run_control().await?;
+    Ok(())
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CORRAL_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("corral-agent: error: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(run(args)) {
+        eprintln!("corral-agent: error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,166 @@
+//! An interactive step on this node: dial srun back, start the tasks with
+//! pipes, stream their output up and their stdin and signals down.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use corral_proto::msg::{ExitStatus, Launch, StepDown, StepIo, StepUp};
+use corral_proto::{read_frame, tls, write_frame};
+use nix::sys::signal::Signal;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::agent::{error_chain, exit_status, signal_group, Agent};
+use crate::launch::{Io, TaskSpec};
+
+async fn pump<R: AsyncRead + Unpin>(mut r: R, task: u32, stderr: bool, tx: mpsc::Sender<StepUp>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let msg = StepUp::Output {
+                    task,
+                    stderr,
+                    data: buf[..n].to_vec(),
+                };
+                if tx.send(msg).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Runs this node's tasks of a step; returns the worst exit.
+pub(crate) async fn run(
+    agent: &Arc<Agent>,
+    l: &Launch,
+    argv: &[String],
+    io: StepIo,
+) -> Result<ExitStatus, String> {
+    let cfg = tls::pinned_client_config(io.cert_sha256).map_err(|e| error_chain(&e))?;
+    let conn = agent
+        .endpoint
+        .connect_with(cfg, io.addr, "srun")
+        .map_err(|e| format!("connect to srun at {}: {e}", io.addr))?
+        .await
+        .map_err(|e| format!("connect to srun at {}: {e}", io.addr))?;
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+    let tasks: Vec<u32> = (l.first_task..l.first_task + l.tasks_here).collect();
+    let hello = StepUp::Hello {
+        secret: io.secret,
+        node: agent.name().to_string(),
+        node_index: l.node_index,
+        step_nodes: l.step_nodes,
+        tasks: tasks.clone(),
+    };
+    write_frame(&mut send, &hello).await.map_err(|e| e.to_string())?;
+
+    let (tx, mut rx) = mpsc::channel::<StepUp>(256);
+    let writer = tokio::spawn(async move {
+        while let Some(msg) = rx.recv().await {
+            if write_frame(&mut send, &msg).await.is_err() {
+                break;
+            }
+        }
+        let _ = send.finish();
+        send
+    });
+
+    let mut stdin0 = None;
+    let mut groups = Vec::new();
+    let mut waits = Vec::new();
+    for (local, &task) in tasks.iter().enumerate() {
+        let spec = TaskSpec {
+            argv: argv.to_vec(),
+            env: agent.env_for(l, local as u32),
+            cwd: l.work_dir.clone().into(),
+            user: l.user,
+            stdin: if task == 0 { Io::Piped } else { Io::Null },
+            stdout: Io::Piped,
+            stderr: Io::Piped,
+        };
+        match agent.cfg.launcher.spawn(spec) {
+            Ok(mut child) => {
+                if let Some(pid) = child.id() {
+                    groups.push(pid);
+                }
+                if task == 0 {
+                    stdin0 = child.stdin.take();
+                }
+                let out = child.stdout.take().map(|o| tokio::spawn(pump(o, task, false, tx.clone())));
+                let err = child.stderr.take().map(|e| tokio::spawn(pump(e, task, true, tx.clone())));
+                let tx = tx.clone();
+                waits.push(tokio::spawn(async move {
+                    let st = child.wait().await.map(exit_status).unwrap_or(ExitStatus {
+                        code: 1,
+                        signal: None,
+                    });
+                    // Output first, then the exit: srun prints in order.
+                    for h in [out, err].into_iter().flatten() {
+                        let _ = h.await;
+                    }
+                    let _ = tx.send(StepUp::TaskExit { task, exit: st }).await;
+                    st
+                }));
+            }
+            Err(e) => {
+                let text = format!("corral-agent: error: {}: {}\n", argv[0], error_chain(&e));
+                let _ = tx
+                    .send(StepUp::Output {
+                        task,
+                        stderr: true,
+                        data: text.into_bytes(),
+                    })
+                    .await;
+                let st = ExitStatus { code: 2, signal: None };
+                let _ = tx.send(StepUp::TaskExit { task, exit: st }).await;
+                waits.push(tokio::spawn(async move { st }));
+            }
+        }
+    }
+    if !agent.add_groups(l.job, l.step, &groups) {
+        groups.iter().for_each(|&g| signal_group(g, Signal::SIGKILL));
+    }
+    drop(tx);
+
+    // srun → tasks: stdin to task 0, signals to all.
+    let sig_groups = groups.clone();
+    let reader = tokio::spawn(async move {
+        loop {
+            match read_frame::<_, StepDown>(&mut recv).await {
+                Ok(Some(StepDown::Stdin(data))) => {
+                    if let Some(w) = stdin0.as_mut() {
+                        if w.write_all(&data).await.is_err() {
+                            stdin0 = None;
+                        }
+                    }
+                }
+                Ok(Some(StepDown::StdinEof)) => stdin0 = None,
+                Ok(Some(StepDown::Signal(s))) => {
+                    if let Ok(sig) = Signal::try_from(s) {
+                        sig_groups.iter().for_each(|&g| signal_group(g, sig));
+                    }
+                }
+                Ok(None) | Err(_) => return,
+            }
+        }
+    });
+
+    let mut worst = ExitStatus::default();
+    for w in waits {
+        let st = w.await.unwrap_or(ExitStatus { code: 1, signal: None });
+        if st.code > worst.code {
+            worst = st;
+        }
+    }
+    if let Ok(send) = writer.await {
+        // Give srun the chance to read everything before the connection
+        // goes; it closes once every task of the step has exited.
+        let _ = tokio::time::timeout(Duration::from_secs(5), send.stopped()).await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await;
+    reader.abort();
+    Ok(worst)
+}
