@@ -4,6 +4,7 @@
 //! `scheduler-core`; nothing here changes a decision.
 
 pub mod chart;
+pub mod cli;
 pub mod replay;
 pub mod synthetic;
 pub mod trace;

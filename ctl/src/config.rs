@@ -1,0 +1,235 @@
+//! `corral.toml`: the controller's configuration.
+//!
+//! ```toml
+//! cluster = "corral"
+//! listen = "0.0.0.0:6817"
+//! certs = "/etc/corral/certs"      # ca.pem, corral-ctld.pem, corral-ctld.key
+//! heartbeat_timeout = 30           # seconds of agent silence before DOWN
+//! kill_wait = 30                   # seconds between SIGTERM and SIGKILL
+//! operators = [1000]               # uids that may act on any job and node
+//! policy = "conservative"          # or "easy", "fcfs"
+//!
+//! [[partition]]
+//! name = "gpu"
+//! nodes = "worker-[0-7]"           # hostlist, or "ALL"
+//! default = true
+//! default_time = "1:00:00"
+//! max_time = "UNLIMITED"
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use scheduler_core::{BackfillPolicy, PartitionSpec};
+use serde::Deserialize;
+
+use crate::timefmt::parse_limit;
+
+/// Why the configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("{path}: partition {partition}: {message}")]
+    Partition {
+        path: PathBuf,
+        partition: String,
+        message: String,
+    },
+    #[error("{path}: policy must be conservative, easy or fcfs, not {policy}")]
+    Policy { path: PathBuf, policy: String },
+    #[error("{path}: no partitions")]
+    NoPartitions { path: PathBuf },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default = "default_cluster")]
+    cluster: String,
+    #[serde(default = "default_listen")]
+    listen: SocketAddr,
+    #[serde(default = "default_certs")]
+    certs: PathBuf,
+    #[serde(default = "default_heartbeat")]
+    heartbeat_timeout: u64,
+    #[serde(default = "default_kill_wait")]
+    kill_wait: u64,
+    #[serde(default)]
+    operators: Vec<u32>,
+    #[serde(default = "default_policy")]
+    policy: String,
+    #[serde(default = "default_min_job_age")]
+    min_job_age: u64,
+    #[serde(default)]
+    partition: Vec<RawPartition>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPartition {
+    name: String,
+    nodes: String,
+    #[serde(default)]
+    default: bool,
+    default_time: Option<String>,
+    max_time: Option<String>,
+    #[serde(default = "default_tier")]
+    priority_tier: u32,
+}
+
+fn default_cluster() -> String {
+    "corral".into()
+}
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 6817))
+}
+fn default_certs() -> PathBuf {
+    "/etc/corral/certs".into()
+}
+fn default_heartbeat() -> u64 {
+    30
+}
+fn default_kill_wait() -> u64 {
+    30
+}
+fn default_policy() -> String {
+    "conservative".into()
+}
+fn default_min_job_age() -> u64 {
+    300
+}
+fn default_tier() -> u32 {
+    1
+}
+
+/// The controller's configuration, checked.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub cluster: String,
+    pub listen: SocketAddr,
+    pub certs: PathBuf,
+    /// Seconds of silence after which an agent's node is DOWN.
+    pub heartbeat_timeout: u64,
+    /// Seconds between SIGTERM and SIGKILL when a job is ended.
+    pub kill_wait: u64,
+    pub operators: Vec<u32>,
+    pub policy: BackfillPolicy,
+    /// Seconds a finished job stays visible to squeue and scontrol.
+    pub min_job_age: u64,
+    pub partitions: Vec<PartitionSpec>,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let policy = match raw.policy.as_str() {
+            "conservative" => BackfillPolicy::Conservative,
+            "easy" => BackfillPolicy::Easy,
+            "fcfs" => BackfillPolicy::Fcfs,
+            other => {
+                return Err(ConfigError::Policy {
+                    path: path.to_path_buf(),
+                    policy: other.to_string(),
+                })
+            }
+        };
+        if raw.partition.is_empty() {
+            return Err(ConfigError::NoPartitions {
+                path: path.to_path_buf(),
+            });
+        }
+        let mut partitions = Vec::new();
+        for p in raw.partition {
+            let err = |message: String| ConfigError::Partition {
+                path: path.to_path_buf(),
+                partition: p.name.clone(),
+                message,
+            };
+            if p.nodes != "ALL" {
+                scheduler_core::hostlist::expand(&p.nodes).map_err(|e| err(e.to_string()))?;
+            }
+            let mut spec = PartitionSpec::new(p.name.clone(), p.nodes.clone());
+            spec.is_default = p.default;
+            spec.priority_tier = p.priority_tier;
+            spec.default_time = match &p.default_time {
+                Some(t) => parse_limit(t).map_err(err)?,
+                None => None,
+            };
+            spec.max_time = match &p.max_time {
+                Some(t) => parse_limit(t).map_err(err)?,
+                None => None,
+            };
+            partitions.push(spec);
+        }
+        Ok(Config {
+            cluster: raw.cluster,
+            listen: raw.listen,
+            certs: raw.certs,
+            heartbeat_timeout: raw.heartbeat_timeout.max(1),
+            kill_wait: raw.kill_wait,
+            operators: raw.operators,
+            policy,
+            min_job_age: raw.min_job_age,
+            partitions,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_cluster() {
+        let c = Config::parse(
+            Path::new("c.toml"),
+            "cluster = \"x\"\nlisten = \"127.0.0.1:7000\"\nheartbeat_timeout = 5\n\
+             [[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-7]\"\ndefault = true\nmax_time = \"1-00:00:00\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.cluster, "x");
+        assert_eq!(c.heartbeat_timeout, 5);
+        assert_eq!(c.partitions[0].max_time, Some(86400));
+        assert!(c.partitions[0].is_default);
+    }
+
+    #[test]
+    fn broken_configs_say_where() {
+        for (text, want) in [
+            ("[[partition]]\nname = \"p\"\nnodes = \"w-[3-1]\"\n", "partition p"),
+            ("listen = 5\n", "c.toml"),
+            ("policy = \"random\"\n[[partition]]\nname=\"p\"\nnodes=\"ALL\"\n", "policy"),
+            ("cluster = \"x\"\n", "no partitions"),
+            ("bogus = 1\n", "c.toml"),
+            ("[[partition]]\nname = \"p\"\nnodes = \"ALL\"\nmax_time = \"soon\"\n", "time limit"),
+        ] {
+            let e = Config::parse(Path::new("c.toml"), text).unwrap_err();
+            let msg = format!("{e}: {}", e.source().map(|s| s.to_string()).unwrap_or_default());
+            assert!(msg.contains(want), "{msg}");
+        }
+    }
+
+    use std::error::Error;
+}

@@ -1,0 +1,267 @@
+//! The controller's state machine, driven without a network.
+
+use super::*;
+use corral_proto::msg::{GpuInfo, StepIo};
+
+const ALICE: Ident = Ident {
+    uid: 1000,
+    gid: 1000,
+};
+const BOB: Ident = Ident {
+    uid: 1001,
+    gid: 1001,
+};
+const ROOT: Ident = Ident { uid: 0, gid: 0 };
+
+fn config() -> Config {
+    Config::parse(
+        std::path::Path::new("t.toml"),
+        "heartbeat_timeout = 10\nkill_wait = 5\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-3]\"\ndefault = true\n",
+    )
+    .unwrap()
+}
+
+fn reg(name: &str, gpus: u32) -> Registration {
+    Registration {
+        name: name.into(),
+        cpus: 8,
+        memory_mb: 16_000,
+        gpus: (0..gpus)
+            .map(|i| GpuInfo {
+                index: i,
+                uuid: format!("GPU-{name}-{i}"),
+                memory_mb: 1000,
+                group: 0,
+            })
+            .collect(),
+        features: vec![],
+        credential_key: vec![7; 32],
+        running: vec![],
+        agent_version: "t".into(),
+    }
+}
+
+fn cluster(nodes: usize) -> Controller {
+    let mut c = Controller::new(config()).unwrap();
+    for i in 0..nodes {
+        c.register(reg(&format!("worker-{i}"), 4), 0).unwrap();
+    }
+    c
+}
+
+fn batch(script: &str) -> JobSpec {
+    JobSpec {
+        name: "job".into(),
+        work_dir: "/tmp".into(),
+        kind: JobKind::Batch {
+            script: script.into(),
+            stdout: None,
+            stderr: None,
+        },
+        ..JobSpec::default()
+    }
+}
+
+fn launches(c: &mut Controller) -> Vec<(String, Launch)> {
+    c.take_outbox()
+        .into_iter()
+        .filter_map(|(n, m)| match m {
+            CtldMsg::Launch(l) => Some((n, l)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn state(c: &Controller, id: u64) -> JobState {
+    c.job_views(&JobFilter { ids: vec![id], ..Default::default() }, 0)[0].state
+}
+
+#[test]
+fn batch_job_runs_completes_and_frees_its_node() {
+    let mut c = cluster(2);
+    let id = c.submit(ALICE, batch("#!/bin/sh\ntrue\n"), 10).unwrap();
+    assert_eq!(state(&c, id), JobState::Pending);
+    assert_eq!(c.schedule(10), 1);
+    let l = launches(&mut c);
+    assert_eq!(l.len(), 1, "a batch script runs on the first node only");
+    let (node, launch) = &l[0];
+    assert_eq!(launch.step, BATCH_STEP);
+    assert_eq!(state(&c, id), JobState::Running);
+    c.agent_message(node, AgentMsg::StepExited { job: id, step: BATCH_STEP, exit: ExitStatus::default() }, 12);
+    assert_eq!(state(&c, id), JobState::Completing);
+    let terms: Vec<_> = c.take_outbox();
+    assert!(matches!(terms[0].1, CtldMsg::Terminate { job, .. } if job == id));
+    c.agent_message(node, AgentMsg::JobCleaned { job: id }, 12);
+    assert_eq!(state(&c, id), JobState::Completed);
+    assert!(c.node_views().iter().all(|n| n.state == "idle"));
+}
+
+#[test]
+fn failing_exit_is_failed_with_its_code() {
+    let mut c = cluster(1);
+    let id = c.submit(ALICE, batch("x"), 0).unwrap();
+    c.schedule(0);
+    let (node, _) = launches(&mut c).remove(0);
+    let exit = ExitStatus { code: 3, signal: None };
+    c.agent_message(&node, AgentMsg::StepExited { job: id, step: BATCH_STEP, exit }, 1);
+    c.agent_message(&node, AgentMsg::JobCleaned { job: id }, 1);
+    let v = &c.job_views(&JobFilter::default(), 1)[0];
+    assert_eq!((v.state, v.exit.code), (JobState::Failed, 3));
+}
+
+#[test]
+fn only_owners_and_operators_cancel() {
+    let mut c = cluster(1);
+    let id = c.submit(BOB, batch("x"), 0).unwrap();
+    let f = JobFilter { ids: vec![id], ..Default::default() };
+    let e = c.cancel(ALICE, &f, None, 1).unwrap_err();
+    assert!(e.contains("Access/permission denied"), "{e}");
+    assert_eq!(state(&c, id), JobState::Pending);
+    // A filter by user selects nothing of someone else's.
+    let all = JobFilter::default();
+    assert!(c.cancel(ALICE, &all, None, 1).unwrap().is_empty());
+    assert_eq!(c.cancel(ROOT, &f, None, 1).unwrap(), vec![id]);
+    assert_eq!(state(&c, id), JobState::Cancelled);
+    let e = c.hold(ALICE, &[id], false).unwrap_err();
+    assert!(e.contains("Invalid") || e.contains("denied") || e.contains("not pending"), "{e}");
+}
+
+#[test]
+fn cancelling_a_running_job_terminates_it_with_grace() {
+    let mut c = cluster(1);
+    let id = c.submit(ALICE, batch("x"), 0).unwrap();
+    c.schedule(0);
+    let (node, _) = launches(&mut c).remove(0);
+    c.cancel(ALICE, &JobFilter { ids: vec![id], ..Default::default() }, None, 1).unwrap();
+    let out = c.take_outbox();
+    assert!(matches!(out[0].1, CtldMsg::Terminate { grace_ms: 5000, .. }));
+    assert_eq!(state(&c, id), JobState::Completing);
+    c.agent_message(&node, AgentMsg::JobCleaned { job: id }, 2);
+    assert_eq!(state(&c, id), JobState::Cancelled);
+}
+
+#[test]
+fn time_limit_turns_into_timeout() {
+    let mut c = cluster(1);
+    let mut spec = batch("x");
+    spec.time_limit = Some(60);
+    let id = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    let (node, _) = launches(&mut c).remove(0);
+    c.agent_message(&node, AgentMsg::Heartbeat { running: vec![id] }, 55);
+    c.tick(59);
+    assert_eq!(state(&c, id), JobState::Running);
+    c.agent_message(&node, AgentMsg::Heartbeat { running: vec![id] }, 60);
+    c.tick(60);
+    assert_eq!(state(&c, id), JobState::Completing);
+    c.agent_message(&node, AgentMsg::JobCleaned { job: id }, 61);
+    assert_eq!(state(&c, id), JobState::Timeout);
+}
+
+#[test]
+fn silent_node_goes_down_and_its_jobs_fail_or_requeue() {
+    let mut c = cluster(2);
+    let a = c.submit(ALICE, batch("x"), 0).unwrap();
+    let mut spec = batch("x");
+    spec.requeue = true;
+    spec.exclusive = true;
+    let b = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    let l = launches(&mut c);
+    assert_eq!(l.len(), 2);
+    let node_a = l.iter().find(|(_, l)| l.job == a).unwrap().0.clone();
+    let node_b = l.iter().find(|(_, l)| l.job == b).unwrap().0.clone();
+    assert_ne!(node_a, node_b);
+    // Both nodes go silent.
+    c.tick(11);
+    assert_eq!(state(&c, a), JobState::NodeFail);
+    assert_eq!(state(&c, b), JobState::Pending);
+    assert!(c.node_views().iter().all(|n| n.state == "down*"));
+    // An agent that comes back is the same node, and the requeued job runs.
+    c.register(reg(&node_b, 4), 12).unwrap();
+    assert_eq!(c.node_views().iter().filter(|n| n.state == "idle").count(), 1);
+    c.schedule(12);
+    let l = launches(&mut c);
+    assert_eq!(l[0].1.job, b);
+    assert_eq!(l[0].0, node_b);
+    assert_eq!(c.job_views(&JobFilter { ids: vec![b], ..Default::default() }, 12)[0].restarts, 1);
+}
+
+#[test]
+fn restarted_agent_loses_its_jobs_at_once() {
+    let mut c = cluster(1);
+    let id = c.submit(ALICE, batch("x"), 0).unwrap();
+    c.schedule(0);
+    launches(&mut c);
+    c.register(reg("worker-0", 4), 3).unwrap();
+    assert_eq!(state(&c, id), JobState::NodeFail);
+    assert_eq!(c.node_views()[0].state, "idle");
+}
+
+#[test]
+fn steps_spread_tasks_over_the_allocation() {
+    let mut c = cluster(2);
+    let mut spec = batch("x");
+    spec.nodes = Some(2);
+    spec.gpus = GpuAsk::PerNode(2);
+    let id = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    launches(&mut c);
+    let io = StepIo {
+        addr: "127.0.0.1:9".parse().unwrap(),
+        cert_sha256: [0; 32],
+        secret: [1; 32],
+    };
+    let step = StepSpec {
+        job: id,
+        nodes: None,
+        ntasks: Some(5),
+        argv: vec!["hostname".into()],
+        work_dir: "/tmp".into(),
+        env: vec![],
+        io,
+    };
+    let e = c.submit_step(BOB, step.clone()).unwrap_err();
+    assert!(e.contains("denied"), "{e}");
+    let (_, s) = c.submit_step(ALICE, step).unwrap();
+    assert_eq!(s, 0);
+    let l = launches(&mut c);
+    let shape: Vec<_> = l.iter().map(|(_, l)| (l.node_index, l.first_task, l.tasks_here, l.gpus.len())).collect();
+    assert_eq!(shape, vec![(0, 0, 3, 2), (1, 3, 2, 2)]);
+}
+
+#[test]
+fn drains_need_an_operator_and_a_reason() {
+    let mut c = cluster(2);
+    assert!(c.update_node(ALICE, "worker-0", NodeUpdate::Drain, Some("x".into()), 0).is_err());
+    assert!(c.update_node(ROOT, "worker-0", NodeUpdate::Drain, None, 0).is_err());
+    assert!(c.update_node(ROOT, "worker-9", NodeUpdate::Drain, Some("x".into()), 0).is_err());
+    c.update_node(ROOT, "worker-[0-1]", NodeUpdate::Drain, Some("bad fan".into()), 5).unwrap();
+    let v = c.node_views();
+    assert!(v.iter().all(|n| n.state == "drained" && n.reason.as_deref() == Some("bad fan")));
+    let id = c.submit(ALICE, batch("x"), 6).unwrap();
+    assert_eq!(c.schedule(6), 0);
+    c.update_node(ROOT, "worker-1", NodeUpdate::Resume, None, 7).unwrap();
+    assert_eq!(c.schedule(7), 1);
+    assert_eq!(state(&c, id), JobState::Running);
+}
+
+#[test]
+fn submit_refusals_read_like_slurm() {
+    let mut c = cluster(1);
+    let mut spec = batch("x");
+    spec.partition = Some("nope".into());
+    let e = c.submit(ALICE, spec, 0).unwrap_err();
+    assert!(e.starts_with("Invalid partition name specified"), "{e}");
+    let mut spec = batch("x");
+    spec.gpus = GpuAsk::PerNode(64);
+    assert!(c.submit(ALICE, spec, 0).is_err());
+    assert!(c.job_views(&JobFilter::default(), 0).is_empty());
+}
+
+#[test]
+fn natural_order_of_node_names() {
+    let mut v = vec!["worker-10", "worker-2", "a", "worker-1"];
+    v.sort_by(|a, b| natural(a, b));
+    assert_eq!(v, vec!["a", "worker-1", "worker-2", "worker-10"]);
+}

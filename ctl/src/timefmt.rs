@@ -1,0 +1,119 @@
+//! Slurm's time formats: limits (`-t 1-02:00:00`) and the clocks squeue,
+//! sinfo and scontrol print.
+
+/// Parses a time limit in seconds: `minutes`, `minutes:seconds`,
+/// `hours:minutes:seconds`, `days-hours`, `days-hours:minutes`,
+/// `days-hours:minutes:seconds`. `UNLIMITED` and `infinite` give `None`.
+pub fn parse_limit(s: &str) -> Result<Option<u64>, String> {
+    let s = s.trim();
+    let bad = || format!("invalid time limit specification: {s}");
+    if s.eq_ignore_ascii_case("unlimited") || s.eq_ignore_ascii_case("infinite") {
+        return Ok(None);
+    }
+    let num = |p: &str| -> Result<u64, String> {
+        if p.is_empty() || p.len() > 9 || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        p.parse().map_err(|_| bad())
+    };
+    let (days, rest) = match s.split_once('-') {
+        Some((d, r)) => (Some(num(d)?), r),
+        None => (None, s),
+    };
+    let parts: Vec<u64> = rest.split(':').map(num).collect::<Result<_, _>>()?;
+    let secs = match (days, parts.as_slice()) {
+        (None, [m]) => m * 60,
+        (None, [m, s]) => m * 60 + s,
+        (None, [h, m, s]) => h * 3600 + m * 60 + s,
+        (Some(d), [h]) => d * 86400 + h * 3600,
+        (Some(d), [h, m]) => d * 86400 + h * 3600 + m * 60,
+        (Some(d), [h, m, s]) => d * 86400 + h * 3600 + m * 60 + s,
+        _ => return Err(bad()),
+    };
+    Ok(Some(secs))
+}
+
+/// A duration as squeue's `TIME` column prints it: `M:SS`, `H:MM:SS`,
+/// `D-HH:MM:SS`.
+pub fn elapsed(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{s:02}")
+    } else if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
+}
+
+/// A limit as sinfo and scontrol print it: `UNLIMITED`/`infinite`, or
+/// `[D-]HH:MM:SS`.
+pub fn limit(secs: Option<u64>, unlimited: &str) -> String {
+    match secs {
+        None => unlimited.to_string(),
+        Some(secs) => {
+            let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+            if d > 0 {
+                format!("{d}-{h:02}:{m:02}:{s:02}")
+            } else {
+                format!("{h:02}:{m:02}:{s:02}")
+            }
+        }
+    }
+}
+
+/// A Unix time as `YYYY-MM-DDTHH:MM:SS` (UTC; the cluster's clocks are
+/// expected to be in UTC, as in containers).
+pub fn timestamp(unix: u64) -> String {
+    let days = (unix / 86400) as i64;
+    let rem = unix % 86400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_parse_in_every_slurm_form() {
+        assert_eq!(parse_limit("10"), Ok(Some(600)));
+        assert_eq!(parse_limit("10:30"), Ok(Some(630)));
+        assert_eq!(parse_limit("1:00:00"), Ok(Some(3600)));
+        assert_eq!(parse_limit("2-3"), Ok(Some(2 * 86400 + 3 * 3600)));
+        assert_eq!(parse_limit("2-3:04"), Ok(Some(2 * 86400 + 3 * 3600 + 240)));
+        assert_eq!(parse_limit("1-0:0:5"), Ok(Some(86405)));
+        assert_eq!(parse_limit("UNLIMITED"), Ok(None));
+        for bad in ["", "x", "1:2:3:4", "-5", "1--2", "1-", "99999999999"] {
+            assert!(parse_limit(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn clocks_print_like_slurm() {
+        assert_eq!(elapsed(0), "0:00");
+        assert_eq!(elapsed(3725), "1:02:05");
+        assert_eq!(elapsed(90061), "1-01:01:01");
+        assert_eq!(limit(None, "infinite"), "infinite");
+        assert_eq!(limit(Some(3600), "x"), "01:00:00");
+        assert_eq!(limit(Some(86400 * 2), "x"), "2-00:00:00");
+        assert_eq!(timestamp(0), "1970-01-01T00:00:00");
+        assert_eq!(timestamp(1_796_000_000), "2026-11-30T00:53:20");
+        assert_eq!(timestamp(951_782_400), "2000-02-29T00:00:00");
+    }
+}
