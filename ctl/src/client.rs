@@ -1,0 +1,92 @@
+//! How a CLI reaches the cluster: its node's agent, over a Unix socket.
+//! The agent adds the caller's credential and relays to ctld.
+
+use std::path::PathBuf;
+
+use corral_proto::msg::{LocalRequest, Request, Response};
+use corral_proto::{read_frame, write_frame, WireError};
+use tokio::net::UnixStream;
+
+/// Where the local agent listens: `$CORRAL_AGENT_SOCKET`, or the default.
+pub fn socket_path() -> PathBuf {
+    std::env::var_os("CORRAL_AGENT_SOCKET")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/corral/agent.sock"))
+}
+
+/// Why a call did not get an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("Unable to contact slurm controller (cannot reach the local corral-agent at {path}: {source})")]
+    Connect {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Unable to contact slurm controller ({0})")]
+    Wire(#[from] WireError),
+    #[error("Unable to contact slurm controller (the local corral-agent closed the connection)")]
+    Closed,
+}
+
+/// A connection to the local agent; calls go one after another.
+#[derive(Debug)]
+pub struct Client {
+    stream: UnixStream,
+}
+
+impl Client {
+    pub async fn connect() -> Result<Client, ClientError> {
+        Client::connect_to(&socket_path()).await
+    }
+
+    pub async fn connect_to(path: &std::path::Path) -> Result<Client, ClientError> {
+        let path = path.to_path_buf();
+        let stream = UnixStream::connect(&path)
+            .await
+            .map_err(|source| ClientError::Connect { path, source })?;
+        Ok(Client { stream })
+    }
+
+    /// Sends a request to ctld and returns its answer, refusals included.
+    pub async fn call(&mut self, req: Request) -> Result<Response, ClientError> {
+        self.local(LocalRequest::Relay(req)).await
+    }
+
+    pub async fn local(&mut self, req: LocalRequest) -> Result<Response, ClientError> {
+        write_frame(&mut self.stream, &req).await?;
+        read_frame(&mut self.stream).await?.ok_or(ClientError::Closed)
+    }
+
+    /// Like [`Client::call`], with a refusal as `Err(message)`.
+    pub async fn ok(&mut self, req: Request) -> Result<Response, String> {
+        match self.call(req).await {
+            Ok(Response::Error(e)) => Err(e),
+            Ok(r) => Ok(r),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// Sends many requests back to back on one connection and collects the
+/// answers in order (for benches and bulk tools).
+pub async fn pipeline(reqs: Vec<Request>) -> Result<Vec<Response>, ClientError> {
+    let path = socket_path();
+    let stream = UnixStream::connect(&path)
+        .await
+        .map_err(|source| ClientError::Connect { path, source })?;
+    let (mut r, mut w) = stream.into_split();
+    let n = reqs.len();
+    let writer = tokio::spawn(async move {
+        for req in reqs {
+            write_frame(&mut w, &LocalRequest::Relay(req)).await?;
+        }
+        Ok::<_, WireError>(w)
+    });
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(read_frame(&mut r).await?.ok_or(ClientError::Closed)?);
+    }
+    let _ = writer.await;
+    Ok(out)
+}

@@ -1,0 +1,350 @@
+//! corral-ctld's service: the QUIC endpoint, one task per stream, the
+//! scheduling loop and the clock. It turns network input into calls on
+//! [`Controller`] and carries the controller's outbox to agents; every
+//! decision is the controller's.
+//!
+//! Scheduling passes are coalesced: any change that might start a job
+//! wakes the scheduling task, which runs one pass for all changes so far.
+//! Only that task runs passes, so never more than one is in flight, and it
+//! rests as long as its last pass took, so requests get at least half of
+//! the controller's time under any load.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use corral_proto::msg::{AgentMsg, CtldMsg, Open, Registration, Request, Response};
+use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
+use corral_proto::{now_ms, read_frame, write_frame, WireError};
+use parking_lot::{Mutex, MutexGuard};
+use tokio::sync::{mpsc, Notify};
+
+use crate::config::Config;
+use crate::state::Controller;
+
+/// Why the controller could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("certificates in {dir}")]
+    Certs {
+        dir: PathBuf,
+        #[source]
+        source: TlsError,
+    },
+    #[error("endpoint")]
+    Endpoint(#[source] TlsError),
+    #[error("controller: {0}")]
+    State(String),
+    #[error("{path}")]
+    AddrFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> u64 {
+    now_ms() / 1000
+}
+
+type AgentLink = (usize, mpsc::UnboundedSender<CtldMsg>);
+
+/// The running controller.
+#[derive(Debug)]
+pub struct Server {
+    ctl: Mutex<Controller>,
+    kick: Notify,
+    agents: Mutex<HashMap<String, AgentLink>>,
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+impl Server {
+    pub fn new(cfg: Config) -> Result<Arc<Server>, ServerError> {
+        Ok(Arc::new(Server {
+            ctl: Mutex::new(Controller::new(cfg).map_err(ServerError::State)?),
+            kick: Notify::new(),
+            agents: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Binds, then serves until the process ends. Writes the bound address
+    /// to `addr_file` once it listens.
+    pub async fn run(
+        self: Arc<Self>,
+        listen: SocketAddr,
+        addr_file: Option<PathBuf>,
+    ) -> Result<(), ServerError> {
+        let dir = self.ctl.lock().config().certs.clone();
+        let id = Identity::load(&CertFiles::in_dir(&dir, CTLD_NAME)).map_err(|source| {
+            ServerError::Certs {
+                dir: dir.clone(),
+                source,
+            }
+        })?;
+        let cfg = tls::server_config(&id).map_err(ServerError::Endpoint)?;
+        let endpoint = tls::server_endpoint(listen, cfg).map_err(ServerError::Endpoint)?;
+        let bound = endpoint.local_addr().map_err(|e| ServerError::Endpoint(TlsError::Bind {
+            addr: listen,
+            source: e,
+        }))?;
+        if let Some(path) = addr_file {
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, bound.to_string())
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .map_err(|source| ServerError::AddrFile { path, source })?;
+        }
+        tracing::info!(%bound, "corral-ctld listening");
+        tokio::spawn(self.clone().scheduling());
+        tokio::spawn(self.clone().clock());
+        while let Some(incoming) = endpoint.accept().await {
+            tokio::spawn(self.clone().connection(incoming));
+        }
+        Ok(())
+    }
+
+    /// Carries out what a call on the controller queued.
+    fn finish(&self, mut c: MutexGuard<'_, Controller>) {
+        let out = c.take_outbox();
+        let dirty = c.is_dirty();
+        drop(c);
+        if !out.is_empty() {
+            let agents = self.agents.lock();
+            for (node, msg) in out {
+                match agents.get(&node) {
+                    Some((_, tx)) => {
+                        let _ = tx.send(msg);
+                    }
+                    None => tracing::debug!(%node, "message for a disconnected node dropped"),
+                }
+            }
+        }
+        if dirty {
+            self.kick.notify_one();
+        }
+    }
+
+    async fn scheduling(self: Arc<Self>) {
+        loop {
+            self.kick.notified().await;
+            let t0 = Instant::now();
+            let started = {
+                let mut c = self.ctl.lock();
+                if !c.take_dirty() {
+                    continue;
+                }
+                let started = c.schedule(now());
+                self.finish(c);
+                started
+            };
+            let took = t0.elapsed();
+            if started > 0 {
+                tracing::debug!(started, ?took, "scheduling pass");
+            }
+            tokio::time::sleep(took.max(Duration::from_millis(1))).await;
+        }
+    }
+
+    async fn clock(self: Arc<Self>) {
+        let mut every = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            every.tick().await;
+            let mut c = self.ctl.lock();
+            c.tick(now());
+            self.finish(c);
+        }
+    }
+
+    async fn connection(self: Arc<Self>, incoming: quinn::Incoming) {
+        let peer = incoming.remote_address();
+        let conn = match incoming.await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::info!(%peer, error = %e, "handshake refused");
+                return;
+            }
+        };
+        let logged = Arc::new(AtomicBool::new(false));
+        while let Ok((send, recv)) = conn.accept_bi().await {
+            tokio::spawn(self.clone().stream(conn.clone(), send, recv, logged.clone()));
+        }
+    }
+
+    async fn stream(
+        self: Arc<Self>,
+        conn: quinn::Connection,
+        mut send: quinn::SendStream,
+        mut recv: quinn::RecvStream,
+        logged: Arc<AtomicBool>,
+    ) {
+        let first = tokio::time::timeout(Duration::from_secs(10), read_frame::<_, Open>(&mut recv)).await;
+        let open = match first {
+            Ok(Ok(Some(open))) => open,
+            Ok(Ok(None)) => return,
+            Ok(Err(e)) => {
+                refuse(&conn, &mut send, &mut recv, &e, &logged).await;
+                return;
+            }
+            Err(_) => {
+                let _ = send.reset(1u32.into());
+                return;
+            }
+        };
+        match open {
+            Open::Control(reg) => self.control(conn, reg, send, recv).await,
+            Open::Request { token, request } => {
+                let resp = self.request(&token, request);
+                let _ = write_frame(&mut send, &resp).await;
+                let _ = send.finish();
+            }
+        }
+    }
+
+    fn request(&self, token: &corral_proto::cred::Token, request: Request) -> Response {
+        let now = now();
+        let mut c = self.ctl.lock();
+        let who = match c.authenticate(token, now_ms()) {
+            Ok(who) => who,
+            Err(e) => {
+                drop(c);
+                tracing::warn!(node = %token.claims.node, error = %e, "credential refused");
+                return Response::Error(format!("Invalid authentication credential: {e}"));
+            }
+        };
+        let resp = match request {
+            Request::Submit(spec) => match c.submit(who, spec, now) {
+                Ok(job) => Response::Submitted { job },
+                Err(e) => Response::Error(e),
+            },
+            Request::SubmitStep(step) => match c.submit_step(who, step) {
+                Ok((job, step)) => Response::StepCreated { job, step },
+                Err(e) => Response::Error(e),
+            },
+            Request::Cancel { filter, signal } => match c.cancel(who, &filter, signal, now) {
+                Ok(jobs) => Response::Affected { jobs },
+                Err(e) => Response::Error(e),
+            },
+            Request::Hold { ids } => match c.hold(who, &ids, false) {
+                Ok(jobs) => Response::Affected { jobs },
+                Err(e) => Response::Error(e),
+            },
+            Request::Release { ids } => match c.hold(who, &ids, true) {
+                Ok(jobs) => Response::Affected { jobs },
+                Err(e) => Response::Error(e),
+            },
+            Request::Jobs(f) => Response::Jobs(c.job_views(&f, now)),
+            Request::Nodes => Response::Nodes(c.node_views()),
+            Request::Partitions => Response::Partitions(c.partition_views()),
+            Request::UpdateNode {
+                names,
+                state,
+                reason,
+            } => match c.update_node(who, &names, state, reason, now) {
+                Ok(()) => Response::Done,
+                Err(e) => Response::Error(e),
+            },
+            Request::Ping => Response::Done,
+        };
+        self.finish(c);
+        resp
+    }
+
+    async fn control(
+        self: Arc<Self>,
+        conn: quinn::Connection,
+        reg: Registration,
+        mut send: quinn::SendStream,
+        mut recv: quinn::RecvStream,
+    ) {
+        let name = reg.name.clone();
+        if !tls::peer_is(&conn, &name) {
+            tracing::warn!(node = %name, peer = %conn.remote_address(), "registration refused: certificate is for another name");
+            let refused = CtldMsg::Refused {
+                reason: format!("certificate does not name node {name}"),
+            };
+            let _ = write_frame(&mut send, &refused).await;
+            let _ = send.finish();
+            return;
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let heartbeat_ms = {
+            let c = self.ctl.lock();
+            c.config().heartbeat_timeout * 1000 / 3
+        };
+        let _ = tx.send(CtldMsg::Welcome { heartbeat_ms });
+        let link = conn.stable_id();
+        let registered = {
+            let mut c = self.ctl.lock();
+            let r = c.register(reg, now());
+            if r.is_ok() {
+                self.agents.lock().insert(name.clone(), (link, tx));
+            }
+            self.finish(c);
+            r
+        };
+        if let Err(reason) = registered {
+            let _ = write_frame(&mut send, &CtldMsg::Refused { reason }).await;
+            let _ = send.finish();
+            return;
+        }
+        tracing::info!(node = %name, "node registered");
+        let writer = tokio::spawn(async move {
+            while let Some(msg) = rx.recv().await {
+                if write_frame(&mut send, &msg).await.is_err() {
+                    break;
+                }
+            }
+        });
+        loop {
+            match read_frame::<_, AgentMsg>(&mut recv).await {
+                Ok(Some(msg)) => {
+                    let mut c = self.ctl.lock();
+                    c.agent_message(&name, msg, now());
+                    self.finish(c);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %chain(&e), "control stream closed");
+                    break;
+                }
+            }
+        }
+        writer.abort();
+        let mut agents = self.agents.lock();
+        if agents.get(&name).is_some_and(|(id, _)| *id == link) {
+            agents.remove(&name);
+            drop(agents);
+            self.ctl.lock().disconnected(&name);
+        }
+    }
+}
+
+/// Answers a bad first frame with an error and closes the stream; logs
+/// once per connection.
+async fn refuse(
+    conn: &quinn::Connection,
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+    e: &WireError,
+    logged: &AtomicBool,
+) {
+    if !logged.swap(true, Ordering::Relaxed) {
+        tracing::warn!(peer = %conn.remote_address(), error = %chain(e), "bad frame; closing the stream");
+    }
+    let _ = recv.stop(1u32.into());
+    let _ = write_frame(send, &Response::Error(format!("bad frame: {}", chain(e)))).await;
+    let _ = send.finish();
+}

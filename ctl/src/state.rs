@@ -140,6 +140,11 @@ impl Controller {
         std::mem::take(&mut self.outbox)
     }
 
+    /// Whether a pass may start something.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
     /// Whether a pass may start something (and clears the flag).
     pub fn take_dirty(&mut self) -> bool {
         std::mem::replace(&mut self.dirty, false)
@@ -585,6 +590,7 @@ impl Controller {
             time_limit,
             what: LaunchKind::Batch {
                 script: String::new(),
+                args: Vec::new(),
                 stdout: String::new(),
                 stderr: None,
             },
@@ -592,6 +598,7 @@ impl Controller {
         match &j.spec.kind {
             JobKind::Batch {
                 script,
+                args,
                 stdout,
                 stderr,
             } => {
@@ -600,6 +607,7 @@ impl Controller {
                 l.step = BATCH_STEP;
                 l.what = LaunchKind::Batch {
                     script: script.clone(),
+                    args: args.clone(),
                     stdout: stdout.clone().unwrap_or_else(|| "slurm-%j.out".into()),
                     stderr: stderr.clone(),
                 };

@@ -355,9 +355,10 @@ impl Agent {
         let result = match &l.what {
             LaunchKind::Batch {
                 script,
+                args,
                 stdout,
                 stderr,
-            } => self.run_batch(&l, script, stdout, stderr.as_deref()).await,
+            } => self.run_batch(&l, script, args, stdout, stderr.as_deref()).await,
             LaunchKind::Step { argv, io } => crate::step::run(&self, &l, argv, *io).await,
         };
         match result {
@@ -383,6 +384,7 @@ impl Agent {
         &self,
         l: &Launch,
         script: &str,
+        args: &[String],
         stdout: &str,
         stderr: Option<&str>,
     ) -> Result<ExitStatus, String> {
@@ -405,7 +407,9 @@ impl Agent {
         let path = self.cfg.spool.join(format!("job{}.sh", l.job));
         write_script(&path, script, l.user).map_err(|e| e.to_string())?;
         let spec = TaskSpec {
-            argv: vec![path.to_string_lossy().into_owned()],
+            argv: std::iter::once(path.to_string_lossy().into_owned())
+                .chain(args.iter().cloned())
+                .collect(),
             env: self.env_for(l, 0),
             cwd,
             user: l.user,

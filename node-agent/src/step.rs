@@ -53,6 +53,7 @@ pub(crate) async fn run(
         node: agent.name().to_string(),
         node_index: l.node_index,
         step_nodes: l.step_nodes,
+        ntasks: l.ntasks,
         tasks: tasks.clone(),
     };
     write_frame(&mut send, &hello).await.map_err(|e| e.to_string())?;

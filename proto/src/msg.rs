@@ -181,6 +181,7 @@ pub enum LaunchKind {
     /// The batch script, on the job's first node, output to files.
     Batch {
         script: String,
+        args: Vec<String>,
         stdout: String,
         stderr: Option<String>,
     },
@@ -206,6 +207,9 @@ pub enum StepUp {
         node: String,
         node_index: u32,
         step_nodes: u32,
+        /// Tasks of the whole step.
+        ntasks: u32,
+        /// This node's tasks.
         tasks: Vec<u32>,
     },
     Output {
@@ -242,7 +246,7 @@ pub enum GpuAsk {
 }
 
 /// What `sbatch` and `srun` submit.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct JobSpec {
     pub name: String,
     pub partition: Option<String>,
@@ -264,10 +268,12 @@ pub struct JobSpec {
 }
 
 /// A batch script, or srun's command run in its own allocation.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub enum JobKind {
     Batch {
         script: String,
+        /// Arguments after the script's name (`$1`, ...).
+        args: Vec<String>,
         /// `-o`, with `%j`-style patterns still in it.
         stdout: Option<String>,
         stderr: Option<String>,
@@ -282,6 +288,7 @@ impl Default for JobKind {
     fn default() -> Self {
         JobKind::Batch {
             script: String::new(),
+            args: Vec::new(),
             stdout: None,
             stderr: None,
         }
@@ -289,7 +296,7 @@ impl Default for JobKind {
 }
 
 /// srun inside an allocation: a new step of a running job.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct StepSpec {
     pub job: u64,
     pub nodes: Option<u32>,
@@ -370,7 +377,7 @@ impl JobState {
 }
 
 /// Which jobs a query or a cancel selects; empty fields select all.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct JobFilter {
     pub ids: Vec<u64>,
     pub users: Vec<u32>,
@@ -380,7 +387,7 @@ pub struct JobFilter {
 }
 
 /// A request to ctld.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[allow(clippy::large_enum_variant)]
 pub enum Request {
     Submit(JobSpec),

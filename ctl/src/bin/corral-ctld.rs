@@ -1,1 +1,53 @@
-fn main(){}
+//! corral-ctld: reads corral.toml and serves the cluster.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+use corral_ctl::config::Config;
+use corral_ctl::server::Server;
+
+/// Corral's controller.
+#[derive(Debug, Parser)]
+#[command(name = "corral-ctld", version)]
+struct Args {
+    /// The configuration file.
+    #[arg(long, short = 'f', default_value = "/etc/corral/corral.toml")]
+    config: PathBuf,
+    /// Listen here instead of the configured address (port 0: any).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Write the bound address to this file once listening.
+    #[arg(long)]
+    addr_file: Option<PathBuf>,
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let cfg = Config::load(&args.config)?;
+    let listen = args.listen.unwrap_or(cfg.listen);
+    let server = Server::new(cfg)?;
+    server.run(listen, args.addr_file).await?;
+    Ok(())
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CORRAL_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("corral-ctld: error: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(run(args)) {
+        eprintln!("corral-ctld: error: {e:#}");
+        std::process::exit(1);
+    }
+}

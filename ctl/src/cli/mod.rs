@@ -1,1 +1,165 @@
+//! The `corral` multi-call binary: one file per command. Called as
+//! `sbatch …` (a symlink) or `corral sbatch …`. Each command parses its
+//! arguments with clap, talks to the local agent, prints in Slurm's
+//! layouts, and reports a mistake as one `CMD: error: …` line with a
+//! non-zero exit.
 
+use std::ffi::OsString;
+use std::future::Future;
+
+pub mod certs;
+pub mod opts;
+pub mod sbatch;
+pub mod scancel;
+pub mod scontrol;
+pub mod sinfo;
+pub mod squeue;
+pub mod srun;
+pub mod up;
+
+/// The commands `corral` answers to by name.
+pub const COMMANDS: [&str; 6] = ["sbatch", "srun", "squeue", "sinfo", "scancel", "scontrol"];
+
+/// Prints `CMD: error: MESSAGE` and gives the exit code 1.
+pub fn fail(cmd: &str, msg: impl std::fmt::Display) -> i32 {
+    eprintln!("{cmd}: error: {msg}");
+    1
+}
+
+/// Turns a clap outcome into an exit: help and version print as usual,
+/// a mistake becomes one line.
+pub fn parse<T: clap::Parser>(cmd: &str, args: &[OsString]) -> Result<T, i32> {
+    T::try_parse_from(args).map_err(|e| match e.kind() {
+        clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            0
+        }
+        _ => {
+            let text = e.to_string();
+            let line = text
+                .lines()
+                .next()
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ");
+            fail(cmd, line)
+        }
+    })
+}
+
+/// Runs a command's async body on a small runtime.
+pub fn block_on<F: Future<Output = i32>>(cmd: &str, f: F) -> i32 {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => {
+            let code = rt.block_on(f);
+            // A read of stdin may still block in a helper thread.
+            rt.shutdown_background();
+            code
+        }
+        Err(e) => fail(cmd, e),
+    }
+}
+
+/// A user's name from the node's passwd, or the uid as text.
+pub fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| uid.to_string())
+}
+
+/// A group's name, or the gid as text.
+pub fn group_name(gid: u32) -> String {
+    nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))
+        .ok()
+        .flatten()
+        .map(|g| g.name)
+        .unwrap_or_else(|| gid.to_string())
+}
+
+/// A user given by name or number.
+pub fn parse_user(s: &str) -> Result<u32, String> {
+    if let Ok(uid) = s.parse::<u32>() {
+        return Ok(uid);
+    }
+    nix::unistd::User::from_name(s)
+        .ok()
+        .flatten()
+        .map(|u| u.uid.as_raw())
+        .ok_or_else(|| format!("Invalid user: {s}"))
+}
+
+/// A comma-separated list of job ids.
+pub fn parse_ids(s: &str) -> Result<Vec<u64>, String> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("Invalid job id specified: {p}"))
+        })
+        .collect()
+}
+
+fn usage() -> i32 {
+    eprintln!(
+        "usage: corral COMMAND [ARGS]\n\ncommands: sbatch srun squeue sinfo scancel scontrol\n          up (a cluster on this machine), sim (trace replay), certs (cluster certificates)"
+    );
+    2
+}
+
+/// Entry point of the multi-call binary; returns the exit code.
+pub fn main(argv: Vec<OsString>) -> i32 {
+    let prog = argv
+        .first()
+        .and_then(|p| std::path::Path::new(p).file_name())
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (cmd, args) = if COMMANDS.contains(&prog.as_str()) {
+        (prog, argv)
+    } else {
+        match argv.get(1) {
+            Some(c) => (c.to_string_lossy().into_owned(), argv[1..].to_vec()),
+            None => return usage(),
+        }
+    };
+    match cmd.as_str() {
+        "sbatch" => sbatch::main(&args),
+        "srun" => srun::main(&args),
+        "squeue" => squeue::main(&args),
+        "sinfo" => sinfo::main(&args),
+        "scancel" => scancel::main(&args),
+        "scontrol" => scontrol::main(&args),
+        "up" => up::main(&args),
+        "certs" => certs::main(&args),
+        "sim" => {
+            let mut a = args.clone();
+            a[0] = "corral sim".into();
+            match parse::<corral_sim::cli::Args>("corral sim", &a) {
+                Ok(a) => match corral_sim::cli::run(&a) {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        eprintln!("{e:#}");
+                        1
+                    }
+                },
+                Err(code) => code,
+            }
+        }
+        "-h" | "--help" | "help" => {
+            usage();
+            0
+        }
+        "-V" | "--version" => {
+            println!("corral {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        other => {
+            eprintln!("corral: error: unknown command {other}");
+            usage()
+        }
+    }
+}

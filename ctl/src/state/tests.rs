@@ -55,6 +55,7 @@ fn batch(script: &str) -> JobSpec {
         work_dir: "/tmp".into(),
         kind: JobKind::Batch {
             script: script.into(),
+            args: vec![],
             stdout: None,
             stderr: None,
         },

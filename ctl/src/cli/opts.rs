@@ -1,0 +1,299 @@
+//! Options shared by `sbatch` and `srun` (the resource request), and their
+//! translation into a [`JobSpec`].
+
+use std::path::PathBuf;
+
+use clap::Args;
+use corral_proto::msg::{GpuAsk, JobSpec};
+
+use crate::timefmt::parse_limit;
+
+/// The resource options of sbatch and srun, spelled as Slurm spells them.
+#[derive(Args, Debug, Clone, Default)]
+pub struct JobOpts {
+    /// Job name.
+    #[arg(short = 'J', long = "job-name")]
+    pub job_name: Option<String>,
+    /// Partition.
+    #[arg(short = 'p', long)]
+    pub partition: Option<String>,
+    /// Number of nodes (N, or MIN-MAX: MIN is used).
+    #[arg(short = 'N', long)]
+    pub nodes: Option<String>,
+    /// Number of tasks.
+    #[arg(short = 'n', long)]
+    pub ntasks: Option<u32>,
+    /// CPUs per task.
+    #[arg(short = 'c', long = "cpus-per-task")]
+    pub cpus_per_task: Option<u32>,
+    /// Tasks per node.
+    #[arg(long = "ntasks-per-node")]
+    pub ntasks_per_node: Option<u32>,
+    /// Memory per node (MB, or with a K/M/G/T suffix).
+    #[arg(long)]
+    pub mem: Option<String>,
+    /// Generic resources: gpu:N or gpu:TYPE:N.
+    #[arg(long)]
+    pub gres: Option<String>,
+    /// GPUs for the whole job: N or TYPE:N.
+    #[arg(short = 'G', long)]
+    pub gpus: Option<String>,
+    /// GPUs per task.
+    #[arg(long = "gpus-per-task")]
+    pub gpus_per_task: Option<String>,
+    /// GPUs per node.
+    #[arg(long = "gpus-per-node")]
+    pub gpus_per_node: Option<String>,
+    /// Whole nodes only.
+    #[arg(long)]
+    pub exclusive: bool,
+    /// Time limit (minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]).
+    #[arg(short = 't', long)]
+    pub time: Option<String>,
+    /// Working directory.
+    #[arg(short = 'D', long)]
+    pub chdir: Option<PathBuf>,
+    /// Nodes the job must use (hostlist).
+    #[arg(short = 'w', long)]
+    pub nodelist: Option<String>,
+    /// Nodes the job must not use (hostlist).
+    #[arg(short = 'x', long)]
+    pub exclude: Option<String>,
+    /// Environment to pass: ALL (default), NONE, or [ALL,]VAR[=VALUE],...
+    #[arg(long)]
+    pub export: Option<String>,
+    /// Requeue the job when its node fails.
+    #[arg(long)]
+    pub requeue: bool,
+    /// Never requeue the job.
+    #[arg(long = "no-requeue")]
+    pub no_requeue: bool,
+    /// Submit held.
+    #[arg(short = 'H', long)]
+    pub hold: bool,
+    /// Account (accepted; fair-share uses the user until accounts exist).
+    #[arg(short = 'A', long)]
+    pub account: Option<String>,
+}
+
+fn count(what: &str, s: &str) -> Result<u32, String> {
+    // gpu:N, gpu:TYPE:N, TYPE:N or N.
+    let n = s.rsplit(':').next().unwrap_or(s);
+    n.parse::<u32>()
+        .map_err(|_| format!("invalid {what} specification: {s}"))
+}
+
+/// `--gres=gpu[:TYPE][:N][,...]`: the GPUs per node.
+pub fn parse_gres(s: &str) -> Result<u32, String> {
+    let mut gpus = 0;
+    for item in s.split(',') {
+        if item == "none" || item.is_empty() {
+            continue;
+        }
+        let mut parts = item.split(':');
+        if parts.next() != Some("gpu") {
+            return Err(format!("Invalid generic resource (gres) specification: {item}"));
+        }
+        let rest: Vec<&str> = parts.collect();
+        gpus += match rest.as_slice() {
+            [] => 1,
+            [n] | [_, n] => n
+                .parse::<u32>()
+                .or_else(|_| if rest.len() == 1 { Ok(1) } else { Err(()) })
+                .map_err(|_| format!("Invalid generic resource (gres) specification: {item}"))?,
+            _ => return Err(format!("Invalid generic resource (gres) specification: {item}")),
+        };
+    }
+    Ok(gpus)
+}
+
+/// `--mem`: megabytes, with an optional K, M, G or T suffix.
+pub fn parse_mem(s: &str) -> Result<Option<u64>, String> {
+    let bad = || format!("invalid memory constraint: {s}");
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let mult = match c.to_ascii_uppercase() {
+                'K' => 1.0 / 1024.0,
+                'M' => 1.0,
+                'G' => 1024.0,
+                'T' => 1024.0 * 1024.0,
+                _ => return Err(bad()),
+            };
+            (&s[..i], mult)
+        }
+        _ => (s, 1.0),
+    };
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    if !n.is_finite() || n < 0.0 {
+        return Err(bad());
+    }
+    let mb = (n * mult).ceil() as u64;
+    Ok((mb > 0).then_some(mb))
+}
+
+/// The environment to send, as `--export` says.
+pub fn exported_env(export: Option<&str>) -> Result<Vec<(String, String)>, String> {
+    let spec = export.unwrap_or("ALL");
+    let mut all = false;
+    let mut env = Vec::new();
+    for item in spec.split(',').filter(|s| !s.is_empty()) {
+        match item {
+            "ALL" => all = true,
+            "NONE" => {}
+            _ => match item.split_once('=') {
+                Some((k, v)) => env.push((k.to_string(), v.to_string())),
+                None => {
+                    if let Ok(v) = std::env::var(item) {
+                        env.push((item.to_string(), v));
+                    }
+                }
+            },
+        }
+    }
+    if all {
+        let explicit: Vec<String> = env.iter().map(|(k, _)| k.clone()).collect();
+        for (k, v) in std::env::vars() {
+            if !explicit.contains(&k) {
+                env.push((k, v));
+            }
+        }
+    } else {
+        // Slurm still passes its own variables.
+        for (k, v) in std::env::vars() {
+            if k.starts_with("SLURM_") && !env.iter().any(|(e, _)| *e == k) {
+                env.push((k, v));
+            }
+        }
+    }
+    Ok(env)
+}
+
+fn list(s: &Option<String>) -> Result<Vec<String>, String> {
+    match s {
+        None => Ok(Vec::new()),
+        Some(s) => scheduler_core::hostlist::expand(s)
+            .map_err(|e| format!("invalid node list {s}: {e}")),
+    }
+}
+
+impl JobOpts {
+    /// The request part of a [`JobSpec`] (name, kind and directory are
+    /// the command's to fill in).
+    pub fn to_spec(&self) -> Result<JobSpec, String> {
+        let nodes = match &self.nodes {
+            None => None,
+            Some(s) => {
+                let min = s.split('-').next().unwrap_or(s);
+                Some(
+                    min.parse::<u32>()
+                        .map_err(|_| format!("invalid node count `{s}`"))?,
+                )
+            }
+        };
+        let mut gpus = GpuAsk::None;
+        if let Some(g) = &self.gres {
+            let n = parse_gres(g)?;
+            if n > 0 {
+                gpus = GpuAsk::PerNode(n);
+            }
+        }
+        if let Some(g) = &self.gpus_per_node {
+            gpus = GpuAsk::PerNode(count("--gpus-per-node", g)?);
+        }
+        if let Some(g) = &self.gpus {
+            gpus = GpuAsk::Total(count("--gpus", g)?);
+        }
+        if let Some(g) = &self.gpus_per_task {
+            gpus = GpuAsk::PerTask(count("--gpus-per-task", g)?);
+        }
+        if matches!(gpus, GpuAsk::PerNode(0) | GpuAsk::Total(0) | GpuAsk::PerTask(0)) {
+            gpus = GpuAsk::None;
+        }
+        let time_limit = match &self.time {
+            Some(t) => parse_limit(t)?,
+            None => None,
+        };
+        let mem_mb = match &self.mem {
+            Some(m) => parse_mem(m)?,
+            None => None,
+        };
+        if self.ntasks == Some(0) || self.cpus_per_task == Some(0) || nodes == Some(0) {
+            return Err("invalid count: node, task and CPU counts must be positive".into());
+        }
+        Ok(JobSpec {
+            name: self.job_name.clone().unwrap_or_default(),
+            partition: self.partition.clone(),
+            nodes,
+            ntasks: self.ntasks,
+            ntasks_per_node: self.ntasks_per_node,
+            cpus_per_task: self.cpus_per_task,
+            mem_mb,
+            gpus,
+            exclusive: self.exclusive,
+            time_limit,
+            nodelist: list(&self.nodelist)?,
+            exclude: list(&self.exclude)?,
+            requeue: self.requeue && !self.no_requeue,
+            hold: self.hold,
+            work_dir: String::new(),
+            env: exported_env(self.export.as_deref())?,
+            kind: Default::default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gres_forms() {
+        assert_eq!(parse_gres("gpu:2"), Ok(2));
+        assert_eq!(parse_gres("gpu"), Ok(1));
+        assert_eq!(parse_gres("gpu:h200:4"), Ok(4));
+        assert_eq!(parse_gres("gpu:h200"), Ok(1));
+        assert!(parse_gres("fpga:1").is_err());
+        assert!(parse_gres("gpu:a:b").is_err());
+    }
+
+    #[test]
+    fn mem_units() {
+        assert_eq!(parse_mem("100"), Ok(Some(100)));
+        assert_eq!(parse_mem("2G"), Ok(Some(2048)));
+        assert_eq!(parse_mem("512k"), Ok(Some(1)));
+        assert_eq!(parse_mem("0"), Ok(None));
+        assert!(parse_mem("lots").is_err());
+        assert!(parse_mem("-1").is_err());
+    }
+
+    #[test]
+    fn export_none_keeps_only_named_and_slurm() {
+        let env = exported_env(Some("NONE,FOO=bar")).unwrap();
+        assert!(env.contains(&("FOO".into(), "bar".into())));
+        assert!(!env.iter().any(|(k, _)| k == "PATH"));
+        let env = exported_env(None).unwrap();
+        assert!(env.iter().any(|(k, _)| k == "PATH"));
+    }
+
+    #[test]
+    fn opts_become_a_spec() {
+        let o = JobOpts {
+            nodes: Some("2-4".into()),
+            gres: Some("gpu:2".into()),
+            time: Some("1:00".into()),
+            nodelist: Some("worker-[0-1]".into()),
+            ..Default::default()
+        };
+        let s = o.to_spec().unwrap();
+        assert_eq!(s.nodes, Some(2));
+        assert_eq!(s.gpus, GpuAsk::PerNode(2));
+        assert_eq!(s.time_limit, Some(60));
+        assert_eq!(s.nodelist, vec!["worker-0", "worker-1"]);
+        let bad = JobOpts {
+            ntasks: Some(0),
+            ..Default::default()
+        };
+        assert!(bad.to_spec().is_err());
+    }
+}

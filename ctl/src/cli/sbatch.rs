@@ -1,0 +1,243 @@
+//! `sbatch`: submit a batch script. `#SBATCH` lines in the script take the
+//! same options as the command line; the command line wins.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::Parser;
+use corral_proto::msg::{JobKind, Request, Response};
+
+use super::opts::JobOpts;
+use super::{block_on, fail, parse};
+use crate::client::Client;
+
+const CMD: &str = "sbatch";
+
+/// Submit a batch script to Corral.
+#[derive(Debug, Parser)]
+#[command(name = "sbatch", version, args_override_self = true)]
+pub struct SbatchArgs {
+    #[command(flatten)]
+    pub job: JobOpts,
+    /// File for the script's standard output (patterns: %j %x %N %u %A %a).
+    #[arg(short = 'o', long)]
+    pub output: Option<String>,
+    /// File for standard error (default: with standard output).
+    #[arg(short = 'e', long)]
+    pub error: Option<String>,
+    /// Print only the job id.
+    #[arg(long)]
+    pub parsable: bool,
+    /// Wrap this command line in a sh script.
+    #[arg(long)]
+    pub wrap: Option<String>,
+    /// The script (default: read from standard input) and its arguments.
+    #[arg(trailing_var_arg = true)]
+    pub script: Vec<String>,
+}
+
+/// Splits an `#SBATCH` line's options like a shell would (quotes, escapes);
+/// stops at an unquoted `#`.
+pub fn split_words(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => cur.push(c),
+                        None => return Err(format!("unterminated quote in: {line}")),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c) => cur.push(c),
+                            None => return Err(format!("unterminated quote in: {line}")),
+                        },
+                        Some(c) => cur.push(c),
+                        None => return Err(format!("unterminated quote in: {line}")),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                if let Some(c) = chars.next() {
+                    cur.push(c);
+                }
+            }
+            '#' if !in_word => break,
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    Ok(words)
+}
+
+/// The options of a script's `#SBATCH` lines: those before the first
+/// command (blank lines and other comments do not end them).
+pub fn directives(script: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for line in script.lines().skip(1) {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix("#SBATCH") {
+            if rest.starts_with(char::is_whitespace) {
+                out.extend(split_words(rest)?);
+            }
+        } else if !(t.is_empty() || t.starts_with('#')) {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Parses the command line, reads the script and merges its directives.
+/// Returns the final arguments and the script text.
+pub fn prepare(args: &[OsString]) -> Result<(SbatchArgs, String, Vec<String>), Result<String, i32>> {
+    let first: SbatchArgs = parse(CMD, args).map_err(Err)?;
+    let (script, script_args, name) = if let Some(cmd) = &first.wrap {
+        (
+            format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n"),
+            Vec::new(),
+            "wrap".to_string(),
+        )
+    } else if let Some((path, rest)) = first.script.split_first() {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Ok(format!("Unable to open file {path}: {e}")))?;
+        let name = PathBuf::from(path)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "sbatch".into());
+        (text, rest.to_vec(), name)
+    } else {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| Ok(format!("reading the script from standard input: {e}")))?;
+        (text, Vec::new(), "sbatch".to_string())
+    };
+    if !script.starts_with("#!") {
+        return Err(Ok("This does not look like a batch script.  The first line must start with #! followed by the path to an interpreter.".into()));
+    }
+    // Directives first, the command line after: the later value wins.
+    let dirs = directives(&script).map_err(Ok)?;
+    let mut merged: Vec<OsString> = vec![args[0].clone()];
+    merged.extend(dirs.into_iter().map(OsString::from));
+    merged.extend(args[1..].iter().cloned());
+    let mut full: SbatchArgs = parse(CMD, &merged).map_err(Err)?;
+    if full.job.job_name.is_none() {
+        full.job.job_name = Some(name);
+    }
+    Ok((full, script, script_args))
+}
+
+pub fn main(args: &[OsString]) -> i32 {
+    let (a, script, script_args) = match prepare(args) {
+        Ok(p) => p,
+        Err(Ok(msg)) => return fail(CMD, msg),
+        Err(Err(code)) => return code,
+    };
+    let mut spec = match a.job.to_spec() {
+        Ok(s) => s,
+        Err(e) => return fail(CMD, e),
+    };
+    let cwd = match &a.job.chdir {
+        Some(d) => std::env::current_dir().map(|c| c.join(d)),
+        None => std::env::current_dir(),
+    };
+    spec.work_dir = match cwd {
+        Ok(d) => d.to_string_lossy().into_owned(),
+        Err(e) => return fail(CMD, format!("current directory: {e}")),
+    };
+    spec.kind = JobKind::Batch {
+        script,
+        args: script_args,
+        stdout: a.output.clone(),
+        stderr: a.error.clone(),
+    };
+    block_on(CMD, async move {
+        let mut c = match Client::connect().await {
+            Ok(c) => c,
+            Err(e) => return fail(CMD, format!("Batch job submission failed: {e}")),
+        };
+        match c.ok(Request::Submit(spec)).await {
+            Ok(Response::Submitted { job }) => {
+                if a.parsable {
+                    println!("{job}");
+                } else {
+                    println!("Submitted batch job {job}");
+                }
+                0
+            }
+            Ok(other) => fail(CMD, format!("unexpected answer {other:?}")),
+            Err(e) => fail(CMD, format!("Batch job submission failed: {e}")),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_split_like_a_shell() {
+        assert_eq!(
+            split_words(r#" -J "my job" --output='a b.out' -n 4 # a comment"#).unwrap(),
+            vec!["-J", "my job", "--output=a b.out", "-n", "4"]
+        );
+        assert!(split_words("-J \"open").is_err());
+    }
+
+    #[test]
+    fn directives_stop_at_the_first_command() {
+        let s = "#!/bin/bash\n#SBATCH -N 2\n\n# comment\n#SBATCH --gres=gpu:1\necho hi\n#SBATCH -n 9\n";
+        assert_eq!(directives(s).unwrap(), vec!["-N", "2", "--gres=gpu:1"]);
+        // `#SBATCHX` is not a directive.
+        assert!(directives("#!/bin/sh\n#SBATCHX -N 2\n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn command_line_wins_over_directives() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("job.sh");
+        std::fs::write(&p, "#!/bin/sh\n#SBATCH -N 2\n#SBATCH -J fromscript\ntrue\n").unwrap();
+        let argv: Vec<OsString> = ["sbatch", "-N", "3", p.to_str().unwrap(), "x"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let (a, _, rest) = prepare(&argv).unwrap();
+        assert_eq!(a.job.nodes.as_deref(), Some("3"));
+        assert_eq!(a.job.job_name.as_deref(), Some("fromscript"));
+        assert_eq!(rest, vec!["x"]);
+    }
+
+    #[test]
+    fn a_script_without_interpreter_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("job.sh");
+        std::fs::write(&p, "echo hi\n").unwrap();
+        let argv: Vec<OsString> = ["sbatch", p.to_str().unwrap()].iter().map(OsString::from).collect();
+        assert!(matches!(prepare(&argv), Err(Ok(m)) if m.contains("#!")));
+        let argv: Vec<OsString> = ["sbatch", "--bogus"].iter().map(OsString::from).collect();
+        assert!(matches!(prepare(&argv), Err(Err(1))));
+    }
+}

@@ -1,0 +1,354 @@
+//! `scontrol`: show jobs, nodes and partitions in Slurm's key=value
+//! layout; expand and compress hostlists; drain and resume nodes; hold
+//! and release jobs.
+
+use std::ffi::OsString;
+
+use corral_proto::msg::{JobFilter, JobView, NodeUpdate, NodeView, PartitionView, Request, Response};
+use scheduler_core::hostlist;
+
+use super::{block_on, fail, group_name, parse_ids, user_name};
+use crate::client::Client;
+use crate::server::now;
+use crate::timefmt::{elapsed, limit, timestamp};
+
+const CMD: &str = "scontrol";
+
+fn t(v: Option<u64>) -> String {
+    v.map_or("Unknown".into(), timestamp)
+}
+
+/// `scontrol show job` for one job.
+pub fn show_job(j: &JobView, now: u64) -> String {
+    let run = match j.start_time {
+        Some(s) => elapsed(j.end_time.filter(|_| j.state.is_final()).unwrap_or(now).saturating_sub(s).min(now.saturating_sub(s))),
+        None => "00:00:00".into(),
+    };
+    let nodes = if j.nodes.is_empty() {
+        "(null)".to_string()
+    } else {
+        hostlist::compress(&j.nodes)
+    };
+    let mut s = String::new();
+    s.push_str(&format!("JobId={} JobName={}\n", j.id, j.name));
+    s.push_str(&format!(
+        "   UserId={}({}) GroupId={}({}) MCS_label=N/A\n",
+        user_name(j.user.uid),
+        j.user.uid,
+        group_name(j.user.gid),
+        j.user.gid
+    ));
+    s.push_str(&format!("   Priority={} Nice=0 Account={} QOS=normal\n", j.priority, user_name(j.user.uid)));
+    s.push_str(&format!("   JobState={} Reason={} Dependency=(null)\n", j.state.name(), j.reason));
+    s.push_str(&format!(
+        "   Requeue={} Restarts={} BatchFlag={} Reboot=0 ExitCode={}:{}\n",
+        u8::from(j.requeue),
+        j.restarts,
+        u8::from(j.batch),
+        if j.exit.signal.is_some() { 0 } else { j.exit.code },
+        j.exit.signal.unwrap_or(0)
+    ));
+    s.push_str(&format!("   RunTime={run} TimeLimit={} TimeMin=N/A\n", limit(j.time_limit, "UNLIMITED")));
+    s.push_str(&format!("   SubmitTime={} EligibleTime={}\n", timestamp(j.submit_time), timestamp(j.submit_time)));
+    s.push_str(&format!(
+        "   StartTime={} EndTime={} Deadline=N/A\n",
+        t(j.start_time.or(j.expected_start)),
+        t(j.end_time)
+    ));
+    s.push_str(&format!("   Partition={} AllocNode:Sid=N/A\n", j.partition));
+    s.push_str(&format!("   NodeList={nodes}\n"));
+    s.push_str(&format!(
+        "   NumNodes={} NumCPUs={} NumTasks={} CPUs/Task={} ReqB:S:C:T=0:0:*:*\n",
+        j.num_nodes, j.num_cpus, j.num_tasks, j.cpus_per_task
+    ));
+    let mut tres = format!("cpu={},mem={}M,node={}", j.num_cpus, j.mem_mb, j.num_nodes);
+    if j.gpus > 0 {
+        tres.push_str(&format!(",gres/gpu={}", j.gpus));
+    }
+    s.push_str(&format!("   TRES={tres}\n"));
+    s.push_str(&format!("   Command={}\n", j.command));
+    s.push_str(&format!("   WorkDir={}\n", j.work_dir));
+    if j.batch {
+        let out = j.stdout.clone().unwrap_or_default();
+        s.push_str(&format!(
+            "   StdErr={} StdIn=/dev/null StdOut={}\n",
+            j.stderr.clone().unwrap_or_else(|| out.clone()),
+            out
+        ));
+    }
+    s
+}
+
+/// `scontrol show node` for one node.
+pub fn show_node(n: &NodeView) -> String {
+    let mut s = String::new();
+    s.push_str(&format!("NodeName={} CoresPerSocket=1\n", n.name));
+    s.push_str(&format!("   CPUAlloc={} CPUEfctv={} CPUTot={}\n", n.alloc_cpus, n.cpus, n.cpus));
+    let feats = if n.features.is_empty() {
+        "(null)".to_string()
+    } else {
+        n.features.join(",")
+    };
+    s.push_str(&format!("   AvailableFeatures={feats}\n   ActiveFeatures={feats}\n"));
+    s.push_str(&format!("   Gres={}\n", if n.gpus > 0 { format!("gpu:{}", n.gpus) } else { "(null)".into() }));
+    s.push_str(&format!("   NodeAddr={} NodeHostName={}\n", n.name, n.name));
+    s.push_str(&format!("   RealMemory={} AllocMem={}\n", n.memory_mb, n.alloc_memory_mb));
+    s.push_str(&format!("   State={}\n", n.state.to_ascii_uppercase()));
+    s.push_str(&format!("   Partitions={}\n", n.partitions.join(",")));
+    s.push_str(&format!("   BootTime={} LastHeartbeat={}\n", timestamp(n.boot_time), timestamp(n.last_seen)));
+    let mut cfg = format!("cpu={},mem={}M", n.cpus, n.memory_mb);
+    if n.gpus > 0 {
+        cfg.push_str(&format!(",gres/gpu={}", n.gpus));
+    }
+    s.push_str(&format!("   CfgTRES={cfg}\n"));
+    let mut alloc = String::new();
+    if n.alloc_cpus > 0 {
+        alloc = format!("cpu={},mem={}M", n.alloc_cpus, n.alloc_memory_mb);
+        if n.alloc_gpus > 0 {
+            alloc.push_str(&format!(",gres/gpu={}", n.alloc_gpus));
+        }
+    }
+    s.push_str(&format!("   AllocTRES={alloc}\n"));
+    if let Some(r) = &n.reason {
+        s.push_str(&format!(
+            "   Reason={} [{}@{}]\n",
+            r,
+            n.reason_user.map(user_name).unwrap_or_else(|| "root".into()),
+            t(n.reason_time)
+        ));
+    }
+    s
+}
+
+/// `scontrol show partition` for one partition.
+pub fn show_partition(p: &PartitionView) -> String {
+    let nodes = if p.nodes.is_empty() {
+        "(null)".to_string()
+    } else {
+        hostlist::compress(&p.nodes)
+    };
+    format!(
+        "PartitionName={}\n   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL\n   Default={} \
+         MaxNodes=UNLIMITED MaxTime={}\n   Nodes={}\n   PriorityTier={} State=UP TotalCPUs={} \
+         TotalNodes={}\n   DefaultTime={} TRES=cpu={},node={},gres/gpu={}\n",
+        p.name,
+        if p.is_default { "YES" } else { "NO" },
+        limit(p.max_time, "UNLIMITED"),
+        nodes,
+        p.priority_tier,
+        p.total_cpus,
+        p.nodes.len(),
+        p.default_time.map_or("NONE".into(), |d| limit(Some(d), "NONE")),
+        p.total_cpus,
+        p.nodes.len(),
+        p.total_gpus
+    )
+}
+
+/// What a command line asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Action {
+    Hostnames(String),
+    Hostlist(String),
+    Remote(Request),
+    ShowJobs(Option<u64>),
+    ShowNodes(Option<String>),
+    ShowPartitions(Option<String>),
+}
+
+/// Parses `scontrol` arguments (after the program name).
+pub fn action(args: &[String]) -> Result<Action, String> {
+    let lower: Vec<String> = args.iter().map(|a| a.to_ascii_lowercase()).collect();
+    let word = |i: usize| lower.get(i).map(String::as_str);
+    match (word(0), word(1)) {
+        (Some("show"), Some("hostnames")) => {
+            let expr = match args.get(2) {
+                Some(e) => e.clone(),
+                None => std::env::var("SLURM_JOB_NODELIST")
+                    .map_err(|_| "no hostlist given and SLURM_JOB_NODELIST is not set".to_string())?,
+            };
+            Ok(Action::Hostnames(expr))
+        }
+        (Some("show"), Some("hostlist")) => args
+            .get(2)
+            .cloned()
+            .map(Action::Hostlist)
+            .ok_or_else(|| "show hostlist needs a list of host names".into()),
+        (Some("show"), Some("job" | "jobs")) => Ok(Action::ShowJobs(
+            args.get(2).map(|s| s.parse::<u64>().map_err(|_| format!("Invalid job id specified: {s}"))).transpose()?,
+        )),
+        (Some("show"), Some("node" | "nodes")) => Ok(Action::ShowNodes(args.get(2).cloned())),
+        (Some("show"), Some("partition" | "partitions")) => {
+            Ok(Action::ShowPartitions(args.get(2).cloned()))
+        }
+        (Some("show"), other) => Err(format!("invalid entity: {} for keyword: show", other.unwrap_or(""))),
+        (Some(h @ ("hold" | "uhold" | "release")), _) => {
+            let ids: Vec<u64> = args[1..].iter().map(|s| parse_ids(s)).collect::<Result<Vec<_>, _>>()?.concat();
+            if ids.is_empty() {
+                return Err(format!("{h} needs job ids"));
+            }
+            Ok(Action::Remote(if h == "release" {
+                Request::Release { ids }
+            } else {
+                Request::Hold { ids }
+            }))
+        }
+        (Some("update"), _) => {
+            let mut names = None;
+            let mut state = None;
+            let mut reason = None;
+            for kv in &args[1..] {
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| format!("Invalid input: {kv}"))?;
+                match k.to_ascii_lowercase().as_str() {
+                    "nodename" => names = Some(v.to_string()),
+                    "state" => {
+                        state = Some(match v.to_ascii_lowercase().as_str() {
+                            "drain" => NodeUpdate::Drain,
+                            "resume" | "idle" | "undrain" => NodeUpdate::Resume,
+                            "down" => NodeUpdate::Down,
+                            _ => return Err(format!("Invalid node state specified: {v}")),
+                        })
+                    }
+                    "reason" => reason = Some(v.to_string()),
+                    _ => return Err(format!("Update of this parameter is not supported: {kv}")),
+                }
+            }
+            let names = names.ok_or("update needs NodeName=")?;
+            let state = state.ok_or("update needs State=")?;
+            Ok(Action::Remote(Request::UpdateNode { names, state, reason }))
+        }
+        (Some(other), _) => Err(format!("invalid keyword: {other}")),
+        (None, _) => Err("no command given (show, update, hold, release)".into()),
+    }
+}
+
+async fn remote(req: Request) -> Result<Response, String> {
+    let mut c = Client::connect().await.map_err(|e| e.to_string())?;
+    c.ok(req).await
+}
+
+fn join(parts: Vec<String>) -> String {
+    parts.join("\n")
+}
+
+pub fn main(args: &[OsString]) -> i32 {
+    let rest: Vec<String> = args[1..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    if rest.first().is_some_and(|a| a == "-h" || a == "--help") {
+        println!("usage: scontrol show job|node|partition [NAME] | show hostnames|hostlist LIST\n       scontrol update NodeName=LIST State=DRAIN|RESUME|DOWN [Reason=TEXT]\n       scontrol hold|release JOBID[,JOBID]");
+        return 0;
+    }
+    let act = match action(&rest) {
+        Ok(a) => a,
+        Err(e) => return fail(CMD, e),
+    };
+    match act {
+        Action::Hostnames(expr) => match hostlist::expand(&expr) {
+            Ok(names) => {
+                for n in names {
+                    println!("{n}");
+                }
+                0
+            }
+            Err(e) => fail(CMD, format!("invalid hostlist {expr}: {e}")),
+        },
+        Action::Hostlist(list) => {
+            let names: Vec<&str> = list.split(',').filter(|s| !s.is_empty()).collect();
+            println!("{}", hostlist::compress(&names));
+            0
+        }
+        other => block_on(CMD, async move {
+            let (req, show) = match other {
+                Action::ShowJobs(id) => (
+                    Request::Jobs(JobFilter {
+                        ids: id.into_iter().collect(),
+                        ..Default::default()
+                    }),
+                    Some(id.map(|i| i.to_string())),
+                ),
+                Action::ShowNodes(n) => (Request::Nodes, Some(n)),
+                Action::ShowPartitions(p) => (Request::Partitions, Some(p)),
+                Action::Remote(r) => (r, None),
+                Action::Hostnames(_) | Action::Hostlist(_) => return 0,
+            };
+            let resp = match remote(req).await {
+                Ok(r) => r,
+                Err(e) => return fail(CMD, e),
+            };
+            let want = show.flatten();
+            let text = match resp {
+                Response::Jobs(jobs) => {
+                    if jobs.is_empty() {
+                        return fail(CMD, match want {
+                            Some(id) => format!("Invalid job id specified: {id}"),
+                            None => "No jobs in the system".into(),
+                        });
+                    }
+                    join(jobs.iter().map(|j| show_job(j, now())).collect())
+                }
+                Response::Nodes(nodes) => {
+                    let names = match &want {
+                        Some(w) => match hostlist::expand(w) {
+                            Ok(n) => Some(n),
+                            Err(e) => return fail(CMD, format!("invalid hostlist {w}: {e}")),
+                        },
+                        None => None,
+                    };
+                    let sel: Vec<String> = nodes
+                        .iter()
+                        .filter(|n| names.as_ref().is_none_or(|w| w.contains(&n.name)))
+                        .map(show_node)
+                        .collect();
+                    if sel.is_empty() {
+                        return fail(CMD, format!("Node {} not found", want.unwrap_or_default()));
+                    }
+                    join(sel)
+                }
+                Response::Partitions(parts) => {
+                    let sel: Vec<String> = parts
+                        .iter()
+                        .filter(|p| want.as_ref().is_none_or(|w| *w == p.name))
+                        .map(show_partition)
+                        .collect();
+                    if sel.is_empty() {
+                        return fail(CMD, format!("Partition {} not found", want.unwrap_or_default()));
+                    }
+                    join(sel)
+                }
+                Response::Done | Response::Affected { .. } => return 0,
+                other => return fail(CMD, format!("unexpected answer {other:?}")),
+            };
+            println!("{text}");
+            0
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn parses_every_command() {
+        assert_eq!(action(&words("show hostnames w-[1-2]")), Ok(Action::Hostnames("w-[1-2]".into())));
+        assert_eq!(action(&words("show job 5")), Ok(Action::ShowJobs(Some(5))));
+        assert_eq!(action(&words("show nodes")), Ok(Action::ShowNodes(None)));
+        assert_eq!(
+            action(&words("update NodeName=w-1 State=DRAIN Reason=fan")),
+            Ok(Action::Remote(Request::UpdateNode {
+                names: "w-1".into(),
+                state: NodeUpdate::Drain,
+                reason: Some("fan".into())
+            }))
+        );
+        assert!(matches!(action(&words("hold 3,4")), Ok(Action::Remote(Request::Hold { ids })) if ids == vec![3, 4]));
+        assert!(action(&words("update NodeName=w-1 State=sideways")).is_err());
+        assert!(action(&words("frobnicate")).is_err());
+        assert!(action(&words("show job x")).is_err());
+    }
+}

@@ -1,0 +1,358 @@
+//! `squeue`: the queue, in Slurm's default layout or a `-o` format.
+
+use std::ffi::OsString;
+
+use clap::Parser;
+use corral_proto::msg::{JobFilter, JobState, JobView, Request, Response};
+use scheduler_core::hostlist;
+
+use super::{block_on, fail, parse, parse_ids, parse_user, user_name};
+use crate::client::Client;
+use crate::server::now;
+use crate::timefmt::{elapsed, limit, timestamp};
+
+const CMD: &str = "squeue";
+
+/// Slurm's default squeue format.
+pub const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
+
+/// View the job queue.
+#[derive(Debug, Parser)]
+#[command(name = "squeue", version, disable_help_flag = true)]
+pub struct SqueueArgs {
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+    /// No header line.
+    #[arg(short = 'h', long = "noheader")]
+    pub noheader: bool,
+    /// Only these users' jobs (names or uids, comma separated).
+    #[arg(short = 'u', long = "user")]
+    pub user: Option<String>,
+    /// Only these jobs.
+    #[arg(short = 'j', long = "jobs")]
+    pub jobs: Option<String>,
+    /// Only jobs in these states (PD,R,… or `all`).
+    #[arg(short = 't', long = "states")]
+    pub states: Option<String>,
+    /// Only these partitions.
+    #[arg(short = 'p', long = "partition")]
+    pub partition: Option<String>,
+    /// Only jobs with these names.
+    #[arg(short = 'n', long = "name")]
+    pub name: Option<String>,
+    /// Output format (%i %P %j %u %t %T %M %l %D %C %R %N %r %S %V %Q %b).
+    #[arg(short = 'o', long = "format")]
+    pub format: Option<String>,
+    /// Show expected start times of pending jobs.
+    #[arg(long)]
+    pub start: bool,
+}
+
+/// Builds the job filter from the arguments.
+pub fn filter(a: &SqueueArgs) -> Result<JobFilter, String> {
+    let mut f = JobFilter::default();
+    if let Some(j) = &a.jobs {
+        f.ids = parse_ids(j)?;
+    }
+    if let Some(u) = &a.user {
+        f.users = u.split(',').map(parse_user).collect::<Result<_, _>>()?;
+    }
+    if let Some(p) = &a.partition {
+        f.partitions = p.split(',').map(String::from).collect();
+    }
+    if let Some(n) = &a.name {
+        f.names = n.split(',').map(String::from).collect();
+    }
+    match a.states.as_deref() {
+        Some(s) if s.eq_ignore_ascii_case("all") => {}
+        Some(s) => {
+            f.states = s
+                .split(',')
+                .map(|st| JobState::parse(st).ok_or_else(|| format!("Invalid job state specified: {st}")))
+                .collect::<Result<_, _>>()?;
+        }
+        None if f.ids.is_empty() => {
+            f.states = vec![JobState::Pending, JobState::Running, JobState::Completing];
+        }
+        None => {}
+    }
+    Ok(f)
+}
+
+/// One field of a format: `%[.][width]X`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Text(String),
+    Field {
+        right: bool,
+        width: Option<usize>,
+        code: char,
+    },
+}
+
+/// Parses a Slurm-style format string.
+pub fn parse_format(s: &str) -> Vec<Piece> {
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            text.push(c);
+            continue;
+        }
+        let right = chars.next_if_eq(&'.').is_some();
+        let mut width = None;
+        while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
+            width = Some(width.unwrap_or(0usize) * 10 + d as usize);
+            chars.next();
+        }
+        match chars.next() {
+            Some(code) => {
+                if !text.is_empty() {
+                    out.push(Piece::Text(std::mem::take(&mut text)));
+                }
+                out.push(Piece::Field { right, width, code });
+            }
+            None => text.push('%'),
+        }
+    }
+    if !text.is_empty() {
+        out.push(Piece::Text(text));
+    }
+    out
+}
+
+/// Pads or truncates to a width, right- or left-justified.
+pub fn fit(s: &str, width: Option<usize>, right: bool) -> String {
+    match width {
+        None => s.to_string(),
+        Some(w) => {
+            let t: String = s.chars().take(w).collect();
+            if right {
+                format!("{t:>w$}")
+            } else {
+                format!("{t:<w$}")
+            }
+        }
+    }
+}
+
+fn header(code: char) -> &'static str {
+    match code {
+        'i' | 'A' => "JOBID",
+        'P' => "PARTITION",
+        'j' => "NAME",
+        'u' => "USER",
+        't' => "ST",
+        'T' => "STATE",
+        'M' => "TIME",
+        'l' => "TIME_LIMIT",
+        'D' => "NODES",
+        'C' => "CPUS",
+        'R' => "NODELIST(REASON)",
+        'N' => "NODELIST",
+        'r' => "REASON",
+        'S' => "START_TIME",
+        'V' => "SUBMIT_TIME",
+        'Q' => "PRIORITY",
+        'b' => "TRES_PER_NODE",
+        _ => "?",
+    }
+}
+
+fn field(j: &JobView, code: char, now: u64) -> String {
+    let reason = || format!("({})", j.reason);
+    match code {
+        'i' | 'A' => j.id.to_string(),
+        'P' => j.partition.clone(),
+        'j' => j.name.clone(),
+        'u' => user_name(j.user.uid),
+        't' => j.state.code().to_string(),
+        'T' => j.state.name().to_string(),
+        'M' => match (j.start_time, j.state) {
+            (Some(s), JobState::Running) => elapsed(now.saturating_sub(s)),
+            (Some(s), _) => elapsed(j.end_time.unwrap_or(now).saturating_sub(s)),
+            _ => elapsed(0),
+        },
+        'l' => limit(j.time_limit, "UNLIMITED"),
+        'D' => j.num_nodes.to_string(),
+        'C' => j.num_cpus.to_string(),
+        'R' => match j.state {
+            JobState::Pending => reason(),
+            _ if j.nodes.is_empty() => reason(),
+            _ => hostlist::compress(&j.nodes),
+        },
+        'N' => hostlist::compress(&j.nodes),
+        'r' => j.reason.clone(),
+        'S' => j
+            .start_time
+            .or(j.expected_start)
+            .map_or("N/A".into(), timestamp),
+        'V' => timestamp(j.submit_time),
+        'Q' => j.priority.to_string(),
+        'b' => {
+            if j.gpus == 0 {
+                "N/A".into()
+            } else {
+                format!("gres/gpu:{}", j.gpus / j.num_nodes.max(1))
+            }
+        }
+        other => format!("%{other}"),
+    }
+}
+
+/// Renders jobs with a format; `header` adds the title line.
+pub fn render(jobs: &[JobView], format: &str, with_header: bool, now: u64) -> String {
+    let pieces = parse_format(format);
+    let mut out = String::new();
+    let mut line = |get: &dyn Fn(char) -> String| {
+        let mut l = String::new();
+        for p in &pieces {
+            match p {
+                Piece::Text(t) => l.push_str(t),
+                Piece::Field { right, width, code } => l.push_str(&fit(&get(*code), *width, *right)),
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    if with_header {
+        line(&|c| header(c).to_string());
+    }
+    for j in jobs {
+        line(&|c| field(j, c, now));
+    }
+    out
+}
+
+/// Slurm's default order: partition, then state, then priority (highest
+/// first), then id.
+pub fn sort(jobs: &mut [JobView]) {
+    jobs.sort_by(|a, b| {
+        let rank = |s: JobState| JobState::ALL.iter().position(|x| *x == s).unwrap_or(0);
+        a.partition
+            .cmp(&b.partition)
+            .then(rank(a.state).cmp(&rank(b.state)))
+            .then(b.priority.cmp(&a.priority))
+            .then(a.id.cmp(&b.id))
+    });
+}
+
+pub fn main(args: &[OsString]) -> i32 {
+    let a: SqueueArgs = match parse(CMD, args) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    let f = match filter(&a) {
+        Ok(f) => f,
+        Err(e) => return fail(CMD, e),
+    };
+    let format = match (&a.format, a.start) {
+        (Some(f), _) => f.clone(),
+        (None, true) => "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R".to_string(),
+        (None, false) => DEFAULT_FORMAT.to_string(),
+    };
+    block_on(CMD, async move {
+        let mut c = match Client::connect().await {
+            Ok(c) => c,
+            Err(e) => return fail(CMD, e),
+        };
+        match c.ok(Request::Jobs(f)).await {
+            Ok(Response::Jobs(mut jobs)) => {
+                sort(&mut jobs);
+                print!("{}", render(&jobs, &format, !a.noheader, now()));
+                0
+            }
+            Ok(other) => fail(CMD, format!("unexpected answer {other:?}")),
+            Err(e) => fail(CMD, e),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corral_proto::msg::{ExitStatus, Ident};
+
+    pub(crate) fn job(id: u64, state: JobState) -> JobView {
+        JobView {
+            id,
+            name: "train".into(),
+            user: Ident { uid: 0, gid: 0 },
+            partition: "gpu".into(),
+            state,
+            reason: "Resources".into(),
+            priority: 10,
+            submit_time: 0,
+            start_time: (state == JobState::Running).then_some(100),
+            end_time: None,
+            expected_start: None,
+            time_limit: None,
+            nodes: if state == JobState::Running {
+                vec!["worker-0".into(), "worker-1".into()]
+            } else {
+                vec![]
+            },
+            num_nodes: 2,
+            num_tasks: 2,
+            cpus_per_task: 1,
+            num_cpus: 2,
+            gpus: 0,
+            mem_mb: 0,
+            exit: ExitStatus::default(),
+            work_dir: "/".into(),
+            stdout: None,
+            stderr: None,
+            command: "x".into(),
+            batch: true,
+            requeue: false,
+            restarts: 0,
+        }
+    }
+
+    #[test]
+    fn default_layout_matches_slurm() {
+        let jobs = vec![job(7, JobState::Running), job(8, JobState::Pending)];
+        let out = render(&jobs, DEFAULT_FORMAT, true, 165);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0],
+            "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)"
+        );
+        assert_eq!(
+            lines[1],
+            "                 7       gpu    train     root  R       1:05      2 worker-[0-1]"
+        );
+        assert_eq!(
+            lines[2],
+            "                 8       gpu    train     root PD       0:00      2 (Resources)"
+        );
+    }
+
+    #[test]
+    fn formats_parse_and_truncate() {
+        assert_eq!(
+            parse_format("%i|%.5j"),
+            vec![
+                Piece::Field { right: false, width: None, code: 'i' },
+                Piece::Text("|".into()),
+                Piece::Field { right: true, width: Some(5), code: 'j' },
+            ]
+        );
+        assert_eq!(fit("abcdefgh", Some(3), true), "abc");
+        assert_eq!(fit("ab", Some(4), false), "ab  ");
+    }
+
+    #[test]
+    fn default_states_hide_finished_jobs() {
+        let a = SqueueArgs::try_parse_from(["squeue"]).unwrap();
+        assert_eq!(filter(&a).unwrap().states.len(), 3);
+        let a = SqueueArgs::try_parse_from(["squeue", "-t", "all"]).unwrap();
+        assert!(filter(&a).unwrap().states.is_empty());
+        let a = SqueueArgs::try_parse_from(["squeue", "-t", "CD,failed"]).unwrap();
+        assert_eq!(filter(&a).unwrap().states, vec![JobState::Completed, JobState::Failed]);
+        let a = SqueueArgs::try_parse_from(["squeue", "-t", "bogus"]).unwrap();
+        assert!(filter(&a).is_err());
+    }
+}

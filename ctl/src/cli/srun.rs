@@ -1,0 +1,476 @@
+//! `srun`: run a command as a job (or as a step of the allocation it is
+//! called in) with its output streamed back live.
+//!
+//! srun opens its own QUIC endpoint with a throwaway certificate; the
+//! launch carries its address, the certificate's hash and a secret, and the
+//! agents of the step's nodes dial back. Output arrives per task, stdin
+//! goes to task 0, Ctrl-C is forwarded to the tasks and a second Ctrl-C
+//! within a second cancels. The exit code is the highest of the tasks'.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use corral_proto::msg::{
+    ExitStatus, JobFilter, JobKind, JobState, Request, Response, StepDown, StepIo, StepSpec,
+    StepUp,
+};
+use corral_proto::{read_frame, tls, write_frame};
+use parking_lot::Mutex;
+use ring::rand::SecureRandom;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, Notify};
+
+use super::opts::JobOpts;
+use super::{block_on, fail, parse};
+use crate::client::Client;
+
+const CMD: &str = "srun";
+
+/// Run a parallel job.
+#[derive(Debug, Parser)]
+#[command(name = "srun", version)]
+pub struct SrunArgs {
+    #[command(flatten)]
+    pub job: JobOpts,
+    /// Prefix each output line with its task id.
+    #[arg(short = 'l', long)]
+    pub label: bool,
+    /// The command and its arguments.
+    #[arg(required = true, trailing_var_arg = true)]
+    pub command: Vec<String>,
+}
+
+/// Output of one task, cut into lines when labelling.
+#[derive(Debug, Default)]
+struct Labeller {
+    partial: HashMap<(u32, bool), Vec<u8>>,
+}
+
+impl Labeller {
+    /// Complete lines of `data` with the label; keeps the rest.
+    fn feed(&mut self, task: u32, stderr: bool, data: &[u8], width: usize) -> Vec<u8> {
+        let buf = self.partial.entry((task, stderr)).or_default();
+        buf.extend_from_slice(data);
+        let mut out = Vec::new();
+        while let Some(i) = buf.iter().position(|&b| b == b'\n') {
+            out.extend_from_slice(format!("{task:>width$}: ").as_bytes());
+            out.extend(buf.drain(..=i));
+        }
+        out
+    }
+
+    /// Whatever is left of a task's output once it exits.
+    fn flush(&mut self, task: u32, stderr: bool, width: usize) -> Vec<u8> {
+        match self.partial.remove(&(task, stderr)) {
+            Some(rest) if !rest.is_empty() => {
+                let mut out = format!("{task:>width$}: ").into_bytes();
+                out.extend(rest);
+                out.push(b'\n');
+                out
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Progress {
+    step_nodes: Option<u32>,
+    ntasks: u32,
+    nodes_seen: u32,
+    exited: u32,
+    worst: ExitStatus,
+    links: Vec<mpsc::UnboundedSender<StepDown>>,
+    stdin_link: Option<mpsc::UnboundedSender<StepDown>>,
+    failures: Vec<String>,
+}
+
+impl Progress {
+    fn done(&self) -> bool {
+        self.step_nodes.is_some_and(|n| self.nodes_seen >= n) && self.exited >= self.ntasks
+    }
+}
+
+#[derive(Debug)]
+struct Session {
+    secret: [u8; 32],
+    label: bool,
+    progress: Mutex<Progress>,
+    changed: Notify,
+    /// Wakes the stdin pump once task 0's node has dialed in.
+    stdin_ready: Notify,
+    labeller: Mutex<Labeller>,
+}
+
+impl Session {
+    fn width(&self) -> usize {
+        let n = self.progress.lock().ntasks.max(1) - 1;
+        n.to_string().len()
+    }
+
+    async fn output(&self, task: u32, stderr: bool, data: &[u8]) {
+        let bytes = if self.label {
+            let w = self.width();
+            self.labeller.lock().feed(task, stderr, data, w)
+        } else {
+            data.to_vec()
+        };
+        write_out(stderr, &bytes).await;
+    }
+}
+
+async fn write_out(stderr: bool, bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    if stderr {
+        let mut e = tokio::io::stderr();
+        let _ = e.write_all(bytes).await;
+        let _ = e.flush().await;
+    } else {
+        let mut o = tokio::io::stdout();
+        let _ = o.write_all(bytes).await;
+        let _ = o.flush().await;
+    }
+}
+
+async fn agent_link(s: Arc<Session>, conn: quinn::Connection) {
+    let Ok((mut send, mut recv)) = conn.accept_bi().await else {
+        return;
+    };
+    let hello = tokio::time::timeout(Duration::from_secs(10), read_frame::<_, StepUp>(&mut recv)).await;
+    let (node, tasks) = match hello {
+        Ok(Ok(Some(StepUp::Hello {
+            secret,
+            node,
+            step_nodes,
+            ntasks,
+            tasks,
+            ..
+        }))) if secret == s.secret => {
+            let mut p = s.progress.lock();
+            p.step_nodes = Some(step_nodes);
+            p.ntasks = ntasks;
+            p.nodes_seen += 1;
+            (node, tasks)
+        }
+        _ => {
+            conn.close(1u32.into(), b"who are you");
+            return;
+        }
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel::<StepDown>();
+    {
+        let mut p = s.progress.lock();
+        p.links.push(tx.clone());
+        if tasks.contains(&0) {
+            p.stdin_link = Some(tx);
+            s.stdin_ready.notify_one();
+        }
+    }
+    s.changed.notify_one();
+    tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if write_frame(&mut send, &m).await.is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        match read_frame::<_, StepUp>(&mut recv).await {
+            Ok(Some(StepUp::Output { task, stderr, data })) => s.output(task, stderr, &data).await,
+            Ok(Some(StepUp::TaskExit { task, exit })) => {
+                if s.label {
+                    let w = s.width();
+                    for stderr in [false, true] {
+                        let rest = s.labeller.lock().flush(task, stderr, w);
+                        write_out(stderr, &rest).await;
+                    }
+                }
+                let mut p = s.progress.lock();
+                p.exited += 1;
+                if exit.code > p.worst.code {
+                    p.worst = exit;
+                }
+                if !exit.success() {
+                    p.failures.push(match exit.signal {
+                        Some(sig) => format!("{node}: task {task}: Killed by signal {sig}"),
+                        None => format!("{node}: task {task}: Exited with exit code {}", exit.code),
+                    });
+                }
+                drop(p);
+                s.changed.notify_one();
+            }
+            Ok(Some(StepUp::Failed { message })) => {
+                s.progress.lock().failures.push(format!("{node}: {message}"));
+            }
+            Ok(Some(StepUp::Hello { .. })) => {}
+            Ok(None) | Err(_) => break,
+        }
+    }
+}
+
+fn random_secret() -> Result<[u8; 32], String> {
+    let mut b = [0u8; 32];
+    ring::rand::SystemRandom::new()
+        .fill(&mut b)
+        .map_err(|_| "no system randomness".to_string())?;
+    Ok(b)
+}
+
+async fn job_state(job: u64) -> Option<JobState> {
+    let mut c = Client::connect().await.ok()?;
+    match c
+        .call(Request::Jobs(JobFilter {
+            ids: vec![job],
+            ..Default::default()
+        }))
+        .await
+    {
+        Ok(Response::Jobs(v)) => v.first().map(|j| j.state),
+        _ => None,
+    }
+}
+
+async fn cancel(job: u64) {
+    if let Ok(mut c) = Client::connect().await {
+        let _ = c
+            .call(Request::Cancel {
+                filter: JobFilter {
+                    ids: vec![job],
+                    ..Default::default()
+                },
+                signal: None,
+            })
+            .await;
+    }
+}
+
+async fn run(a: SrunArgs) -> i32 {
+    let secret = match random_secret() {
+        Ok(s) => s,
+        Err(e) => return fail(CMD, e),
+    };
+    let (server_cfg, cert_sha256) = match tls::step_server_config() {
+        Ok(c) => c,
+        Err(e) => return fail(CMD, e),
+    };
+    let host = std::env::var("CORRAL_SRUN_HOST").unwrap_or_else(|_| "127.0.0.1".into());
+    let bind: SocketAddr = match format!("{host}:0").parse() {
+        Ok(a) => a,
+        Err(_) => return fail(CMD, format!("CORRAL_SRUN_HOST is not an IP address: {host}")),
+    };
+    let endpoint = match tls::server_endpoint(bind, server_cfg) {
+        Ok(e) => e,
+        Err(e) => return fail(CMD, e),
+    };
+    let addr = match endpoint.local_addr() {
+        Ok(a) => a,
+        Err(e) => return fail(CMD, e),
+    };
+    let io = StepIo {
+        addr,
+        cert_sha256,
+        secret,
+    };
+    let cwd = match std::env::current_dir() {
+        Ok(d) => match &a.job.chdir {
+            Some(c) => d.join(c),
+            None => d,
+        },
+        Err(e) => return fail(CMD, format!("current directory: {e}")),
+    };
+    let in_allocation = std::env::var("SLURM_JOB_ID").ok().and_then(|j| j.parse::<u64>().ok());
+    let mut client = match Client::connect().await {
+        Ok(c) => c,
+        Err(e) => return fail(CMD, e),
+    };
+    let (job, step_mode) = if let Some(job) = in_allocation {
+        let nodes = match a.job.to_spec() {
+            Ok(s) => s.nodes,
+            Err(e) => return fail(CMD, e),
+        };
+        let env = match super::opts::exported_env(a.job.export.as_deref()) {
+            Ok(e) => e,
+            Err(e) => return fail(CMD, e),
+        };
+        let spec = StepSpec {
+            job,
+            nodes,
+            ntasks: a.job.ntasks,
+            argv: a.command.clone(),
+            work_dir: cwd.to_string_lossy().into_owned(),
+            env,
+            io,
+        };
+        match client.ok(Request::SubmitStep(spec)).await {
+            Ok(Response::StepCreated { job, .. }) => (job, true),
+            Ok(other) => return fail(CMD, format!("unexpected answer {other:?}")),
+            Err(e) => return fail(CMD, format!("Unable to create step for job {job}: {e}")),
+        }
+    } else {
+        let mut spec = match a.job.to_spec() {
+            Ok(s) => s,
+            Err(e) => return fail(CMD, e),
+        };
+        if spec.name.is_empty() {
+            spec.name = std::path::Path::new(&a.command[0])
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "srun".into());
+        }
+        spec.work_dir = cwd.to_string_lossy().into_owned();
+        spec.kind = JobKind::Interactive {
+            argv: a.command.clone(),
+            io,
+        };
+        match client.ok(Request::Submit(spec)).await {
+            Ok(Response::Submitted { job }) => (job, false),
+            Ok(other) => return fail(CMD, format!("unexpected answer {other:?}")),
+            Err(e) => return fail(CMD, format!("Unable to allocate resources: {e}")),
+        }
+    };
+    drop(client);
+
+    let s = Arc::new(Session {
+        secret,
+        label: a.label,
+        progress: Mutex::new(Progress::default()),
+        changed: Notify::new(),
+        stdin_ready: Notify::new(),
+        labeller: Mutex::new(Labeller::default()),
+    });
+    let acceptor = {
+        let s = s.clone();
+        let endpoint = endpoint.clone();
+        tokio::spawn(async move {
+            while let Some(inc) = endpoint.accept().await {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    if let Ok(conn) = inc.await {
+                        agent_link(s, conn).await;
+                    }
+                });
+            }
+        })
+    };
+    // stdin → task 0.
+    {
+        let s = s.clone();
+        tokio::spawn(async move {
+            let mut stdin = tokio::io::stdin();
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let n = stdin.read(&mut buf).await.unwrap_or(0);
+                let link = loop {
+                    if let Some(l) = s.progress.lock().stdin_link.clone() {
+                        break l;
+                    }
+                    s.stdin_ready.notified().await;
+                };
+                if n == 0 {
+                    let _ = link.send(StepDown::StdinEof);
+                    return;
+                }
+                let _ = link.send(StepDown::Stdin(buf[..n].to_vec()));
+            }
+        });
+    }
+    let started = Instant::now();
+    let mut said_waiting = false;
+    let mut last_interrupt: Option<Instant> = None;
+    let mut poll = tokio::time::interval(Duration::from_millis(500));
+    poll.tick().await;
+    let code = loop {
+        if s.progress.lock().done() {
+            break None;
+        }
+        tokio::select! {
+            _ = s.changed.notified() => {}
+            _ = tokio::signal::ctrl_c() => {
+                let now = Instant::now();
+                if last_interrupt.is_some_and(|t| now - t < Duration::from_secs(1)) {
+                    eprintln!("srun: forcing job termination");
+                    if step_mode {
+                        for l in &s.progress.lock().links {
+                            let _ = l.send(StepDown::Signal(9));
+                        }
+                    } else {
+                        cancel(job).await;
+                    }
+                    break Some(130);
+                }
+                eprintln!("srun: interrupt (one more within 1 sec to abort)");
+                last_interrupt = Some(now);
+                for l in &s.progress.lock().links {
+                    let _ = l.send(StepDown::Signal(2));
+                }
+            }
+            _ = poll.tick() => {
+                if s.progress.lock().nodes_seen > 0 {
+                    continue;
+                }
+                match job_state(job).await {
+                    Some(JobState::Pending) if !said_waiting && started.elapsed() > Duration::from_secs(1) => {
+                        eprintln!("srun: job {job} queued and waiting for resources");
+                        said_waiting = true;
+                    }
+                    Some(st) if st.is_final() || st == JobState::Completing => {
+                        // A launch that never reached us.
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        if s.progress.lock().nodes_seen == 0 {
+                            eprintln!("srun: error: job {job} ended before its tasks reached srun: {}", st.name());
+                            break Some(1);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    };
+    acceptor.abort();
+    endpoint.close(0u32.into(), b"done");
+    // Let the close reach the agents, so they finish the step at once.
+    let _ = tokio::time::timeout(Duration::from_millis(20), endpoint.wait_idle()).await;
+    let p = s.progress.lock();
+    for f in &p.failures {
+        eprintln!("srun: error: {f}");
+    }
+    code.unwrap_or(p.worst.code)
+}
+
+pub fn main(args: &[OsString]) -> i32 {
+    let a: SrunArgs = match parse(CMD, args) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    block_on(CMD, run(a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_whole_lines_and_keeps_partials() {
+        let mut l = Labeller::default();
+        assert_eq!(l.feed(3, false, b"a\nb", 2), b" 3: a\n".to_vec());
+        assert_eq!(l.feed(3, false, b"c\n", 2), b" 3: bc\n".to_vec());
+        assert!(l.feed(1, true, b"x", 1).is_empty());
+        assert_eq!(l.flush(1, true, 1), b"1: x\n".to_vec());
+        assert!(l.flush(3, false, 2).is_empty());
+    }
+
+    #[test]
+    fn command_is_required_and_options_stop_at_it() {
+        assert!(SrunArgs::try_parse_from(["srun", "-N2"]).is_err());
+        let a = SrunArgs::try_parse_from(["srun", "-N2", "-l", "hostname", "-n", "3"]).unwrap();
+        assert_eq!(a.command, vec!["hostname", "-n", "3"]);
+        assert!(a.label);
+        assert_eq!(a.job.nodes.as_deref(), Some("2"));
+    }
+}

@@ -1,0 +1,414 @@
+//! `corral up`: a whole cluster on this machine. Certificates and a config
+//! in a fresh directory, one corral-ctld and N corral-agents with simulated
+//! GPUs on loopback; then either a command runs against it (and its exit
+//! code is ours) or it stays up until Ctrl-C.
+//!
+//! [`Cluster`] is also what the end-to-end tests start.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use corral_proto::msg::{Request, Response};
+use corral_proto::tls::{self, Role, CTLD_NAME};
+
+use super::{fail, parse, COMMANDS};
+use crate::client::Client;
+
+const CMD: &str = "corral up";
+
+/// Start a cluster with simulated GPU nodes on this machine.
+#[derive(Debug, Parser)]
+#[command(name = "corral up")]
+pub struct UpArgs {
+    /// Number of nodes (worker-0 … worker-N-1).
+    #[arg(long, default_value_t = 2)]
+    pub nodes: u32,
+    /// Simulated GPUs per node.
+    #[arg(long, default_value_t = 8)]
+    pub gpus_per_node: u32,
+    /// CPUs per node (simulated: may exceed the machine's).
+    #[arg(long, default_value_t = 16)]
+    pub cpus_per_node: u32,
+    /// Memory per node in MB (simulated).
+    #[arg(long, default_value_t = 64_000)]
+    pub mem_per_node: u64,
+    /// Keep the cluster's files here (default: a fresh temporary directory,
+    /// removed afterwards).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Seconds of agent silence before its node is DOWN.
+    #[arg(long, default_value_t = 30)]
+    pub heartbeat_timeout: u64,
+    /// Seconds between SIGTERM and SIGKILL when a job is ended.
+    #[arg(long, default_value_t = 5)]
+    pub kill_wait: u64,
+    /// Run this with the cluster's commands on PATH, then stop.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+/// Why a cluster could not be brought up.
+#[derive(Debug, thiserror::Error)]
+pub enum UpError {
+    #[error("{path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("certificates")]
+    Tls(#[from] tls::TlsError),
+    #[error("starting {program}")]
+    Spawn {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Timeout(String),
+}
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub cpus_per_node: u32,
+    pub mem_per_node: u64,
+    pub heartbeat_timeout: u64,
+    pub kill_wait: u64,
+    /// Where corral, corral-ctld and corral-agent are.
+    pub bin_dir: PathBuf,
+    /// The cluster's directory (must be empty or absent).
+    pub dir: PathBuf,
+}
+
+/// A running cluster; stopped when dropped.
+#[derive(Debug)]
+pub struct Cluster {
+    pub spec: ClusterSpec,
+    pub addr: SocketAddr,
+    ctld: Option<Child>,
+    agents: Vec<Option<Child>>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> UpError + '_ {
+    move |source| UpError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn mkdir(path: &Path) -> Result<(), UpError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(path).map_err(io(path))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(io(path))
+}
+
+impl Cluster {
+    pub fn node_name(i: u32) -> String {
+        format!("worker-{i}")
+    }
+
+    pub fn socket(&self, i: u32) -> PathBuf {
+        self.spec.dir.join("run").join(format!("{}.sock", Cluster::node_name(i)))
+    }
+
+    pub fn path_dir(&self) -> PathBuf {
+        self.spec.dir.join("bin")
+    }
+
+    /// The environment that points Slurm commands at this cluster.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let path = std::env::var("PATH").unwrap_or_default();
+        vec![
+            (
+                "PATH".into(),
+                format!("{}:{path}", self.path_dir().display()),
+            ),
+            (
+                "CORRAL_AGENT_SOCKET".into(),
+                self.socket(0).to_string_lossy().into_owned(),
+            ),
+            (
+                "CORRAL_CONF".into(),
+                self.spec.dir.join("corral.toml").to_string_lossy().into_owned(),
+            ),
+        ]
+    }
+
+    /// Creates the directory, certificates and config; starts ctld and
+    /// the agents. Does not wait for the nodes (see [`Cluster::wait_idle`]).
+    pub fn start(spec: ClusterSpec) -> Result<Cluster, UpError> {
+        let dir = &spec.dir;
+        mkdir(dir)?;
+        for sub in ["run", "log", "spool", "bin"] {
+            mkdir(&dir.join(sub))?;
+        }
+        let certs = dir.join("certs");
+        tls::init_ca(&certs)?;
+        tls::issue(&certs, CTLD_NAME, Role::Controller)?;
+        for i in 0..spec.nodes {
+            tls::issue(&certs, &Cluster::node_name(i), Role::Agent)?;
+        }
+        let me = nix::unistd::getuid().as_raw();
+        let last = spec.nodes.saturating_sub(1);
+        let config = format!(
+            "cluster = \"corral-up\"\nlisten = \"127.0.0.1:0\"\ncerts = \"{}\"\nheartbeat_timeout = {}\n\
+             kill_wait = {}\noperators = [{me}]\n\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-{last}]\"\ndefault = true\n",
+            certs.display(),
+            spec.heartbeat_timeout,
+            spec.kill_wait
+        );
+        let conf = dir.join("corral.toml");
+        std::fs::write(&conf, config).map_err(io(&conf))?;
+        let corral = spec.bin_dir.join("corral");
+        for name in COMMANDS {
+            let link = dir.join("bin").join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&corral, &link).map_err(io(&link))?;
+        }
+        let addr_file = dir.join("ctld.addr");
+        let ctld_bin = spec.bin_dir.join("corral-ctld");
+        let log = dir.join("log").join("ctld.log");
+        let ctld = Command::new(&ctld_bin)
+            .arg("--config")
+            .arg(&conf)
+            .arg("--addr-file")
+            .arg(&addr_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).map_err(io(&log))?)
+            .spawn()
+            .map_err(|source| UpError::Spawn {
+                program: ctld_bin.clone(),
+                source,
+            })?;
+        let mut cluster = Cluster {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            spec,
+            ctld: Some(ctld),
+            agents: Vec::new(),
+        };
+        let t0 = Instant::now();
+        cluster.addr = loop {
+            if let Some(a) = std::fs::read_to_string(&addr_file)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                break a;
+            }
+            if let Some(Ok(Some(st))) = cluster.ctld.as_mut().map(Child::try_wait) {
+                return Err(UpError::Timeout(format!(
+                    "corral-ctld exited ({st}); see {}",
+                    log.display()
+                )));
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                return Err(UpError::Timeout("corral-ctld did not start listening".into()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for i in 0..cluster.spec.nodes {
+            let child = cluster.spawn_agent(i)?;
+            cluster.agents.push(Some(child));
+        }
+        Ok(cluster)
+    }
+
+    fn spawn_agent(&self, i: u32) -> Result<Child, UpError> {
+        let name = Cluster::node_name(i);
+        let dir = &self.spec.dir;
+        let bin = self.spec.bin_dir.join("corral-agent");
+        let log = dir.join("log").join(format!("{name}.log"));
+        let logf = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(io(&log))?;
+        Command::new(&bin)
+            .args(["--name", &name, "--cluster", "corral-up"])
+            .arg("--ctld")
+            .arg(self.addr.to_string())
+            .arg("--certs")
+            .arg(dir.join("certs"))
+            .arg("--socket")
+            .arg(self.socket(i))
+            .arg("--spool")
+            .arg(dir.join("spool").join(&name))
+            .arg("--cpus")
+            .arg(self.spec.cpus_per_node.to_string())
+            .arg("--mem")
+            .arg(self.spec.mem_per_node.to_string())
+            .arg("--sim-gpus")
+            .arg(self.spec.gpus_per_node.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(logf)
+            .spawn()
+            .map_err(|source| UpError::Spawn {
+                program: bin.clone(),
+                source,
+            })
+    }
+
+    /// Kills node `i`'s agent with a signal (SIGKILL to simulate a crash).
+    pub fn kill_agent(&mut self, i: u32, sig: nix::sys::signal::Signal) {
+        if let Some(Some(child)) = self.agents.get_mut(i as usize) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig);
+            let _ = child.wait();
+            self.agents[i as usize] = None;
+        }
+    }
+
+    /// Starts node `i`'s agent again.
+    pub fn restart_agent(&mut self, i: u32) -> Result<(), UpError> {
+        let child = self.spawn_agent(i)?;
+        if let Some(slot) = self.agents.get_mut(i as usize) {
+            *slot = Some(child);
+        }
+        Ok(())
+    }
+
+    /// Waits until `count` nodes are idle, as seen through node 0's agent.
+    pub async fn wait_idle(&self, count: u32, timeout: Duration) -> Result<(), UpError> {
+        let t0 = Instant::now();
+        let mut last = String::from("no answer");
+        while t0.elapsed() < timeout {
+            if let Ok(mut c) = Client::connect_to(&self.socket(0)).await {
+                match c.call(Request::Nodes).await {
+                    Ok(Response::Nodes(nodes)) => {
+                        let idle = nodes.iter().filter(|n| n.state == "idle").count() as u32;
+                        if idle >= count {
+                            return Ok(());
+                        }
+                        last = format!("{idle} of {count} nodes idle");
+                    }
+                    Ok(other) => last = format!("{other:?}"),
+                    Err(e) => last = e.to_string(),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(UpError::Timeout(format!(
+            "cluster not ready after {timeout:?}: {last}; logs in {}",
+            self.spec.dir.join("log").display()
+        )))
+    }
+
+    /// Stops every process (agents first).
+    pub fn stop(&mut self) {
+        let mut children: Vec<Child> = self.agents.iter_mut().filter_map(Option::take).collect();
+        children.extend(self.ctld.take());
+        for c in &children {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let t0 = Instant::now();
+        for mut c in children {
+            while t0.elapsed() < Duration::from_secs(3) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn fresh_dir() -> PathBuf {
+    let base = std::env::temp_dir();
+    let pid = std::process::id();
+    let t = corral_proto::now_ms();
+    base.join(format!("corral-up-{pid}-{t}"))
+}
+
+pub fn main(args: &[OsString]) -> i32 {
+    let mut args = args.to_vec();
+    args[0] = CMD.into();
+    let a: UpArgs = match parse(CMD, &args) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    if a.nodes == 0 {
+        return fail(CMD, "--nodes must be at least 1");
+    }
+    let bin_dir = match std::env::current_exe() {
+        Ok(p) => p.parent().map(Path::to_path_buf).unwrap_or_default(),
+        Err(e) => return fail(CMD, format!("cannot find my own binary: {e}")),
+    };
+    let temporary = a.dir.is_none();
+    let dir = a.dir.clone().unwrap_or_else(fresh_dir);
+    let spec = ClusterSpec {
+        nodes: a.nodes,
+        gpus_per_node: a.gpus_per_node,
+        cpus_per_node: a.cpus_per_node,
+        mem_per_node: a.mem_per_node,
+        heartbeat_timeout: a.heartbeat_timeout,
+        kill_wait: a.kill_wait,
+        bin_dir,
+        dir: dir.clone(),
+    };
+    let code = super::block_on(CMD, async move {
+        let cluster = match Cluster::start(spec) {
+            Ok(c) => c,
+            Err(e) => return fail(CMD, chain(&e)),
+        };
+        if let Err(e) = cluster.wait_idle(a.nodes, Duration::from_secs(60)).await {
+            return fail(CMD, chain(&e));
+        }
+        eprintln!(
+            "corral up: {} nodes × {} GPUs ready (controller {}, files in {})",
+            a.nodes,
+            a.gpus_per_node,
+            cluster.addr,
+            cluster.spec.dir.display()
+        );
+        if a.command.is_empty() {
+            println!("# In another shell:");
+            for (k, v) in cluster.env() {
+                println!("export {k}={v}");
+            }
+            println!("# Ctrl-C here stops the cluster.");
+            let _ = tokio::signal::ctrl_c().await;
+            return 0;
+        }
+        let mut cmd = tokio::process::Command::new(&a.command[0]);
+        cmd.args(&a.command[1..]).envs(cluster.env());
+        let status = cmd.status().await;
+        drop(cluster);
+        match status {
+            Ok(st) => st.code().unwrap_or(1),
+            Err(e) => fail(CMD, format!("{}: {e}", a.command[0])),
+        }
+    });
+    if temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    code
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
