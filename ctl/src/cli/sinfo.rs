@@ -298,7 +298,7 @@ mod tests {
         let out = render_nodes(&[part()], &nodes, &args(&["-N"]));
         assert_eq!(
             out,
-            "NODELIST   NODES PARTITION STATE\nworker-0       1 gpu*      idle\nworker-3       1 gpu*      drain\n"
+            "NODELIST  NODES PARTITION STATE\nworker-0      1 gpu*      idle\nworker-3      1 gpu*      drain\n"
         );
         let out = render_reasons(&nodes, &args(&["-R"]));
         assert_eq!(
