@@ -1,0 +1,195 @@
+//! The end-to-end harness: builds the real binaries, starts a cluster
+//! (one corral-ctld, N corral-agents with simulated GPUs, on loopback)
+//! in a temporary directory, and runs Slurm commands against it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use corral_ctl::cli::up::{Cluster, ClusterSpec};
+
+/// Builds corral, corral-ctld and corral-agent once per test binary (in
+/// the profile the tests run in) and returns the directory holding them.
+pub fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test binary path");
+        // target/<profile>/deps/<test> → target/<profile>
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test binary lives in target/<profile>/deps")
+            .to_path_buf();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(&root)
+            .args(["build", "--bins", "-p", "corral-ctl", "-p", "corral-agent"]);
+        if dir.file_name().is_some_and(|p| p == "release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("running cargo build");
+        assert!(st.success(), "building the binaries failed");
+        dir
+    })
+}
+
+/// A cluster for one test, with its scratch directory.
+#[derive(Debug)]
+pub struct Env {
+    pub cluster: Cluster,
+    /// A directory every uid may write (job submit dir).
+    pub work: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+/// Cluster options for a test.
+#[derive(Clone, Copy, Debug)]
+pub struct Opts {
+    pub nodes: u32,
+    pub gpus: u32,
+    pub heartbeat_timeout: u64,
+    pub kill_wait: u64,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            nodes: 2,
+            gpus: 4,
+            heartbeat_timeout: 30,
+            kill_wait: 1,
+        }
+    }
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+impl Env {
+    pub fn start(o: Opts) -> Env {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::Builder::new()
+            .prefix("corral-e2e-")
+            .tempdir()
+            .expect("temp dir");
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let work = tmp.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let spec = ClusterSpec {
+            nodes: o.nodes,
+            gpus_per_node: o.gpus,
+            cpus_per_node: 8,
+            mem_per_node: 16_000,
+            heartbeat_timeout: o.heartbeat_timeout,
+            kill_wait: o.kill_wait,
+            bin_dir: bin_dir().to_path_buf(),
+            dir: tmp.path().join("cluster"),
+        };
+        let cluster = Cluster::start(spec).expect("starting the cluster");
+        runtime()
+            .block_on(cluster.wait_idle(o.nodes, Duration::from_secs(30)))
+            .expect("nodes idle");
+        Env {
+            cluster,
+            work,
+            _tmp: tmp,
+        }
+    }
+
+    /// A Slurm command, as the test's own user, in the work directory.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin_dir().join("corral"));
+        c.args(args)
+            .envs(self.cluster.env())
+            .current_dir(&self.work)
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs a command; returns (status code, stdout, stderr).
+    pub fn run(&self, args: &[&str]) -> (i32, String, String) {
+        out(self.cmd(args).output().expect("running corral"))
+    }
+
+    /// Runs a command that must succeed; returns its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let (code, o, e) = self.run(args);
+        assert_eq!(code, 0, "corral {args:?} failed: {e}");
+        o
+    }
+
+    /// Submits a batch script (text) and returns the job id.
+    pub fn sbatch(&self, extra: &[&str], script: &str) -> u64 {
+        let path = self.work.join(format!("job-{}.sh", corral_proto::now_ms()));
+        std::fs::write(&path, script).unwrap();
+        let mut args = vec!["sbatch", "--parsable"];
+        args.extend_from_slice(extra);
+        let p = path.to_string_lossy().into_owned();
+        args.push(&p);
+        self.ok(&args).trim().parse().expect("job id")
+    }
+
+    /// A job's state name (`squeue -t all`), or "" once forgotten.
+    pub fn state(&self, job: u64) -> String {
+        let id = job.to_string();
+        self.ok(&["squeue", "-h", "-t", "all", "-j", &id, "-o", "%T"])
+            .trim()
+            .to_string()
+    }
+
+    /// Waits until the job is in one of the states; panics after `secs`.
+    pub fn wait_state(&self, job: u64, states: &[&str], secs: u64) -> String {
+        let t0 = Instant::now();
+        loop {
+            let st = self.state(job);
+            if states.contains(&st.as_str()) {
+                return st;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(secs),
+                "job {job} is {st}, not {states:?}, after {secs}s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits for a predicate over `sinfo -N -h` output.
+    pub fn wait_sinfo(&self, what: &str, f: impl Fn(&str) -> bool, secs: u64) -> String {
+        let t0 = Instant::now();
+        loop {
+            let s = self.ok(&["sinfo", "-N", "-h"]);
+            if f(&s) {
+                return s;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(secs),
+                "{what} not seen in {secs}s:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.work.join(name)).unwrap_or_default()
+    }
+}
+
+pub fn out(o: Output) -> (i32, String, String) {
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Whether the tests run as root (needed to submit as other users).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}

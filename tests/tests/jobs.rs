@@ -1,0 +1,185 @@
+//! Jobs through the real binaries: batch, srun, steps, GPUs.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use corral_e2e::{Env, Opts};
+
+#[test]
+fn sbatch_shows_in_squeue_completes_and_writes_its_output() {
+    let env = Env::start(Opts::default());
+    let id = env.sbatch(
+        &["-J", "hello", "-o", "out-%j-%x.txt"],
+        "#!/bin/sh\n#SBATCH -n 1\necho \"hello from $SLURM_JOB_ID on $SLURMD_NODENAME\"\nsleep 1\n",
+    );
+    let q = env.ok(&["squeue"]);
+    let line = q
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
+        .unwrap_or_else(|| panic!("job {id} not in squeue:\n{q}"));
+    assert!(line.contains("hello") && (line.contains(" R ") || line.contains(" PD ")), "{line}");
+    assert_eq!(env.wait_state(id, &["COMPLETED", "FAILED"], 20), "COMPLETED");
+    let out = env.read(&format!("out-{id}-hello.txt"));
+    assert!(out.starts_with(&format!("hello from {id} on worker-")), "{out:?}");
+    // Finished jobs leave the default squeue view.
+    assert!(!env.ok(&["squeue", "-h"]).contains(&format!(" {id} ")));
+    // --wrap and the default output name.
+    let id = env.ok(&["sbatch", "--parsable", "--wrap", "echo wrapped"]).trim().parse::<u64>().unwrap();
+    env.wait_state(id, &["COMPLETED"], 20);
+    assert_eq!(env.read(&format!("slurm-{id}.out")), "wrapped\n");
+    // A failing script fails with its code.
+    let id = env.ok(&["sbatch", "--parsable", "--wrap", "exit 7"]).trim().parse::<u64>().unwrap();
+    env.wait_state(id, &["FAILED"], 20);
+    let show = env.ok(&["scontrol", "show", "job", &id.to_string()]);
+    assert!(show.contains("JobState=FAILED") && show.contains("ExitCode=7:0"), "{show}");
+}
+
+#[test]
+fn srun_labels_four_tasks_on_two_nodes() {
+    let env = Env::start(Opts::default());
+    let (code, out, err) = env.run(&["srun", "-N2", "-n4", "-l", "sh", "-c", "echo $SLURMD_NODENAME $SLURM_PROCID"]);
+    assert_eq!(code, 0, "{err}");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines.len(), 4, "{out}");
+    let nodes: HashSet<&str> = lines.iter().map(|l| l.split_whitespace().nth(1).unwrap()).collect();
+    assert_eq!(nodes.len(), 2, "{out}");
+    for (i, l) in lines.iter().enumerate() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(w[0], format!("{i}:"), "{out}");
+        assert_eq!(w[2], i.to_string(), "label and SLURM_PROCID agree: {out}");
+    }
+    // The highest task exit code is srun's; stdin reaches task 0.
+    let (code, _, _) = env.run(&["srun", "-n2", "sh", "-c", "exit $((SLURM_PROCID + 4))"]);
+    assert_eq!(code, 5);
+    let mut c = env.cmd(&["srun", "cat"]);
+    c.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"through stdin\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "through stdin\n");
+}
+
+#[test]
+fn steps_of_a_two_node_batch_job_see_slurm_variables() {
+    let env = Env::start(Opts::default());
+    let script = "#!/bin/sh\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n\
+        srun -l sh -c 'echo $SLURM_JOB_ID $SLURM_NNODES $SLURM_NTASKS $SLURM_PROCID $SLURM_NODEID $SLURM_LOCALID $SLURM_JOB_NODELIST $SLURMD_NODENAME $SLURM_JOB_PARTITION $SLURM_CPUS_PER_TASK $SLURM_SUBMIT_DIR $SLURM_JOB_NAME'\n";
+    let id = env.sbatch(&["-J", "vars"], script);
+    env.wait_state(id, &["COMPLETED"], 30);
+    let out = env.read(&format!("slurm-{id}.out"));
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines.len(), 2, "{out}");
+    let work = env.work.to_string_lossy().into_owned();
+    for (i, l) in lines.iter().enumerate() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let want = [
+            &format!("{i}:"),
+            &id.to_string(),
+            "2",
+            "2",
+            &i.to_string(),
+            &i.to_string(),
+            "0",
+            "worker-[0-1]",
+            &format!("worker-{i}"),
+            "gpu",
+            "1",
+            &work,
+            "vars",
+        ];
+        assert_eq!(w, want, "{out}");
+    }
+}
+
+#[test]
+fn gpu_jobs_get_distinct_gpus() {
+    let env = Env::start(Opts::default());
+    // Four 2-GPU jobs fill 2 nodes × 4 GPUs; all run at once.
+    let ids: Vec<u64> = (0..4)
+        .map(|_| {
+            env.sbatch(
+                &["--gres=gpu:2"],
+                "#!/bin/sh\necho $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES\nsleep 2\n",
+            )
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let running = env.ok(&["squeue", "-h", "-t", "R", "-o", "%i"]);
+    assert_eq!(running.lines().count(), 4, "all four run together:\n{running}");
+    let mut seen = HashSet::new();
+    for id in ids {
+        env.wait_state(id, &["COMPLETED"], 30);
+        let out = env.read(&format!("slurm-{id}.out"));
+        let (node, gpus) = out.trim().split_once(' ').unwrap_or_else(|| panic!("{out:?}"));
+        let gpus: Vec<&str> = gpus.split(',').collect();
+        assert_eq!(gpus.len(), 2, "{out}");
+        for g in gpus {
+            assert!(seen.insert(format!("{node}/{g}")), "GPU {node}/{g} given twice");
+        }
+    }
+    assert_eq!(seen.len(), 8);
+    // --gpus-per-task: each task its own GPU.
+    let out = env.ok(&["srun", "-n2", "-N1", "--gpus-per-task=1", "-l", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"]);
+    let gpus: HashSet<&str> = out.lines().map(|l| l.split_whitespace().nth(1).unwrap_or("")).collect();
+    assert_eq!(gpus.len(), 2, "{out}");
+    assert!(!gpus.contains("") && gpus.iter().all(|g| !g.contains(',')), "{out}");
+}
+
+#[test]
+fn bad_input_gets_one_line_errors() {
+    let env = Env::start(Opts { nodes: 1, ..Opts::default() });
+    for (args, want) in [
+        (vec!["sbatch", "--bogus", "--wrap", "true"], "sbatch: error: unexpected argument '--bogus'"),
+        (vec!["sbatch", "-p", "nope", "--wrap", "true"], "sbatch: error: Batch job submission failed: Invalid partition name specified"),
+        (vec!["sbatch", "--gres=gpu:99", "--wrap", "true"], "sbatch: error: Batch job submission failed:"),
+        (vec!["sbatch", "-t", "soon", "--wrap", "true"], "sbatch: error: invalid time limit"),
+        (vec!["scancel", "999999"], "scancel: error: Kill job error on job id 999999: Invalid job id specified"),
+        (vec!["scontrol", "show", "job", "424242"], "scontrol: error: Invalid job id specified"),
+        (vec!["squeue", "-t", "sideways"], "squeue: error: Invalid job state specified"),
+    ] {
+        let (code, _, err) = env.run(&args);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(err.starts_with(want), "{args:?}: {err:?}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err:?}");
+    }
+    let script = env.work.join("noshebang.sh");
+    std::fs::write(&script, "echo hi\n").unwrap();
+    let (code, _, err) = env.run(&["sbatch", script.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("The first line must start with #!"), "{err}");
+}
+
+#[test]
+fn sinfo_and_scontrol_views() {
+    let env = Env::start(Opts::default());
+    let s = env.ok(&["sinfo"]);
+    assert_eq!(
+        s,
+        "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\ngpu*         up   infinite      2   idle worker-[0-1]\n"
+    );
+    env.ok(&["scontrol", "update", "NodeName=worker-1", "State=DRAIN", "Reason=fan failure"]);
+    let r = env.ok(&["sinfo", "-R", "-h"]);
+    assert!(r.starts_with("fan failure") && r.trim_end().ends_with("worker-1"), "{r}");
+    let n = env.ok(&["scontrol", "show", "node", "worker-1"]);
+    assert!(n.contains("NodeName=worker-1") && n.contains("State=DRAINED") && n.contains("Reason=fan failure"), "{n}");
+    // A drained node gets no new work.
+    let id = env.sbatch(&["-w", "worker-1"], "#!/bin/sh\ntrue\n");
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(env.state(id), "PENDING");
+    env.ok(&["scontrol", "update", "NodeName=worker-1", "State=RESUME"]);
+    env.wait_state(id, &["COMPLETED"], 20);
+    assert_eq!(env.ok(&["scontrol", "show", "hostnames", "w-[1-2],x"]), "w-1\nw-2\nx\n");
+    assert_eq!(env.ok(&["scontrol", "show", "hostlist", "w-1,w-2,w-3"]), "w-[1-3]\n");
+    let p = env.ok(&["scontrol", "show", "partition"]);
+    assert!(p.starts_with("PartitionName=gpu") && p.contains("Nodes=worker-[0-1]"), "{p}");
+    // Hold and release.
+    let id = env.ok(&["sbatch", "--parsable", "-H", "--wrap", "true"]).trim().to_string();
+    std::thread::sleep(Duration::from_millis(300));
+    let q = env.ok(&["squeue", "-h", "-j", &id]);
+    assert!(q.contains("(JobHeldUser)") || q.contains("(JobHeldAdmin)"), "{q}");
+    env.ok(&["scontrol", "release", &id]);
+    env.wait_state(id.parse().unwrap(), &["COMPLETED"], 20);
+}
