@@ -80,9 +80,7 @@ fn load(args: &Args) -> anyhow::Result<Workload> {
         let nodes = args.nodes.unwrap_or(128) as usize;
         // --load is the offered load here: 1.0 keeps the machine as busy
         // as it can serve on average.
-        return Ok(crate::synthetic::ml_mix_workload(
-            nodes, jobs, args.load, 7,
-        ));
+        return Ok(crate::synthetic::ml_mix_workload(nodes, jobs, args.load, 7));
     }
     if args.trace.is_dir() {
         let nodes = args.trace.join("openb_node_list_all_node.csv");
@@ -100,7 +98,6 @@ fn load(args: &Args) -> anyhow::Result<Workload> {
     };
     read_swf(&args.trace, &machine).context("corral-sim: reading the SWF trace")
 }
-
 
 /// Loads the trace, replays it and prints the report.
 pub fn run(args: &Args) -> anyhow::Result<()> {

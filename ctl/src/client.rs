@@ -55,7 +55,9 @@ impl Client {
 
     pub async fn local(&mut self, req: LocalRequest) -> Result<Response, ClientError> {
         write_frame(&mut self.stream, &req).await?;
-        read_frame(&mut self.stream).await?.ok_or(ClientError::Closed)
+        read_frame(&mut self.stream)
+            .await?
+            .ok_or(ClientError::Closed)
     }
 
     /// Like [`Client::call`], with a refusal as `Err(message)`.

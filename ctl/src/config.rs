@@ -218,15 +218,27 @@ mod tests {
     #[test]
     fn broken_configs_say_where() {
         for (text, want) in [
-            ("[[partition]]\nname = \"p\"\nnodes = \"w-[3-1]\"\n", "partition p"),
+            (
+                "[[partition]]\nname = \"p\"\nnodes = \"w-[3-1]\"\n",
+                "partition p",
+            ),
             ("listen = 5\n", "c.toml"),
-            ("policy = \"random\"\n[[partition]]\nname=\"p\"\nnodes=\"ALL\"\n", "policy"),
+            (
+                "policy = \"random\"\n[[partition]]\nname=\"p\"\nnodes=\"ALL\"\n",
+                "policy",
+            ),
             ("cluster = \"x\"\n", "no partitions"),
             ("bogus = 1\n", "c.toml"),
-            ("[[partition]]\nname = \"p\"\nnodes = \"ALL\"\nmax_time = \"soon\"\n", "time limit"),
+            (
+                "[[partition]]\nname = \"p\"\nnodes = \"ALL\"\nmax_time = \"soon\"\n",
+                "time limit",
+            ),
         ] {
             let e = Config::parse(Path::new("c.toml"), text).unwrap_err();
-            let msg = format!("{e}: {}", e.source().map(|s| s.to_string()).unwrap_or_default());
+            let msg = format!(
+                "{e}: {}",
+                e.source().map(|s| s.to_string()).unwrap_or_default()
+            );
             assert!(msg.contains(want), "{msg}");
         }
     }

@@ -97,10 +97,12 @@ impl Server {
         })?;
         let cfg = tls::server_config(&id).map_err(ServerError::Endpoint)?;
         let endpoint = tls::server_endpoint(listen, cfg).map_err(ServerError::Endpoint)?;
-        let bound = endpoint.local_addr().map_err(|e| ServerError::Endpoint(TlsError::Bind {
-            addr: listen,
-            source: e,
-        }))?;
+        let bound = endpoint.local_addr().map_err(|e| {
+            ServerError::Endpoint(TlsError::Bind {
+                addr: listen,
+                source: e,
+            })
+        })?;
         if let Some(path) = addr_file {
             let tmp = path.with_extension("tmp");
             std::fs::write(&tmp, bound.to_string())
@@ -179,7 +181,10 @@ impl Server {
         };
         let logged = Arc::new(AtomicBool::new(false));
         while let Ok((send, recv)) = conn.accept_bi().await {
-            tokio::spawn(self.clone().stream(conn.clone(), send, recv, logged.clone()));
+            tokio::spawn(
+                self.clone()
+                    .stream(conn.clone(), send, recv, logged.clone()),
+            );
         }
     }
 
@@ -190,7 +195,8 @@ impl Server {
         mut recv: quinn::RecvStream,
         logged: Arc<AtomicBool>,
     ) {
-        let first = tokio::time::timeout(Duration::from_secs(10), read_frame::<_, Open>(&mut recv)).await;
+        let first =
+            tokio::time::timeout(Duration::from_secs(10), read_frame::<_, Open>(&mut recv)).await;
         let open = match first {
             Ok(Ok(Some(open))) => open,
             Ok(Ok(None)) => return,

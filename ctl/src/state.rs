@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use corral_proto::cred::{CredError, Token, Verifier};
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, ExitStatus, GpuAsk, Ident, JobFilter, JobKind, JobSpec, JobState,
-    JobView, Launch, LaunchKind, NodeUpdate, NodeView, PartitionView, Registration, StepSpec,
+    AgentMsg, CtldMsg, ExitStatus, GpuAsk, Ident, JobFilter, JobKind, JobSpec, JobState, JobView,
+    Launch, LaunchKind, NodeUpdate, NodeView, PartitionView, Registration, StepSpec,
 };
 use scheduler_core::{
     hostlist, Cancelled, GpuRequest, GpuSpec, HoldKind, JobId, JobOutcome, JobRequest, JobStatus,
@@ -192,10 +192,9 @@ impl Controller {
             }
             // Jobs the agent runs that we do not place here: end them.
             for j in &running {
-                let placed = self
-                    .jobs
-                    .get(j)
-                    .is_some_and(|r| !r.state.is_final() && r.alloc.iter().any(|(n, _)| *n == name));
+                let placed = self.jobs.get(j).is_some_and(|r| {
+                    !r.state.is_final() && r.alloc.iter().any(|(n, _)| *n == name)
+                });
                 if !placed {
                     self.outbox.push((
                         name.clone(),
@@ -237,7 +236,10 @@ impl Controller {
                 .collect(),
             features: reg.features.clone(),
         };
-        let id = self.sched.handle_node_added(spec).map_err(|e| e.to_string())?;
+        let id = self
+            .sched
+            .handle_node_added(spec)
+            .map_err(|e| e.to_string())?;
         let running = reg.running.clone();
         let name = reg.name.clone();
         self.nodes.insert(
@@ -253,7 +255,8 @@ impl Controller {
             },
         );
         for job in running {
-            self.outbox.push((name.clone(), CtldMsg::Terminate { job, grace_ms: 0 }));
+            self.outbox
+                .push((name.clone(), CtldMsg::Terminate { job, grace_ms: 0 }));
         }
         Ok(())
     }
@@ -294,9 +297,14 @@ impl Controller {
         }
         match msg {
             AgentMsg::Heartbeat { .. } => {}
-            AgentMsg::StepExited { job, step, exit } => self.step_exited(now, node, job, step, exit, None),
+            AgentMsg::StepExited { job, step, exit } => {
+                self.step_exited(now, node, job, step, exit, None)
+            }
             AgentMsg::LaunchFailed { job, step, message } => {
-                let exit = ExitStatus { code: 1, signal: None };
+                let exit = ExitStatus {
+                    code: 1,
+                    signal: None,
+                };
                 self.step_exited(now, node, job, step, exit, Some(message));
             }
             AgentMsg::JobCleaned { job } => self.cleaned(now, node, job),
@@ -410,8 +418,9 @@ impl Controller {
             self.complete(now, job, grace);
         }
         let age = self.cfg.min_job_age;
-        self.jobs
-            .retain(|_, j| !(j.state.is_final() && j.end.is_some_and(|e| now.saturating_sub(e) > age)));
+        self.jobs.retain(|_, j| {
+            !(j.state.is_final() && j.end.is_some_and(|e| now.saturating_sub(e) > age))
+        });
         if self.sched.next_wakeup(now).is_some_and(|w| w <= now) {
             self.dirty = true;
         }
@@ -444,7 +453,8 @@ impl Controller {
             // The job's other nodes end their part.
             for (n, _) in &j.alloc {
                 if n != name {
-                    self.outbox.push((n.clone(), CtldMsg::Terminate { job, grace_ms: 0 }));
+                    self.outbox
+                        .push((n.clone(), CtldMsg::Terminate { job, grace_ms: 0 }));
                 }
             }
             j.alloc.clear();
@@ -549,8 +559,11 @@ impl Controller {
     }
 
     fn start(&mut self, now: u64, d: StartDecision) {
-        let alloc: Vec<(String, NodeAllocation)> =
-            d.nodes.into_iter().map(|a| (self.node_name(a.node), a)).collect();
+        let alloc: Vec<(String, NodeAllocation)> = d
+            .nodes
+            .into_iter()
+            .map(|a| (self.node_name(a.node), a))
+            .collect();
         let Some(j) = self.jobs.get_mut(&d.job.0) else {
             return;
         };
@@ -652,9 +665,11 @@ impl Controller {
             ));
         }
         let job_tasks: u32 = j.alloc.iter().map(|(_, a)| a.tasks).sum();
-        let ntasks = s
-            .ntasks
-            .unwrap_or(if s.nodes.is_some() { nodes } else { job_tasks.max(nodes) });
+        let ntasks = s.ntasks.unwrap_or(if s.nodes.is_some() {
+            nodes
+        } else {
+            job_tasks.max(nodes)
+        });
         if ntasks == 0 {
             return Err("Invalid number of tasks".into());
         }
@@ -727,20 +742,25 @@ impl Controller {
     ) -> Result<Vec<u64>, Refusal> {
         let privileged = self.privileged(who);
         for id in &f.ids {
-            let j = self
-                .jobs
-                .get(id)
-                .ok_or_else(|| format!("Kill job error on job id {id}: Invalid job id specified"))?;
+            let j = self.jobs.get(id).ok_or_else(|| {
+                format!("Kill job error on job id {id}: Invalid job id specified")
+            })?;
             if j.user.uid != who.uid && !privileged {
-                return Err(format!("Kill job error on job id {id}: Access/permission denied"));
+                return Err(format!(
+                    "Kill job error on job id {id}: Access/permission denied"
+                ));
             }
             if j.state.is_final() {
-                return Err(format!("Kill job error on job id {id}: Job/step already completing or completed"));
+                return Err(format!(
+                    "Kill job error on job id {id}: Job/step already completing or completed"
+                ));
             }
         }
         let mut done = Vec::new();
         for id in self.selected(f) {
-            let Some(j) = self.jobs.get(&id) else { continue };
+            let Some(j) = self.jobs.get(&id) else {
+                continue;
+            };
             if (j.user.uid != who.uid && !privileged) || j.state.is_final() {
                 continue;
             }
@@ -787,7 +807,11 @@ impl Controller {
     /// Holds (`release == false`) or releases jobs.
     pub fn hold(&mut self, who: Ident, ids: &[u64], release: bool) -> Result<Vec<u64>, Refusal> {
         let privileged = self.privileged(who);
-        let kind = if privileged { HoldKind::Admin } else { HoldKind::User };
+        let kind = if privileged {
+            HoldKind::Admin
+        } else {
+            HoldKind::User
+        };
         for id in ids {
             let j = self
                 .jobs
@@ -821,7 +845,8 @@ impl Controller {
         if !self.privileged(who) {
             return Err("Access/permission denied".into());
         }
-        let list = hostlist::expand(names).map_err(|e| format!("Invalid node name specified: {e}"))?;
+        let list =
+            hostlist::expand(names).map_err(|e| format!("Invalid node name specified: {e}"))?;
         if let Some(bad) = list.iter().find(|n| !self.nodes.contains_key(*n)) {
             return Err(format!("Invalid node name specified: {bad}"));
         }
@@ -829,7 +854,9 @@ impl Controller {
             return Err("You must specify a reason when DRAINING or DOWNING a node".into());
         }
         for name in list {
-            let Some(n) = self.nodes.get_mut(&name) else { continue };
+            let Some(n) = self.nodes.get_mut(&name) else {
+                continue;
+            };
             n.admin = match state {
                 NodeUpdate::Resume => None,
                 s => Some((s, reason.clone().unwrap_or_default(), who.uid, now)),
@@ -921,11 +948,10 @@ impl Controller {
             start_time: j.start,
             end_time: j.end.or(j.end_by),
             expected_start: expected,
-            time_limit: j.spec.time_limit.or_else(|| {
-                j.end_by
-                    .zip(j.start)
-                    .map(|(e, s)| e.saturating_sub(s))
-            }),
+            time_limit: j
+                .spec
+                .time_limit
+                .or_else(|| j.end_by.zip(j.start).map(|(e, s)| e.saturating_sub(s))),
             nodes: j.alloc.iter().map(|(n, _)| n.clone()).collect(),
             num_nodes: if running {
                 j.alloc.len() as u32
@@ -979,7 +1005,11 @@ impl Controller {
                     .collect();
                 let (reason, reason_user, reason_time) = match (&n.admin, n.not_responding) {
                     (Some((_, r, by, at)), _) => (Some(r.clone()), Some(*by), Some(*at)),
-                    (None, true) => (Some("Not responding".to_string()), Some(0), Some(n.last_seen)),
+                    (None, true) => (
+                        Some("Not responding".to_string()),
+                        Some(0),
+                        Some(n.last_seen),
+                    ),
                     _ => (None, None, None),
                 };
                 Some(NodeView {
@@ -1016,7 +1046,10 @@ impl Controller {
                     .partition_id(&p.name)
                     .map(|id| self.sched.partition_nodes(id).to_vec())
                     .unwrap_or_default();
-                let infos: Vec<_> = members.iter().filter_map(|&id| self.sched.node_info(id)).collect();
+                let infos: Vec<_> = members
+                    .iter()
+                    .filter_map(|&id| self.sched.node_info(id))
+                    .collect();
                 let mut nodes: Vec<String> = infos.iter().map(|i| i.name.clone()).collect();
                 nodes.sort_by(|a, b| natural(a, b));
                 PartitionView {

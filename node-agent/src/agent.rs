@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use corral_proto::cred::{Minter, DEFAULT_TTL_MS};
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, Launch, LaunchKind, Open, Registration,
-    Request, Response,
+    AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, Launch, LaunchKind, Open, Registration, Request,
+    Response,
 };
 use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
 use corral_proto::{now_ms, read_frame, write_frame, WireError};
@@ -274,7 +274,9 @@ impl Agent {
                 jobs.remove(&job);
                 drop(jobs);
                 // Leftovers of ended steps (background processes).
-                groups.iter().for_each(|&g| signal_group(g, Signal::SIGKILL));
+                groups
+                    .iter()
+                    .for_each(|&g| signal_group(g, Signal::SIGKILL));
                 self.send_up(AgentMsg::JobCleaned { job });
                 return;
             }
@@ -328,7 +330,9 @@ impl Agent {
             };
             if cleaned {
                 if let Some(j) = jobs.remove(&job) {
-                    j.groups.iter().for_each(|&g| signal_group(g, Signal::SIGKILL));
+                    j.groups
+                        .iter()
+                        .for_each(|&g| signal_group(g, Signal::SIGKILL));
                 }
             }
             cleaned
@@ -358,7 +362,10 @@ impl Agent {
                 args,
                 stdout,
                 stderr,
-            } => self.run_batch(&l, script, args, stdout, stderr.as_deref()).await,
+            } => {
+                self.run_batch(&l, script, args, stdout, stderr.as_deref())
+                    .await
+            }
             LaunchKind::Step { argv, io } => crate::step::run(&self, &l, argv, *io).await,
         };
         match result {
@@ -425,7 +432,11 @@ impl Agent {
                         signal_group(pid, Signal::SIGKILL);
                     }
                 }
-                child.wait().await.map(exit_status).map_err(|e| e.to_string())
+                child
+                    .wait()
+                    .await
+                    .map(exit_status)
+                    .map_err(|e| e.to_string())
             }
             Err(e) => Err(error_chain(&e)),
         };

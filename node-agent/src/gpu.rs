@@ -108,9 +108,9 @@ impl SimGpus {
 
 /// A stable UUID-shaped identifier for a simulated GPU.
 fn sim_uuid(node: &str, index: u32) -> String {
-    let h = node
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let h = node.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
     format!(
         "GPU-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
         (h >> 32) as u32,
@@ -148,13 +148,23 @@ mod tests {
     fn file_backend_reads_and_refuses_repeats() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("gpus.toml");
-        std::fs::write(&p, "[[gpu]]\nindex = 1\ngroup = 1\n[[gpu]]\nindex = 0\nuuid = \"GPU-x\"\n").unwrap();
+        std::fs::write(
+            &p,
+            "[[gpu]]\nindex = 1\ngroup = 1\n[[gpu]]\nindex = 0\nuuid = \"GPU-x\"\n",
+        )
+        .unwrap();
         let g = SimGpus::from_file("n", &p).unwrap().gpus().unwrap();
         assert_eq!((g[0].index, g[0].uuid.as_str()), (0, "GPU-x"));
         assert_eq!(g[1].group, 1);
         std::fs::write(&p, "[[gpu]]\nindex = 1\n[[gpu]]\nindex = 1\n").unwrap();
-        assert!(matches!(SimGpus::from_file("n", &p), Err(GpuError::Repeated { .. })));
+        assert!(matches!(
+            SimGpus::from_file("n", &p),
+            Err(GpuError::Repeated { .. })
+        ));
         std::fs::write(&p, "[[gpu]]\nindx = 1\n").unwrap();
-        assert!(matches!(SimGpus::from_file("n", &p), Err(GpuError::Parse { .. })));
+        assert!(matches!(
+            SimGpus::from_file("n", &p),
+            Err(GpuError::Parse { .. })
+        ));
     }
 }

@@ -129,7 +129,11 @@ impl Launcher for ProcessLauncher {
 /// the task when the agent dies (a restarted agent cannot adopt orphans;
 /// the cgroups of the node-execution issue will).
 #[allow(unsafe_code)]
-fn set_identity(cmd: &mut tokio::process::Command, user: Ident, groups: Option<Vec<nix::unistd::Gid>>) {
+fn set_identity(
+    cmd: &mut tokio::process::Command,
+    user: Ident,
+    groups: Option<Vec<nix::unistd::Gid>>,
+) {
     use nix::unistd::{setgid, setgroups, setuid, Gid, Uid};
     // SAFETY: the closure runs in the forked child before exec and calls
     // only async-signal-safe system calls (setgroups, setgid, setuid,
@@ -208,10 +212,7 @@ pub fn user_name(uid: u32) -> String {
 }
 
 fn join(v: &[u32]) -> String {
-    v.iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
+    v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
 /// The environment of task `local` (0-based on this node) of a launch:
@@ -317,7 +318,10 @@ mod tests {
             user: Ident { uid: 0, gid: 0 },
             partition: "gpu".into(),
             work_dir: "/tmp".into(),
-            env: vec![("HOME".into(), "/root".into()), ("SLURM_PROCID".into(), "99".into())],
+            env: vec![
+                ("HOME".into(), "/root".into()),
+                ("SLURM_PROCID".into(), "99".into()),
+            ],
             job_nodes: vec!["worker-0".into(), "worker-1".into()],
             node_index: 1,
             step_nodes: 2,

@@ -104,7 +104,10 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("corral-agent: error: {e}");

@@ -56,7 +56,9 @@ pub(crate) async fn run(
         ntasks: l.ntasks,
         tasks: tasks.clone(),
     };
-    write_frame(&mut send, &hello).await.map_err(|e| e.to_string())?;
+    write_frame(&mut send, &hello)
+        .await
+        .map_err(|e| e.to_string())?;
 
     let (tx, mut rx) = mpsc::channel::<StepUp>(256);
     let writer = tokio::spawn(async move {
@@ -90,8 +92,14 @@ pub(crate) async fn run(
                 if task == 0 {
                     stdin0 = child.stdin.take();
                 }
-                let out = child.stdout.take().map(|o| tokio::spawn(pump(o, task, false, tx.clone())));
-                let err = child.stderr.take().map(|e| tokio::spawn(pump(e, task, true, tx.clone())));
+                let out = child
+                    .stdout
+                    .take()
+                    .map(|o| tokio::spawn(pump(o, task, false, tx.clone())));
+                let err = child
+                    .stderr
+                    .take()
+                    .map(|e| tokio::spawn(pump(e, task, true, tx.clone())));
                 let tx = tx.clone();
                 waits.push(tokio::spawn(async move {
                     let st = child.wait().await.map(exit_status).unwrap_or(ExitStatus {
@@ -115,14 +123,19 @@ pub(crate) async fn run(
                         data: text.into_bytes(),
                     })
                     .await;
-                let st = ExitStatus { code: 2, signal: None };
+                let st = ExitStatus {
+                    code: 2,
+                    signal: None,
+                };
                 let _ = tx.send(StepUp::TaskExit { task, exit: st }).await;
                 waits.push(tokio::spawn(async move { st }));
             }
         }
     }
     if !agent.add_groups(l.job, l.step, &groups) {
-        groups.iter().for_each(|&g| signal_group(g, Signal::SIGKILL));
+        groups
+            .iter()
+            .for_each(|&g| signal_group(g, Signal::SIGKILL));
     }
     drop(tx);
 
@@ -151,7 +164,10 @@ pub(crate) async fn run(
 
     let mut worst = ExitStatus::default();
     for w in waits {
-        let st = w.await.unwrap_or(ExitStatus { code: 1, signal: None });
+        let st = w.await.unwrap_or(ExitStatus {
+            code: 1,
+            signal: None,
+        });
         if st.code > worst.code {
             worst = st;
         }

@@ -78,10 +78,12 @@ impl Env {
             .prefix("corral-e2e-")
             .tempdir()
             .expect("temp dir");
-        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod temp dir");
         let work = tmp.path().join("work");
-        std::fs::create_dir(&work).unwrap();
-        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        std::fs::create_dir(&work).expect("work dir");
+        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o1777))
+            .expect("chmod work dir");
         let spec = ClusterSpec {
             nodes: o.nodes,
             gpus_per_node: o.gpus,
@@ -128,7 +130,7 @@ impl Env {
     /// Submits a batch script (text) and returns the job id.
     pub fn sbatch(&self, extra: &[&str], script: &str) -> u64 {
         let path = self.work.join(format!("job-{}.sh", corral_proto::now_ms()));
-        std::fs::write(&path, script).unwrap();
+        std::fs::write(&path, script).expect("writing the script");
         let mut args = vec!["sbatch", "--parsable"];
         args.extend_from_slice(extra);
         let p = path.to_string_lossy().into_owned();

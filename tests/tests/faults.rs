@@ -36,8 +36,14 @@ fn scancel_kills_the_jobs_processes() {
     }
     assert!(!alive(pid), "the job's background process survived scancel");
     // scancel by name and state.
-    let a = env.sbatch(&["-J", "victim", "-w", "worker-0", "--exclusive"], "#!/bin/sh\nsleep 300\n");
-    let b = env.sbatch(&["-J", "victim", "-w", "worker-0", "--exclusive"], "#!/bin/sh\nsleep 300\n");
+    let a = env.sbatch(
+        &["-J", "victim", "-w", "worker-0", "--exclusive"],
+        "#!/bin/sh\nsleep 300\n",
+    );
+    let b = env.sbatch(
+        &["-J", "victim", "-w", "worker-0", "--exclusive"],
+        "#!/bin/sh\nsleep 300\n",
+    );
     env.wait_state(a, &["RUNNING"], 20);
     env.ok(&["scancel", "-n", "victim", "-t", "PENDING"]);
     assert_eq!(env.wait_state(b, &["CANCELLED"], 20), "CANCELLED");
@@ -50,7 +56,10 @@ fn scancel_kills_the_jobs_processes() {
 fn time_limit_turns_into_timeout() {
     let env = Env::start(Opts::default());
     let id = env.sbatch(&["-t", "0:02"], "#!/bin/sh\ntrap '' TERM\nsleep 300\n");
-    assert_eq!(env.wait_state(id, &["TIMEOUT", "FAILED", "COMPLETED"], 20), "TIMEOUT");
+    assert_eq!(
+        env.wait_state(id, &["TIMEOUT", "FAILED", "COMPLETED"], 20),
+        "TIMEOUT"
+    );
 }
 
 #[test]
@@ -64,13 +73,30 @@ fn a_killed_agent_downs_its_node_and_rejoins() {
     env.wait_state(failing, &["RUNNING"], 20);
     env.wait_state(requeued, &["RUNNING"], 20);
     env.cluster.kill_agent(1, Signal::SIGKILL);
-    env.wait_sinfo("worker-1 down", |s| s.lines().any(|l| l.starts_with("worker-1") && l.contains("down")), 20);
+    env.wait_sinfo(
+        "worker-1 down",
+        |s| {
+            s.lines()
+                .any(|l| l.starts_with("worker-1") && l.contains("down"))
+        },
+        20,
+    );
     assert_eq!(env.wait_state(failing, &["NODE_FAIL"], 10), "NODE_FAIL");
     assert_eq!(env.state(requeued), "PENDING");
     let r = env.ok(&["sinfo", "-R", "-h"]);
-    assert!(r.contains("Not responding") && r.contains("worker-1"), "{r}");
+    assert!(
+        r.contains("Not responding") && r.contains("worker-1"),
+        "{r}"
+    );
     env.cluster.restart_agent(1).unwrap();
-    env.wait_sinfo("worker-1 back", |s| s.lines().any(|l| l.starts_with("worker-1") && !l.contains("down")), 20);
+    env.wait_sinfo(
+        "worker-1 back",
+        |s| {
+            s.lines()
+                .any(|l| l.starts_with("worker-1") && !l.contains("down"))
+        },
+        20,
+    );
     // The requeued job runs again on the returned node.
     env.wait_state(requeued, &["RUNNING"], 20);
     let show = env.ok(&["scontrol", "show", "job", &requeued.to_string()]);

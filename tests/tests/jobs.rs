@@ -17,32 +17,63 @@ fn sbatch_shows_in_squeue_completes_and_writes_its_output() {
         .lines()
         .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
         .unwrap_or_else(|| panic!("job {id} not in squeue:\n{q}"));
-    assert!(line.contains("hello") && (line.contains(" R ") || line.contains(" PD ")), "{line}");
-    assert_eq!(env.wait_state(id, &["COMPLETED", "FAILED"], 20), "COMPLETED");
+    assert!(
+        line.contains("hello") && (line.contains(" R ") || line.contains(" PD ")),
+        "{line}"
+    );
+    assert_eq!(
+        env.wait_state(id, &["COMPLETED", "FAILED"], 20),
+        "COMPLETED"
+    );
     let out = env.read(&format!("out-{id}-hello.txt"));
-    assert!(out.starts_with(&format!("hello from {id} on worker-")), "{out:?}");
+    assert!(
+        out.starts_with(&format!("hello from {id} on worker-")),
+        "{out:?}"
+    );
     // Finished jobs leave the default squeue view.
     assert!(!env.ok(&["squeue", "-h"]).contains(&format!(" {id} ")));
     // --wrap and the default output name.
-    let id = env.ok(&["sbatch", "--parsable", "--wrap", "echo wrapped"]).trim().parse::<u64>().unwrap();
+    let id = env
+        .ok(&["sbatch", "--parsable", "--wrap", "echo wrapped"])
+        .trim()
+        .parse::<u64>()
+        .unwrap();
     env.wait_state(id, &["COMPLETED"], 20);
     assert_eq!(env.read(&format!("slurm-{id}.out")), "wrapped\n");
     // A failing script fails with its code.
-    let id = env.ok(&["sbatch", "--parsable", "--wrap", "exit 7"]).trim().parse::<u64>().unwrap();
+    let id = env
+        .ok(&["sbatch", "--parsable", "--wrap", "exit 7"])
+        .trim()
+        .parse::<u64>()
+        .unwrap();
     env.wait_state(id, &["FAILED"], 20);
     let show = env.ok(&["scontrol", "show", "job", &id.to_string()]);
-    assert!(show.contains("JobState=FAILED") && show.contains("ExitCode=7:0"), "{show}");
+    assert!(
+        show.contains("JobState=FAILED") && show.contains("ExitCode=7:0"),
+        "{show}"
+    );
 }
 
 #[test]
 fn srun_labels_four_tasks_on_two_nodes() {
     let env = Env::start(Opts::default());
-    let (code, out, err) = env.run(&["srun", "-N2", "-n4", "-l", "sh", "-c", "echo $SLURMD_NODENAME $SLURM_PROCID"]);
+    let (code, out, err) = env.run(&[
+        "srun",
+        "-N2",
+        "-n4",
+        "-l",
+        "sh",
+        "-c",
+        "echo $SLURMD_NODENAME $SLURM_PROCID",
+    ]);
     assert_eq!(code, 0, "{err}");
     let mut lines: Vec<&str> = out.lines().collect();
     lines.sort();
     assert_eq!(lines.len(), 4, "{out}");
-    let nodes: HashSet<&str> = lines.iter().map(|l| l.split_whitespace().nth(1).unwrap()).collect();
+    let nodes: HashSet<&str> = lines
+        .iter()
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
     assert_eq!(nodes.len(), 2, "{out}");
     for (i, l) in lines.iter().enumerate() {
         let w: Vec<&str> = l.split_whitespace().collect();
@@ -53,10 +84,16 @@ fn srun_labels_four_tasks_on_two_nodes() {
     let (code, _, _) = env.run(&["srun", "-n2", "sh", "-c", "exit $((SLURM_PROCID + 4))"]);
     assert_eq!(code, 5);
     let mut c = env.cmd(&["srun", "cat"]);
-    c.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+    c.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
     let mut child = c.spawn().unwrap();
     use std::io::Write;
-    child.stdin.take().unwrap().write_all(b"through stdin\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"through stdin\n")
+        .unwrap();
     let o = child.wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout), "through stdin\n");
 }
@@ -108,37 +145,86 @@ fn gpu_jobs_get_distinct_gpus() {
         .collect();
     std::thread::sleep(Duration::from_millis(500));
     let running = env.ok(&["squeue", "-h", "-t", "R", "-o", "%i"]);
-    assert_eq!(running.lines().count(), 4, "all four run together:\n{running}");
+    assert_eq!(
+        running.lines().count(),
+        4,
+        "all four run together:\n{running}"
+    );
     let mut seen = HashSet::new();
     for id in ids {
         env.wait_state(id, &["COMPLETED"], 30);
         let out = env.read(&format!("slurm-{id}.out"));
-        let (node, gpus) = out.trim().split_once(' ').unwrap_or_else(|| panic!("{out:?}"));
+        let (node, gpus) = out
+            .trim()
+            .split_once(' ')
+            .unwrap_or_else(|| panic!("{out:?}"));
         let gpus: Vec<&str> = gpus.split(',').collect();
         assert_eq!(gpus.len(), 2, "{out}");
         for g in gpus {
-            assert!(seen.insert(format!("{node}/{g}")), "GPU {node}/{g} given twice");
+            assert!(
+                seen.insert(format!("{node}/{g}")),
+                "GPU {node}/{g} given twice"
+            );
         }
     }
     assert_eq!(seen.len(), 8);
     // --gpus-per-task: each task its own GPU.
-    let out = env.ok(&["srun", "-n2", "-N1", "--gpus-per-task=1", "-l", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"]);
-    let gpus: HashSet<&str> = out.lines().map(|l| l.split_whitespace().nth(1).unwrap_or("")).collect();
+    let out = env.ok(&[
+        "srun",
+        "-n2",
+        "-N1",
+        "--gpus-per-task=1",
+        "-l",
+        "sh",
+        "-c",
+        "echo $CUDA_VISIBLE_DEVICES",
+    ]);
+    let gpus: HashSet<&str> = out
+        .lines()
+        .map(|l| l.split_whitespace().nth(1).unwrap_or(""))
+        .collect();
     assert_eq!(gpus.len(), 2, "{out}");
-    assert!(!gpus.contains("") && gpus.iter().all(|g| !g.contains(',')), "{out}");
+    assert!(
+        !gpus.contains("") && gpus.iter().all(|g| !g.contains(',')),
+        "{out}"
+    );
 }
 
 #[test]
 fn bad_input_gets_one_line_errors() {
-    let env = Env::start(Opts { nodes: 1, ..Opts::default() });
+    let env = Env::start(Opts {
+        nodes: 1,
+        ..Opts::default()
+    });
     for (args, want) in [
-        (vec!["sbatch", "--bogus", "--wrap", "true"], "sbatch: error: unexpected argument '--bogus'"),
-        (vec!["sbatch", "-p", "nope", "--wrap", "true"], "sbatch: error: Batch job submission failed: Invalid partition name specified"),
-        (vec!["sbatch", "--gres=gpu:99", "--wrap", "true"], "sbatch: error: Batch job submission failed:"),
-        (vec!["sbatch", "-t", "soon", "--wrap", "true"], "sbatch: error: invalid time limit"),
-        (vec!["scancel", "999999"], "scancel: error: Kill job error on job id 999999: Invalid job id specified"),
-        (vec!["scontrol", "show", "job", "424242"], "scontrol: error: Invalid job id specified"),
-        (vec!["squeue", "-t", "sideways"], "squeue: error: Invalid job state specified"),
+        (
+            vec!["sbatch", "--bogus", "--wrap", "true"],
+            "sbatch: error: unexpected argument '--bogus'",
+        ),
+        (
+            vec!["sbatch", "-p", "nope", "--wrap", "true"],
+            "sbatch: error: Batch job submission failed: Invalid partition name specified",
+        ),
+        (
+            vec!["sbatch", "--gres=gpu:99", "--wrap", "true"],
+            "sbatch: error: Batch job submission failed:",
+        ),
+        (
+            vec!["sbatch", "-t", "soon", "--wrap", "true"],
+            "sbatch: error: invalid time limit",
+        ),
+        (
+            vec!["scancel", "999999"],
+            "scancel: error: Kill job error on job id 999999: Invalid job id specified",
+        ),
+        (
+            vec!["scontrol", "show", "job", "424242"],
+            "scontrol: error: Invalid job id specified",
+        ),
+        (
+            vec!["squeue", "-t", "sideways"],
+            "squeue: error: Invalid job state specified",
+        ),
     ] {
         let (code, _, err) = env.run(&args);
         assert_ne!(code, 0, "{args:?}");
@@ -160,26 +246,55 @@ fn sinfo_and_scontrol_views() {
         s,
         "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\ngpu*         up   infinite      2   idle worker-[0-1]\n"
     );
-    env.ok(&["scontrol", "update", "NodeName=worker-1", "State=DRAIN", "Reason=fan failure"]);
+    env.ok(&[
+        "scontrol",
+        "update",
+        "NodeName=worker-1",
+        "State=DRAIN",
+        "Reason=fan failure",
+    ]);
     let r = env.ok(&["sinfo", "-R", "-h"]);
-    assert!(r.starts_with("fan failure") && r.trim_end().ends_with("worker-1"), "{r}");
+    assert!(
+        r.starts_with("fan failure") && r.trim_end().ends_with("worker-1"),
+        "{r}"
+    );
     let n = env.ok(&["scontrol", "show", "node", "worker-1"]);
-    assert!(n.contains("NodeName=worker-1") && n.contains("State=DRAINED") && n.contains("Reason=fan failure"), "{n}");
+    assert!(
+        n.contains("NodeName=worker-1")
+            && n.contains("State=DRAINED")
+            && n.contains("Reason=fan failure"),
+        "{n}"
+    );
     // A drained node gets no new work.
     let id = env.sbatch(&["-w", "worker-1"], "#!/bin/sh\ntrue\n");
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(env.state(id), "PENDING");
     env.ok(&["scontrol", "update", "NodeName=worker-1", "State=RESUME"]);
     env.wait_state(id, &["COMPLETED"], 20);
-    assert_eq!(env.ok(&["scontrol", "show", "hostnames", "w-[1-2],x"]), "w-1\nw-2\nx\n");
-    assert_eq!(env.ok(&["scontrol", "show", "hostlist", "w-1,w-2,w-3"]), "w-[1-3]\n");
+    assert_eq!(
+        env.ok(&["scontrol", "show", "hostnames", "w-[1-2],x"]),
+        "w-1\nw-2\nx\n"
+    );
+    assert_eq!(
+        env.ok(&["scontrol", "show", "hostlist", "w-1,w-2,w-3"]),
+        "w-[1-3]\n"
+    );
     let p = env.ok(&["scontrol", "show", "partition"]);
-    assert!(p.starts_with("PartitionName=gpu") && p.contains("Nodes=worker-[0-1]"), "{p}");
+    assert!(
+        p.starts_with("PartitionName=gpu") && p.contains("Nodes=worker-[0-1]"),
+        "{p}"
+    );
     // Hold and release.
-    let id = env.ok(&["sbatch", "--parsable", "-H", "--wrap", "true"]).trim().to_string();
+    let id = env
+        .ok(&["sbatch", "--parsable", "-H", "--wrap", "true"])
+        .trim()
+        .to_string();
     std::thread::sleep(Duration::from_millis(300));
     let q = env.ok(&["squeue", "-h", "-j", &id]);
-    assert!(q.contains("(JobHeldUser)") || q.contains("(JobHeldAdmin)"), "{q}");
+    assert!(
+        q.contains("(JobHeldUser)") || q.contains("(JobHeldAdmin)"),
+        "{q}"
+    );
     env.ok(&["scontrol", "release", &id]);
     env.wait_state(id.parse().unwrap(), &["COMPLETED"], 20);
 }

@@ -92,16 +92,18 @@ pub fn parse_gres(s: &str) -> Result<u32, String> {
         }
         let mut parts = item.split(':');
         if parts.next() != Some("gpu") {
-            return Err(format!("Invalid generic resource (gres) specification: {item}"));
+            return Err(format!(
+                "Invalid generic resource (gres) specification: {item}"
+            ));
         }
         let rest: Vec<&str> = parts.collect();
+        let bad = || format!("Invalid generic resource (gres) specification: {item}");
         gpus += match rest.as_slice() {
             [] => 1,
-            [n] | [_, n] => n
-                .parse::<u32>()
-                .or_else(|_| if rest.len() == 1 { Ok(1) } else { Err(()) })
-                .map_err(|_| format!("Invalid generic resource (gres) specification: {item}"))?,
-            _ => return Err(format!("Invalid generic resource (gres) specification: {item}")),
+            // gpu:N, or gpu:TYPE meaning one of that type.
+            [n] => n.parse::<u32>().unwrap_or(1),
+            [_, n] => n.parse::<u32>().map_err(|_| bad())?,
+            _ => return Err(bad()),
         };
     }
     Ok(gpus)
@@ -172,8 +174,9 @@ pub fn exported_env(export: Option<&str>) -> Result<Vec<(String, String)>, Strin
 fn list(s: &Option<String>) -> Result<Vec<String>, String> {
     match s {
         None => Ok(Vec::new()),
-        Some(s) => scheduler_core::hostlist::expand(s)
-            .map_err(|e| format!("invalid node list {s}: {e}")),
+        Some(s) => {
+            scheduler_core::hostlist::expand(s).map_err(|e| format!("invalid node list {s}: {e}"))
+        }
     }
 }
 
@@ -207,7 +210,10 @@ impl JobOpts {
         if let Some(g) = &self.gpus_per_task {
             gpus = GpuAsk::PerTask(count("--gpus-per-task", g)?);
         }
-        if matches!(gpus, GpuAsk::PerNode(0) | GpuAsk::Total(0) | GpuAsk::PerTask(0)) {
+        if matches!(
+            gpus,
+            GpuAsk::PerNode(0) | GpuAsk::Total(0) | GpuAsk::PerTask(0)
+        ) {
             gpus = GpuAsk::None;
         }
         let time_limit = match &self.time {

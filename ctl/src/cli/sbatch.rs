@@ -113,7 +113,9 @@ pub fn directives(script: &str) -> Result<Vec<String>, String> {
 
 /// Parses the command line, reads the script and merges its directives.
 /// Returns the final arguments and the script text.
-pub fn prepare(args: &[OsString]) -> Result<(SbatchArgs, String, Vec<String>), Result<String, i32>> {
+pub fn prepare(
+    args: &[OsString],
+) -> Result<(SbatchArgs, String, Vec<String>), Result<String, i32>> {
     let first: SbatchArgs = parse(CMD, args).map_err(Err)?;
     let (script, script_args, name) = if let Some(cmd) = &first.wrap {
         (
@@ -209,7 +211,8 @@ mod tests {
 
     #[test]
     fn directives_stop_at_the_first_command() {
-        let s = "#!/bin/bash\n#SBATCH -N 2\n\n# comment\n#SBATCH --gres=gpu:1\necho hi\n#SBATCH -n 9\n";
+        let s =
+            "#!/bin/bash\n#SBATCH -N 2\n\n# comment\n#SBATCH --gres=gpu:1\necho hi\n#SBATCH -n 9\n";
         assert_eq!(directives(s).unwrap(), vec!["-N", "2", "--gres=gpu:1"]);
         // `#SBATCHX` is not a directive.
         assert!(directives("#!/bin/sh\n#SBATCHX -N 2\n").unwrap().is_empty());
@@ -235,7 +238,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("job.sh");
         std::fs::write(&p, "echo hi\n").unwrap();
-        let argv: Vec<OsString> = ["sbatch", p.to_str().unwrap()].iter().map(OsString::from).collect();
+        let argv: Vec<OsString> = ["sbatch", p.to_str().unwrap()]
+            .iter()
+            .map(OsString::from)
+            .collect();
         assert!(matches!(prepare(&argv), Err(Ok(m)) if m.contains("#!")));
         let argv: Vec<OsString> = ["sbatch", "--bogus"].iter().map(OsString::from).collect();
         assert!(matches!(prepare(&argv), Err(Err(1))));

@@ -43,7 +43,11 @@ pub fn parse_signal(s: &str) -> Result<i32, String> {
             .map_err(|_| format!("Invalid signal: {s}"));
     }
     let up = s.to_ascii_uppercase();
-    let name = if up.starts_with("SIG") { up } else { format!("SIG{up}") };
+    let name = if up.starts_with("SIG") {
+        up
+    } else {
+        format!("SIG{up}")
+    };
     Signal::from_str(&name)
         .map(|sig| sig as i32)
         .map_err(|_| format!("Invalid signal: {s}"))
@@ -62,12 +66,18 @@ pub fn request(a: &ScancelArgs) -> Result<Request, String> {
         f.names = vec![n.clone()];
     }
     if let Some(s) = &a.state {
-        f.states = vec![JobState::parse(s).ok_or_else(|| format!("Invalid job state specified: {s}"))?];
+        f.states =
+            vec![JobState::parse(s).ok_or_else(|| format!("Invalid job state specified: {s}"))?];
     }
     if let Some(p) = &a.partition {
         f.partitions = vec![p.clone()];
     }
-    if f.ids.is_empty() && f.users.is_empty() && f.names.is_empty() && f.states.is_empty() && f.partitions.is_empty() {
+    if f.ids.is_empty()
+        && f.users.is_empty()
+        && f.names.is_empty()
+        && f.states.is_empty()
+        && f.partitions.is_empty()
+    {
         return Err("No job identification provided".into());
     }
     let signal = a.signal.as_deref().map(parse_signal).transpose()?;

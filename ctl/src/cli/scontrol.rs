@@ -4,7 +4,9 @@
 
 use std::ffi::OsString;
 
-use corral_proto::msg::{JobFilter, JobView, NodeUpdate, NodeView, PartitionView, Request, Response};
+use corral_proto::msg::{
+    JobFilter, JobView, NodeUpdate, NodeView, PartitionView, Request, Response,
+};
 use scheduler_core::hostlist;
 
 use super::{block_on, fail, group_name, parse_ids, user_name};
@@ -21,7 +23,13 @@ fn t(v: Option<u64>) -> String {
 /// `scontrol show job` for one job.
 pub fn show_job(j: &JobView, now: u64) -> String {
     let run = match j.start_time {
-        Some(s) => elapsed(j.end_time.filter(|_| j.state.is_final()).unwrap_or(now).saturating_sub(s).min(now.saturating_sub(s))),
+        Some(s) => elapsed(
+            j.end_time
+                .filter(|_| j.state.is_final())
+                .unwrap_or(now)
+                .saturating_sub(s)
+                .min(now.saturating_sub(s)),
+        ),
         None => "00:00:00".into(),
     };
     let nodes = if j.nodes.is_empty() {
@@ -38,18 +46,37 @@ pub fn show_job(j: &JobView, now: u64) -> String {
         group_name(j.user.gid),
         j.user.gid
     ));
-    s.push_str(&format!("   Priority={} Nice=0 Account={} QOS=normal\n", j.priority, user_name(j.user.uid)));
-    s.push_str(&format!("   JobState={} Reason={} Dependency=(null)\n", j.state.name(), j.reason));
+    s.push_str(&format!(
+        "   Priority={} Nice=0 Account={} QOS=normal\n",
+        j.priority,
+        user_name(j.user.uid)
+    ));
+    s.push_str(&format!(
+        "   JobState={} Reason={} Dependency=(null)\n",
+        j.state.name(),
+        j.reason
+    ));
     s.push_str(&format!(
         "   Requeue={} Restarts={} BatchFlag={} Reboot=0 ExitCode={}:{}\n",
         u8::from(j.requeue),
         j.restarts,
         u8::from(j.batch),
-        if j.exit.signal.is_some() { 0 } else { j.exit.code },
+        if j.exit.signal.is_some() {
+            0
+        } else {
+            j.exit.code
+        },
         j.exit.signal.unwrap_or(0)
     ));
-    s.push_str(&format!("   RunTime={run} TimeLimit={} TimeMin=N/A\n", limit(j.time_limit, "UNLIMITED")));
-    s.push_str(&format!("   SubmitTime={} EligibleTime={}\n", timestamp(j.submit_time), timestamp(j.submit_time)));
+    s.push_str(&format!(
+        "   RunTime={run} TimeLimit={} TimeMin=N/A\n",
+        limit(j.time_limit, "UNLIMITED")
+    ));
+    s.push_str(&format!(
+        "   SubmitTime={} EligibleTime={}\n",
+        timestamp(j.submit_time),
+        timestamp(j.submit_time)
+    ));
     s.push_str(&format!(
         "   StartTime={} EndTime={} Deadline=N/A\n",
         t(j.start_time.or(j.expected_start)),
@@ -83,19 +110,38 @@ pub fn show_job(j: &JobView, now: u64) -> String {
 pub fn show_node(n: &NodeView) -> String {
     let mut s = String::new();
     s.push_str(&format!("NodeName={} CoresPerSocket=1\n", n.name));
-    s.push_str(&format!("   CPUAlloc={} CPUEfctv={} CPUTot={}\n", n.alloc_cpus, n.cpus, n.cpus));
+    s.push_str(&format!(
+        "   CPUAlloc={} CPUEfctv={} CPUTot={}\n",
+        n.alloc_cpus, n.cpus, n.cpus
+    ));
     let feats = if n.features.is_empty() {
         "(null)".to_string()
     } else {
         n.features.join(",")
     };
-    s.push_str(&format!("   AvailableFeatures={feats}\n   ActiveFeatures={feats}\n"));
-    s.push_str(&format!("   Gres={}\n", if n.gpus > 0 { format!("gpu:{}", n.gpus) } else { "(null)".into() }));
+    s.push_str(&format!(
+        "   AvailableFeatures={feats}\n   ActiveFeatures={feats}\n"
+    ));
+    s.push_str(&format!(
+        "   Gres={}\n",
+        if n.gpus > 0 {
+            format!("gpu:{}", n.gpus)
+        } else {
+            "(null)".into()
+        }
+    ));
     s.push_str(&format!("   NodeAddr={} NodeHostName={}\n", n.name, n.name));
-    s.push_str(&format!("   RealMemory={} AllocMem={}\n", n.memory_mb, n.alloc_memory_mb));
+    s.push_str(&format!(
+        "   RealMemory={} AllocMem={}\n",
+        n.memory_mb, n.alloc_memory_mb
+    ));
     s.push_str(&format!("   State={}\n", n.state.to_ascii_uppercase()));
     s.push_str(&format!("   Partitions={}\n", n.partitions.join(",")));
-    s.push_str(&format!("   BootTime={} LastHeartbeat={}\n", timestamp(n.boot_time), timestamp(n.last_seen)));
+    s.push_str(&format!(
+        "   BootTime={} LastHeartbeat={}\n",
+        timestamp(n.boot_time),
+        timestamp(n.last_seen)
+    ));
     let mut cfg = format!("cpu={},mem={}M", n.cpus, n.memory_mb);
     if n.gpus > 0 {
         cfg.push_str(&format!(",gres/gpu={}", n.gpus));
@@ -113,7 +159,9 @@ pub fn show_node(n: &NodeView) -> String {
         s.push_str(&format!(
             "   Reason={} [{}@{}]\n",
             r,
-            n.reason_user.map(user_name).unwrap_or_else(|| "root".into()),
+            n.reason_user
+                .map(user_name)
+                .unwrap_or_else(|| "root".into()),
             t(n.reason_time)
         ));
     }
@@ -138,7 +186,8 @@ pub fn show_partition(p: &PartitionView) -> String {
         p.priority_tier,
         p.total_cpus,
         p.nodes.len(),
-        p.default_time.map_or("NONE".into(), |d| limit(Some(d), "NONE")),
+        p.default_time
+            .map_or("NONE".into(), |d| limit(Some(d), "NONE")),
         p.total_cpus,
         p.nodes.len(),
         p.total_gpus
@@ -147,6 +196,7 @@ pub fn show_partition(p: &PartitionView) -> String {
 
 /// What a command line asks for.
 #[derive(Debug, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Action {
     Hostnames(String),
     Hostlist(String),
@@ -164,8 +214,9 @@ pub fn action(args: &[String]) -> Result<Action, String> {
         (Some("show"), Some("hostnames")) => {
             let expr = match args.get(2) {
                 Some(e) => e.clone(),
-                None => std::env::var("SLURM_JOB_NODELIST")
-                    .map_err(|_| "no hostlist given and SLURM_JOB_NODELIST is not set".to_string())?,
+                None => std::env::var("SLURM_JOB_NODELIST").map_err(|_| {
+                    "no hostlist given and SLURM_JOB_NODELIST is not set".to_string()
+                })?,
             };
             Ok(Action::Hostnames(expr))
         }
@@ -175,15 +226,27 @@ pub fn action(args: &[String]) -> Result<Action, String> {
             .map(Action::Hostlist)
             .ok_or_else(|| "show hostlist needs a list of host names".into()),
         (Some("show"), Some("job" | "jobs")) => Ok(Action::ShowJobs(
-            args.get(2).map(|s| s.parse::<u64>().map_err(|_| format!("Invalid job id specified: {s}"))).transpose()?,
+            args.get(2)
+                .map(|s| {
+                    s.parse::<u64>()
+                        .map_err(|_| format!("Invalid job id specified: {s}"))
+                })
+                .transpose()?,
         )),
         (Some("show"), Some("node" | "nodes")) => Ok(Action::ShowNodes(args.get(2).cloned())),
         (Some("show"), Some("partition" | "partitions")) => {
             Ok(Action::ShowPartitions(args.get(2).cloned()))
         }
-        (Some("show"), other) => Err(format!("invalid entity: {} for keyword: show", other.unwrap_or(""))),
+        (Some("show"), other) => Err(format!(
+            "invalid entity: {} for keyword: show",
+            other.unwrap_or("")
+        )),
         (Some(h @ ("hold" | "uhold" | "release")), _) => {
-            let ids: Vec<u64> = args[1..].iter().map(|s| parse_ids(s)).collect::<Result<Vec<_>, _>>()?.concat();
+            let ids: Vec<u64> = args[1..]
+                .iter()
+                .map(|s| parse_ids(s))
+                .collect::<Result<Vec<_>, _>>()?
+                .concat();
             if ids.is_empty() {
                 return Err(format!("{h} needs job ids"));
             }
@@ -217,7 +280,11 @@ pub fn action(args: &[String]) -> Result<Action, String> {
             }
             let names = names.ok_or("update needs NodeName=")?;
             let state = state.ok_or("update needs State=")?;
-            Ok(Action::Remote(Request::UpdateNode { names, state, reason }))
+            Ok(Action::Remote(Request::UpdateNode {
+                names,
+                state,
+                reason,
+            }))
         }
         (Some(other), _) => Err(format!("invalid keyword: {other}")),
         (None, _) => Err("no command given (show, update, hold, release)".into()),
@@ -234,7 +301,10 @@ fn join(parts: Vec<String>) -> String {
 }
 
 pub fn main(args: &[OsString]) -> i32 {
-    let rest: Vec<String> = args[1..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let rest: Vec<String> = args[1..]
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     if rest.first().is_some_and(|a| a == "-h" || a == "--help") {
         println!("usage: scontrol show job|node|partition [NAME] | show hostnames|hostlist LIST\n       scontrol update NodeName=LIST State=DRAIN|RESUME|DOWN [Reason=TEXT]\n       scontrol hold|release JOBID[,JOBID]");
         return 0;
@@ -280,10 +350,13 @@ pub fn main(args: &[OsString]) -> i32 {
             let text = match resp {
                 Response::Jobs(jobs) => {
                     if jobs.is_empty() {
-                        return fail(CMD, match want {
-                            Some(id) => format!("Invalid job id specified: {id}"),
-                            None => "No jobs in the system".into(),
-                        });
+                        return fail(
+                            CMD,
+                            match want {
+                                Some(id) => format!("Invalid job id specified: {id}"),
+                                None => "No jobs in the system".into(),
+                            },
+                        );
                     }
                     join(jobs.iter().map(|j| show_job(j, now())).collect())
                 }
@@ -312,7 +385,10 @@ pub fn main(args: &[OsString]) -> i32 {
                         .map(show_partition)
                         .collect();
                     if sel.is_empty() {
-                        return fail(CMD, format!("Partition {} not found", want.unwrap_or_default()));
+                        return fail(
+                            CMD,
+                            format!("Partition {} not found", want.unwrap_or_default()),
+                        );
                     }
                     join(sel)
                 }
@@ -335,7 +411,10 @@ mod tests {
 
     #[test]
     fn parses_every_command() {
-        assert_eq!(action(&words("show hostnames w-[1-2]")), Ok(Action::Hostnames("w-[1-2]".into())));
+        assert_eq!(
+            action(&words("show hostnames w-[1-2]")),
+            Ok(Action::Hostnames("w-[1-2]".into()))
+        );
         assert_eq!(action(&words("show job 5")), Ok(Action::ShowJobs(Some(5))));
         assert_eq!(action(&words("show nodes")), Ok(Action::ShowNodes(None)));
         assert_eq!(
@@ -346,7 +425,9 @@ mod tests {
                 reason: Some("fan".into())
             }))
         );
-        assert!(matches!(action(&words("hold 3,4")), Ok(Action::Remote(Request::Hold { ids })) if ids == vec![3, 4]));
+        assert!(
+            matches!(action(&words("hold 3,4")), Ok(Action::Remote(Request::Hold { ids })) if ids == vec![3, 4])
+        );
         assert!(action(&words("update NodeName=w-1 State=sideways")).is_err());
         assert!(action(&words("frobnicate")).is_err());
         assert!(action(&words("show job x")).is_err());

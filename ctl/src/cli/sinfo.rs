@@ -71,12 +71,18 @@ fn state_matches(n: &NodeView, states: &Option<String>) -> bool {
 pub fn render_summary(parts: &[PartitionView], nodes: &[NodeView], a: &SinfoArgs) -> String {
     let mut rows: Vec<[String; 6]> = Vec::new();
     for p in parts {
-        if a.partition.as_ref().is_some_and(|f| !f.split(',').any(|x| x == p.name)) {
+        if a.partition
+            .as_ref()
+            .is_some_and(|f| !f.split(',').any(|x| x == p.name))
+        {
             continue;
         }
         let name = format!("{}{}", p.name, if p.is_default { "*" } else { "" });
         let mut groups: Vec<(String, Vec<String>)> = Vec::new();
-        for n in nodes.iter().filter(|n| p.nodes.contains(&n.name) && state_matches(n, &a.states)) {
+        for n in nodes
+            .iter()
+            .filter(|n| p.nodes.contains(&n.name) && state_matches(n, &a.states))
+        {
             let st = short_state(&n.state);
             match groups.iter_mut().find(|(s, _)| *s == st) {
                 Some((_, names)) => names.push(n.name.clone()),
@@ -118,7 +124,14 @@ pub fn render_summary(parts: &[PartitionView], nodes: &[NodeView], a: &SinfoArgs
         out.push('\n');
     };
     if !a.noheader {
-        line(["PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE", "NODELIST"]);
+        line([
+            "PARTITION",
+            "AVAIL",
+            "TIMELIMIT",
+            "NODES",
+            "STATE",
+            "NODELIST",
+        ]);
     }
     for r in &rows {
         line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]);
@@ -131,15 +144,28 @@ pub fn render_nodes(parts: &[PartitionView], nodes: &[NodeView], a: &SinfoArgs) 
     let mut rows = Vec::new();
     for n in nodes.iter().filter(|n| state_matches(n, &a.states)) {
         for p in parts.iter().filter(|p| p.nodes.contains(&n.name)) {
-            if a.partition.as_ref().is_some_and(|f| !f.split(',').any(|x| x == p.name)) {
+            if a.partition
+                .as_ref()
+                .is_some_and(|f| !f.split(',').any(|x| x == p.name))
+            {
                 continue;
             }
             let pname = format!("{}{}", p.name, if p.is_default { "*" } else { "" });
             rows.push((n.name.clone(), pname, short_state(&n.state)));
         }
     }
-    let nw = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max("NODELIST".len());
-    let pw = rows.iter().map(|r| r.1.len()).max().unwrap_or(0).max("PARTITION".len());
+    let nw = rows
+        .iter()
+        .map(|r| r.0.len())
+        .max()
+        .unwrap_or(0)
+        .max("NODELIST".len());
+    let pw = rows
+        .iter()
+        .map(|r| r.1.len())
+        .max()
+        .unwrap_or(0)
+        .max("PARTITION".len());
     let mut out = String::new();
     let mut line = |a: &str, b: &str, c: &str, d: &str| {
         let l = format!(
@@ -166,8 +192,14 @@ pub fn render_reasons(nodes: &[NodeView], a: &SinfoArgs) -> String {
     let mut groups: Vec<(String, String, String, Vec<String>)> = Vec::new();
     for n in nodes {
         let Some(reason) = &n.reason else { continue };
-        let user = n.reason_user.map(user_name).unwrap_or_else(|| "root".into());
-        let at = n.reason_time.map(timestamp).unwrap_or_else(|| "Unknown".into());
+        let user = n
+            .reason_user
+            .map(user_name)
+            .unwrap_or_else(|| "root".into());
+        let at = n
+            .reason_time
+            .map(timestamp)
+            .unwrap_or_else(|| "Unknown".into());
         match groups
             .iter_mut()
             .find(|g| g.0 == *reason && g.1 == user && g.2 == at)
@@ -289,7 +321,10 @@ mod tests {
              gpu*         up   infinite      1  drain worker-3\n"
         );
         let out = render_summary(&[part()], &nodes, &args(&["-h", "-t", "idle"]));
-        assert_eq!(out, "gpu*         up   infinite      2   idle worker-[0-1]\n");
+        assert_eq!(
+            out,
+            "gpu*         up   infinite      2   idle worker-[0-1]\n"
+        );
     }
 
     #[test]

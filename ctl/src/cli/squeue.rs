@@ -69,7 +69,9 @@ pub fn filter(a: &SqueueArgs) -> Result<JobFilter, String> {
         Some(s) => {
             f.states = s
                 .split(',')
-                .map(|st| JobState::parse(st).ok_or_else(|| format!("Invalid job state specified: {st}")))
+                .map(|st| {
+                    JobState::parse(st).ok_or_else(|| format!("Invalid job state specified: {st}"))
+                })
                 .collect::<Result<_, _>>()?;
         }
         None if f.ids.is_empty() => {
@@ -211,7 +213,9 @@ pub fn render(jobs: &[JobView], format: &str, with_header: bool, now: u64) -> St
         for p in &pieces {
             match p {
                 Piece::Text(t) => l.push_str(t),
-                Piece::Field { right, width, code } => l.push_str(&fit(&get(*code), *width, *right)),
+                Piece::Field { right, width, code } => {
+                    l.push_str(&fit(&get(*code), *width, *right))
+                }
             }
         }
         out.push_str(l.trim_end());
@@ -335,9 +339,17 @@ mod tests {
         assert_eq!(
             parse_format("%i|%.5j"),
             vec![
-                Piece::Field { right: false, width: None, code: 'i' },
+                Piece::Field {
+                    right: false,
+                    width: None,
+                    code: 'i'
+                },
                 Piece::Text("|".into()),
-                Piece::Field { right: true, width: Some(5), code: 'j' },
+                Piece::Field {
+                    right: true,
+                    width: Some(5),
+                    code: 'j'
+                },
             ]
         );
         assert_eq!(fit("abcdefgh", Some(3), true), "abc");
@@ -351,7 +363,10 @@ mod tests {
         let a = SqueueArgs::try_parse_from(["squeue", "-t", "all"]).unwrap();
         assert!(filter(&a).unwrap().states.is_empty());
         let a = SqueueArgs::try_parse_from(["squeue", "-t", "CD,failed"]).unwrap();
-        assert_eq!(filter(&a).unwrap().states, vec![JobState::Completed, JobState::Failed]);
+        assert_eq!(
+            filter(&a).unwrap().states,
+            vec![JobState::Completed, JobState::Failed]
+        );
         let a = SqueueArgs::try_parse_from(["squeue", "-t", "bogus"]).unwrap();
         assert!(filter(&a).is_err());
     }

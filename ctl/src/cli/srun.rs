@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use corral_proto::msg::{
-    ExitStatus, JobFilter, JobKind, JobState, Request, Response, StepDown, StepIo, StepSpec,
-    StepUp,
+    ExitStatus, JobFilter, JobKind, JobState, Request, Response, StepDown, StepIo, StepSpec, StepUp,
 };
 use corral_proto::{read_frame, tls, write_frame};
 use parking_lot::Mutex;
@@ -142,7 +141,8 @@ async fn agent_link(s: Arc<Session>, conn: quinn::Connection) {
     let Ok((mut send, mut recv)) = conn.accept_bi().await else {
         return;
     };
-    let hello = tokio::time::timeout(Duration::from_secs(10), read_frame::<_, StepUp>(&mut recv)).await;
+    let hello =
+        tokio::time::timeout(Duration::from_secs(10), read_frame::<_, StepUp>(&mut recv)).await;
     let (node, tasks) = match hello {
         Ok(Ok(Some(StepUp::Hello {
             secret,
@@ -206,7 +206,10 @@ async fn agent_link(s: Arc<Session>, conn: quinn::Connection) {
                 s.changed.notify_one();
             }
             Ok(Some(StepUp::Failed { message })) => {
-                s.progress.lock().failures.push(format!("{node}: {message}"));
+                s.progress
+                    .lock()
+                    .failures
+                    .push(format!("{node}: {message}"));
             }
             Ok(Some(StepUp::Hello { .. })) => {}
             Ok(None) | Err(_) => break,
@@ -262,7 +265,12 @@ async fn run(a: SrunArgs) -> i32 {
     let host = std::env::var("CORRAL_SRUN_HOST").unwrap_or_else(|_| "127.0.0.1".into());
     let bind: SocketAddr = match format!("{host}:0").parse() {
         Ok(a) => a,
-        Err(_) => return fail(CMD, format!("CORRAL_SRUN_HOST is not an IP address: {host}")),
+        Err(_) => {
+            return fail(
+                CMD,
+                format!("CORRAL_SRUN_HOST is not an IP address: {host}"),
+            )
+        }
     };
     let endpoint = match tls::server_endpoint(bind, server_cfg) {
         Ok(e) => e,
@@ -284,7 +292,9 @@ async fn run(a: SrunArgs) -> i32 {
         },
         Err(e) => return fail(CMD, format!("current directory: {e}")),
     };
-    let in_allocation = std::env::var("SLURM_JOB_ID").ok().and_then(|j| j.parse::<u64>().ok());
+    let in_allocation = std::env::var("SLURM_JOB_ID")
+        .ok()
+        .and_then(|j| j.parse::<u64>().ok());
     let mut client = match Client::connect().await {
         Ok(c) => c,
         Err(e) => return fail(CMD, e),

@@ -115,7 +115,10 @@ impl Cluster {
     }
 
     pub fn socket(&self, i: u32) -> PathBuf {
-        self.spec.dir.join("run").join(format!("{}.sock", Cluster::node_name(i)))
+        self.spec
+            .dir
+            .join("run")
+            .join(format!("{}.sock", Cluster::node_name(i)))
     }
 
     pub fn path_dir(&self) -> PathBuf {
@@ -136,7 +139,11 @@ impl Cluster {
             ),
             (
                 "CORRAL_CONF".into(),
-                self.spec.dir.join("corral.toml").to_string_lossy().into_owned(),
+                self.spec
+                    .dir
+                    .join("corral.toml")
+                    .to_string_lossy()
+                    .into_owned(),
             ),
         ]
     }
@@ -209,7 +216,9 @@ impl Cluster {
                 )));
             }
             if t0.elapsed() > Duration::from_secs(20) {
-                return Err(UpError::Timeout("corral-ctld did not start listening".into()));
+                return Err(UpError::Timeout(
+                    "corral-ctld did not start listening".into(),
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         };

@@ -74,7 +74,14 @@ fn launches(c: &mut Controller) -> Vec<(String, Launch)> {
 }
 
 fn state(c: &Controller, id: u64) -> JobState {
-    c.job_views(&JobFilter { ids: vec![id], ..Default::default() }, 0)[0].state
+    c.job_views(
+        &JobFilter {
+            ids: vec![id],
+            ..Default::default()
+        },
+        0,
+    )[0]
+    .state
 }
 
 #[test]
@@ -88,7 +95,15 @@ fn batch_job_runs_completes_and_frees_its_node() {
     let (node, launch) = &l[0];
     assert_eq!(launch.step, BATCH_STEP);
     assert_eq!(state(&c, id), JobState::Running);
-    c.agent_message(node, AgentMsg::StepExited { job: id, step: BATCH_STEP, exit: ExitStatus::default() }, 12);
+    c.agent_message(
+        node,
+        AgentMsg::StepExited {
+            job: id,
+            step: BATCH_STEP,
+            exit: ExitStatus::default(),
+        },
+        12,
+    );
     assert_eq!(state(&c, id), JobState::Completing);
     let terms: Vec<_> = c.take_outbox();
     assert!(matches!(terms[0].1, CtldMsg::Terminate { job, .. } if job == id));
@@ -103,8 +118,19 @@ fn failing_exit_is_failed_with_its_code() {
     let id = c.submit(ALICE, batch("x"), 0).unwrap();
     c.schedule(0);
     let (node, _) = launches(&mut c).remove(0);
-    let exit = ExitStatus { code: 3, signal: None };
-    c.agent_message(&node, AgentMsg::StepExited { job: id, step: BATCH_STEP, exit }, 1);
+    let exit = ExitStatus {
+        code: 3,
+        signal: None,
+    };
+    c.agent_message(
+        &node,
+        AgentMsg::StepExited {
+            job: id,
+            step: BATCH_STEP,
+            exit,
+        },
+        1,
+    );
     c.agent_message(&node, AgentMsg::JobCleaned { job: id }, 1);
     let v = &c.job_views(&JobFilter::default(), 1)[0];
     assert_eq!((v.state, v.exit.code), (JobState::Failed, 3));
@@ -114,7 +140,10 @@ fn failing_exit_is_failed_with_its_code() {
 fn only_owners_and_operators_cancel() {
     let mut c = cluster(1);
     let id = c.submit(BOB, batch("x"), 0).unwrap();
-    let f = JobFilter { ids: vec![id], ..Default::default() };
+    let f = JobFilter {
+        ids: vec![id],
+        ..Default::default()
+    };
     let e = c.cancel(ALICE, &f, None, 1).unwrap_err();
     assert!(e.contains("Access/permission denied"), "{e}");
     assert_eq!(state(&c, id), JobState::Pending);
@@ -124,7 +153,10 @@ fn only_owners_and_operators_cancel() {
     assert_eq!(c.cancel(ROOT, &f, None, 1).unwrap(), vec![id]);
     assert_eq!(state(&c, id), JobState::Cancelled);
     let e = c.hold(ALICE, &[id], false).unwrap_err();
-    assert!(e.contains("Invalid") || e.contains("denied") || e.contains("not pending"), "{e}");
+    assert!(
+        e.contains("Invalid") || e.contains("denied") || e.contains("not pending"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -133,9 +165,21 @@ fn cancelling_a_running_job_terminates_it_with_grace() {
     let id = c.submit(ALICE, batch("x"), 0).unwrap();
     c.schedule(0);
     let (node, _) = launches(&mut c).remove(0);
-    c.cancel(ALICE, &JobFilter { ids: vec![id], ..Default::default() }, None, 1).unwrap();
+    c.cancel(
+        ALICE,
+        &JobFilter {
+            ids: vec![id],
+            ..Default::default()
+        },
+        None,
+        1,
+    )
+    .unwrap();
     let out = c.take_outbox();
-    assert!(matches!(out[0].1, CtldMsg::Terminate { grace_ms: 5000, .. }));
+    assert!(matches!(
+        out[0].1,
+        CtldMsg::Terminate { grace_ms: 5000, .. }
+    ));
     assert_eq!(state(&c, id), JobState::Completing);
     c.agent_message(&node, AgentMsg::JobCleaned { job: id }, 2);
     assert_eq!(state(&c, id), JobState::Cancelled);
@@ -180,12 +224,25 @@ fn silent_node_goes_down_and_its_jobs_fail_or_requeue() {
     assert!(c.node_views().iter().all(|n| n.state == "down*"));
     // An agent that comes back is the same node, and the requeued job runs.
     c.register(reg(&node_b, 4), 12).unwrap();
-    assert_eq!(c.node_views().iter().filter(|n| n.state == "idle").count(), 1);
+    assert_eq!(
+        c.node_views().iter().filter(|n| n.state == "idle").count(),
+        1
+    );
     c.schedule(12);
     let l = launches(&mut c);
     assert_eq!(l[0].1.job, b);
     assert_eq!(l[0].0, node_b);
-    assert_eq!(c.job_views(&JobFilter { ids: vec![b], ..Default::default() }, 12)[0].restarts, 1);
+    assert_eq!(
+        c.job_views(
+            &JobFilter {
+                ids: vec![b],
+                ..Default::default()
+            },
+            12
+        )[0]
+        .restarts,
+        1
+    );
 }
 
 #[test]
@@ -227,22 +284,41 @@ fn steps_spread_tasks_over_the_allocation() {
     let (_, s) = c.submit_step(ALICE, step).unwrap();
     assert_eq!(s, 0);
     let l = launches(&mut c);
-    let shape: Vec<_> = l.iter().map(|(_, l)| (l.node_index, l.first_task, l.tasks_here, l.gpus.len())).collect();
+    let shape: Vec<_> = l
+        .iter()
+        .map(|(_, l)| (l.node_index, l.first_task, l.tasks_here, l.gpus.len()))
+        .collect();
     assert_eq!(shape, vec![(0, 0, 3, 2), (1, 3, 2, 2)]);
 }
 
 #[test]
 fn drains_need_an_operator_and_a_reason() {
     let mut c = cluster(2);
-    assert!(c.update_node(ALICE, "worker-0", NodeUpdate::Drain, Some("x".into()), 0).is_err());
-    assert!(c.update_node(ROOT, "worker-0", NodeUpdate::Drain, None, 0).is_err());
-    assert!(c.update_node(ROOT, "worker-9", NodeUpdate::Drain, Some("x".into()), 0).is_err());
-    c.update_node(ROOT, "worker-[0-1]", NodeUpdate::Drain, Some("bad fan".into()), 5).unwrap();
+    assert!(c
+        .update_node(ALICE, "worker-0", NodeUpdate::Drain, Some("x".into()), 0)
+        .is_err());
+    assert!(c
+        .update_node(ROOT, "worker-0", NodeUpdate::Drain, None, 0)
+        .is_err());
+    assert!(c
+        .update_node(ROOT, "worker-9", NodeUpdate::Drain, Some("x".into()), 0)
+        .is_err());
+    c.update_node(
+        ROOT,
+        "worker-[0-1]",
+        NodeUpdate::Drain,
+        Some("bad fan".into()),
+        5,
+    )
+    .unwrap();
     let v = c.node_views();
-    assert!(v.iter().all(|n| n.state == "drained" && n.reason.as_deref() == Some("bad fan")));
+    assert!(v
+        .iter()
+        .all(|n| n.state == "drained" && n.reason.as_deref() == Some("bad fan")));
     let id = c.submit(ALICE, batch("x"), 6).unwrap();
     assert_eq!(c.schedule(6), 0);
-    c.update_node(ROOT, "worker-1", NodeUpdate::Resume, None, 7).unwrap();
+    c.update_node(ROOT, "worker-1", NodeUpdate::Resume, None, 7)
+        .unwrap();
     assert_eq!(c.schedule(7), 1);
     assert_eq!(state(&c, id), JobState::Running);
 }
