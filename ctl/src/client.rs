@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use corral_proto::msg::{LocalRequest, Request, Response};
+use corral_proto::msg::{JobFilter, JobView, LocalRequest, Request, Response, JOBS_PER_PAGE};
 use corral_proto::{read_frame, write_frame, WireError};
 use tokio::net::UnixStream;
 
@@ -58,6 +58,24 @@ impl Client {
         read_frame(&mut self.stream)
             .await?
             .ok_or(ClientError::Closed)
+    }
+
+    /// Every job the filter selects, page by page.
+    pub async fn jobs(&mut self, mut f: JobFilter) -> Result<Vec<JobView>, String> {
+        let mut all = Vec::new();
+        loop {
+            match self.ok(Request::Jobs(f.clone())).await? {
+                Response::Jobs(page) => {
+                    let full = page.len() >= JOBS_PER_PAGE;
+                    f.after = page.last().map_or(f.after, |j| j.id);
+                    all.extend(page);
+                    if !full {
+                        return Ok(all);
+                    }
+                }
+                other => return Err(format!("unexpected answer {other:?}")),
+            }
+        }
     }
 
     /// Like [`Client::call`], with a refusal as `Err(message)`.

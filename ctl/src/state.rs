@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashSet};
 use corral_proto::cred::{CredError, Token, Verifier};
 use corral_proto::msg::{
     AgentMsg, CtldMsg, ExitStatus, GpuAsk, Ident, JobFilter, JobKind, JobSpec, JobState, JobView,
-    Launch, LaunchKind, NodeUpdate, NodeView, PartitionView, Registration, StepSpec,
+    Launch, LaunchKind, NodeUpdate, NodeView, PartitionView, Registration, StepSpec, JOBS_PER_PAGE,
 };
 use scheduler_core::{
     hostlist, Cancelled, GpuRequest, GpuSpec, HoldKind, JobId, JobOutcome, JobRequest, JobStatus,
@@ -880,10 +880,15 @@ impl Controller {
 
     // ---- views -------------------------------------------------------
 
+    /// Jobs the filter selects, one page (ids above `f.after`, at most
+    /// [`JOBS_PER_PAGE`]) in id order.
     pub fn job_views(&self, f: &JobFilter, now: u64) -> Vec<JobView> {
+        let from = f.after.saturating_add(1);
         self.jobs
-            .values()
+            .range(from..)
+            .map(|(_, j)| j)
             .filter(|j| matches(j, f))
+            .take(JOBS_PER_PAGE)
             .map(|j| self.view(j, now))
             .collect()
     }

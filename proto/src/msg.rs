@@ -384,7 +384,13 @@ pub struct JobFilter {
     pub states: Vec<JobState>,
     pub partitions: Vec<String>,
     pub names: Vec<String>,
+    /// Paging for queries: only jobs with ids above this.
+    pub after: u64,
 }
+
+/// The most jobs one [`Response::Jobs`] carries; a query whose answer is
+/// this long asks again with [`JobFilter::after`] set to its last id.
+pub const JOBS_PER_PAGE: usize = 5_000;
 
 /// A request to ctld.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

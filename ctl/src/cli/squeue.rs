@@ -3,7 +3,7 @@
 use std::ffi::OsString;
 
 use clap::Parser;
-use corral_proto::msg::{JobFilter, JobState, JobView, Request, Response};
+use corral_proto::msg::{JobFilter, JobState, JobView};
 use scheduler_core::hostlist;
 
 use super::{block_on, fail, parse, parse_ids, parse_user, user_name};
@@ -262,13 +262,15 @@ pub fn main(args: &[OsString]) -> i32 {
             Ok(c) => c,
             Err(e) => return fail(CMD, e),
         };
-        match c.ok(Request::Jobs(f)).await {
-            Ok(Response::Jobs(mut jobs)) => {
+        match c.jobs(f).await {
+            Ok(mut jobs) => {
                 sort(&mut jobs);
-                print!("{}", render(&jobs, &format, !a.noheader, now()));
+                let text = render(&jobs, &format, !a.noheader, now());
+                let mut out = std::io::stdout().lock();
+                // A closed pipe (`squeue | head`) is not an error.
+                let _ = std::io::Write::write_all(&mut out, text.as_bytes());
                 0
             }
-            Ok(other) => fail(CMD, format!("unexpected answer {other:?}")),
             Err(e) => fail(CMD, e),
         }
     })

@@ -342,3 +342,25 @@ fn natural_order_of_node_names() {
     v.sort_by(|a, b| natural(a, b));
     assert_eq!(v, vec!["a", "worker-1", "worker-2", "worker-10"]);
 }
+
+#[test]
+fn job_queries_come_in_pages() {
+    let mut c = cluster(1);
+    let n = JOBS_PER_PAGE as u64 + 10;
+    for _ in 0..n {
+        let mut s = batch("x");
+        s.hold = true;
+        c.submit(ALICE, s, 0).unwrap();
+    }
+    let first = c.job_views(&JobFilter::default(), 0);
+    assert_eq!(first.len(), JOBS_PER_PAGE);
+    let rest = c.job_views(
+        &JobFilter {
+            after: first.last().unwrap().id,
+            ..Default::default()
+        },
+        0,
+    );
+    assert_eq!(rest.len(), 10);
+    assert_eq!(rest.last().unwrap().id, n);
+}
