@@ -405,11 +405,9 @@ impl Agent {
         };
         let cwd = PathBuf::from(&l.work_dir);
         let out_path = cwd.join(expand_pattern(stdout, &vars));
-        let out = open_output(&out_path, l.user).map_err(|e| e.to_string())?;
-        let err = match stderr {
-            Some(p) => open_output(&cwd.join(expand_pattern(p, &vars)), l.user)
-                .map_err(|e| e.to_string())?,
-            None => out.try_clone().map_err(|e| e.to_string())?,
+        let err_path = match stderr {
+            Some(p) => cwd.join(expand_pattern(p, &vars)),
+            None => out_path.clone(),
         };
         let path = self.cfg.spool.join(format!("job{}.sh", l.job));
         write_script(&path, script, l.user).map_err(|e| e.to_string())?;
@@ -421,8 +419,8 @@ impl Agent {
             cwd,
             user: l.user,
             stdin: Io::Null,
-            stdout: Io::File(out),
-            stderr: Io::File(err),
+            stdout: Io::Path(out_path),
+            stderr: Io::Path(err_path),
         };
         let spawned = self.cfg.launcher.spawn(spec);
         let result = match spawned {
@@ -484,21 +482,6 @@ fn chown_if_root(path: &std::path::Path, who: Ident) -> std::io::Result<()> {
         std::os::unix::fs::chown(path, Some(who.uid), Some(who.gid))?;
     }
     Ok(())
-}
-
-/// Opens (truncating) an output file for the user.
-fn open_output(path: &std::path::Path, who: Ident) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    chown_if_root(path, who)?;
-    Ok(f)
 }
 
 fn write_script(path: &std::path::Path, script: &str, who: Ident) -> std::io::Result<()> {

@@ -44,16 +44,52 @@ pub enum Io {
     Null,
     Piped,
     File(File),
+    /// A file the task itself opens (created or truncated) once it runs as
+    /// its user, so a user can never make the agent write where they may
+    /// not.
+    Path(PathBuf),
 }
 
 impl Io {
     fn stdio(self) -> Stdio {
         match self {
-            Io::Null => Stdio::null(),
+            Io::Null | Io::Path(_) => Stdio::null(),
             Io::Piped => Stdio::piped(),
             Io::File(f) => Stdio::from(f),
         }
     }
+
+    fn path(&self) -> Option<&PathBuf> {
+        match self {
+            Io::Path(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// Output files to open in the child: (path, descriptors to point at it).
+type Redirects = Vec<(CString, Vec<i32>)>;
+
+fn redirects(stdout: &Io, stderr: &Io) -> Result<Redirects, LaunchError> {
+    let c = |p: &PathBuf| {
+        CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| LaunchError::File {
+            path: p.clone(),
+            source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        })
+    };
+    let mut out: Redirects = Vec::new();
+    match (stdout.path(), stderr.path()) {
+        (Some(a), Some(b)) if a == b => out.push((c(a)?, vec![1, 2])),
+        (a, b) => {
+            if let Some(a) = a {
+                out.push((c(a)?, vec![1]));
+            }
+            if let Some(b) = b {
+                out.push((c(b)?, vec![2]));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Everything needed to start one task.
@@ -102,6 +138,7 @@ impl Launcher for ProcessLauncher {
             });
         }
         let (program, args) = spec.argv.split_first().ok_or(LaunchError::EmptyCommand)?;
+        let files = redirects(&spec.stdout, &spec.stderr)?;
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
             .env_clear()
@@ -117,7 +154,7 @@ impl Launcher for ProcessLauncher {
         } else {
             None
         };
-        set_identity(&mut cmd, spec.user, groups);
+        set_identity(&mut cmd, spec.user, groups, files);
         cmd.spawn().map_err(|source| LaunchError::Spawn {
             program: program.clone(),
             source,
@@ -125,25 +162,40 @@ impl Launcher for ProcessLauncher {
     }
 }
 
-/// Drops to the user between fork and exec, then asks the kernel to kill
-/// the task when the agent dies (a restarted agent cannot adopt orphans;
-/// the cgroups of the node-execution issue will).
+/// Drops to the user between fork and exec, opens the output files as
+/// that user, then asks the kernel to kill the task when the agent dies (a
+/// restarted agent cannot adopt orphans; the cgroups of the node-execution
+/// issue will).
 #[allow(unsafe_code)]
 fn set_identity(
     cmd: &mut tokio::process::Command,
     user: Ident,
     groups: Option<Vec<nix::unistd::Gid>>,
+    files: Redirects,
 ) {
-    use nix::unistd::{setgid, setgroups, setuid, Gid, Uid};
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::Mode;
+    use nix::unistd::{close, dup2, setgid, setgroups, setuid, Gid, Uid};
     // SAFETY: the closure runs in the forked child before exec and calls
     // only async-signal-safe system calls (setgroups, setgid, setuid,
-    // prctl) on data allocated before the fork; it allocates nothing.
+    // open, dup2, close, prctl) on data allocated before the fork; it
+    // allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             if let Some(groups) = &groups {
                 setgroups(groups)?;
                 setgid(Gid::from_raw(user.gid))?;
                 setuid(Uid::from_raw(user.uid))?;
+            }
+            for (path, fds) in &files {
+                let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW;
+                let fd = open(path.as_c_str(), flags, Mode::from_bits_truncate(0o644))?;
+                for &target in fds {
+                    dup2(fd, target)?;
+                }
+                if !fds.contains(&fd) {
+                    close(fd)?;
+                }
             }
             // After the uid change: changing credentials clears it.
             nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;

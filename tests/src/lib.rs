@@ -24,6 +24,17 @@ pub fn bin_dir() -> &'static Path {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
+        // The variables cargo sets for this test would make build scripts
+        // think their environment changed and rebuild.
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            if (k.starts_with("CARGO_") && k != "CARGO_HOME" && k != "CARGO_TARGET_DIR")
+                || k.starts_with("RUST_")
+                || k == "OUT_DIR"
+            {
+                cmd.env_remove(k.as_ref());
+            }
+        }
         cmd.current_dir(&root)
             .args(["build", "--bins", "-p", "corral-ctl", "-p", "corral-agent"]);
         if dir.file_name().is_some_and(|p| p == "release") {
