@@ -91,7 +91,15 @@ impl Client {
 /// Sends many requests back to back on one connection and collects the
 /// answers in order (for benches and bulk tools).
 pub async fn pipeline(reqs: Vec<Request>) -> Result<Vec<Response>, ClientError> {
-    let path = socket_path();
+    pipeline_to(&socket_path(), reqs).await
+}
+
+/// [`pipeline`] to the agent at `path`.
+pub async fn pipeline_to(
+    path: &std::path::Path,
+    reqs: Vec<Request>,
+) -> Result<Vec<Response>, ClientError> {
+    let path = path.to_path_buf();
     let stream = UnixStream::connect(&path)
         .await
         .map_err(|source| ClientError::Connect { path, source })?;

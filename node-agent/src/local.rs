@@ -9,6 +9,7 @@ use std::sync::Arc;
 use corral_proto::msg::{Ident, LocalRequest, Response};
 use corral_proto::{now_ms, read_frame, write_frame};
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
 
 use crate::agent::{error_chain, Agent, AgentError};
 
@@ -56,24 +57,42 @@ async fn client(agent: Arc<Agent>, stream: UnixStream) {
         }
     };
     let (mut r, mut w) = stream.into_split();
+    // Requests on one connection are relayed concurrently and answered in
+    // order: a client may pipeline.
+    let (tx, mut rx) = mpsc::channel::<tokio::task::JoinHandle<Response>>(256);
+    let writer = tokio::spawn(async move {
+        while let Some(h) = rx.recv().await {
+            let resp = h
+                .await
+                .unwrap_or_else(|e| Response::Error(format!("agent: {e}")));
+            if write_frame(&mut w, &resp).await.is_err() {
+                return;
+            }
+        }
+    });
     loop {
         let req = match read_frame::<_, LocalRequest>(&mut r).await {
             Ok(Some(req)) => req,
-            Ok(None) => return,
+            Ok(None) => break,
             Err(e) => {
                 tracing::info!(uid = who.uid, error = %error_chain(&e), "bad frame from local client; closing");
-                return;
+                break;
             }
         };
-        let resp = match req {
-            LocalRequest::Relay(request) => agent.relay(who, request).await,
-            LocalRequest::Credential => match agent.minter.mint(who, now_ms()) {
-                Ok(t) => Response::Credential(t),
-                Err(e) => Response::Error(e.to_string()),
-            },
-        };
-        if write_frame(&mut w, &resp).await.is_err() {
-            return;
+        let agent = agent.clone();
+        let h = tokio::spawn(async move {
+            match req {
+                LocalRequest::Relay(request) => agent.relay(who, request).await,
+                LocalRequest::Credential => match agent.minter.mint(who, now_ms()) {
+                    Ok(t) => Response::Credential(t),
+                    Err(e) => Response::Error(e.to_string()),
+                },
+            }
+        });
+        if tx.send(h).await.is_err() {
+            break;
         }
     }
+    drop(tx);
+    let _ = writer.await;
 }

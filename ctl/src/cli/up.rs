@@ -265,6 +265,11 @@ impl Cluster {
             })
     }
 
+    /// The controller's process id.
+    pub fn ctld_pid(&self) -> Option<u32> {
+        self.ctld.as_ref().map(Child::id)
+    }
+
     /// Kills node `i`'s agent with a signal (SIGKILL to simulate a crash).
     pub fn kill_agent(&mut self, i: u32, sig: nix::sys::signal::Signal) {
         if let Some(Some(child)) = self.agents.get_mut(i as usize) {

@@ -1,0 +1,196 @@
+//! End-to-end speed of a real cluster on loopback: 4 agents × 8 simulated
+//! GPUs, one corral-ctld, release binaries.
+//!
+//! Budgets (10× the published Slurm figures of about 1,000 submissions/s
+//! and 500 tiny jobs/s, as the runtime issue asks):
+//!
+//! | bench                              | budget                  |
+//! |------------------------------------|-------------------------|
+//! | submit/pipelined_1_client          | ≥ 10,000 submissions/s  |
+//! | submit/pipelined_8_clients         | ≥ 10,000 submissions/s  |
+//! | submit/sbatch_process              | (a process per job: reported, no budget) |
+//! | tiny_jobs/wrap_true                | ≥ 5,000 jobs/s end to end |
+//! | srun/N1_true                       | p50 ≤ 20 ms             |
+//! | squeue/10k_pending                 | ≤ 100 ms                |
+//! | controller memory, 10k pending     | ≤ 10 KiB per job        |
+//!
+//! Run: `cargo bench -p corral-e2e --bench cluster`. p50/p99 of srun and
+//! the controller's memory are printed before criterion's figures.
+
+use std::time::{Duration, Instant};
+
+use corral_ctl::client::{pipeline_to, Client};
+use corral_ctl::cli::opts::exported_env;
+use corral_e2e::{Env, Opts};
+use corral_proto::msg::{JobFilter, JobKind, JobSpec, JobState, Request, Response};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+fn spec(env: &Env, hold: bool) -> JobSpec {
+    JobSpec {
+        name: "bench".into(),
+        hold,
+        work_dir: env.work.to_string_lossy().into_owned(),
+        env: exported_env(None).unwrap_or_default(),
+        kind: JobKind::Batch {
+            script: "#!/bin/sh\ntrue\n".into(),
+            args: vec![],
+            stdout: Some("/dev/null".into()),
+            stderr: None,
+        },
+        ..JobSpec::default()
+    }
+}
+
+fn submit_all(rt: &tokio::runtime::Runtime, env: &Env, n: usize, clients: usize, hold: bool) -> Duration {
+    let sock = env.cluster.socket(0);
+    let per = n.div_ceil(clients);
+    let t0 = Instant::now();
+    rt.block_on(async {
+        let mut hs = Vec::new();
+        for c in 0..clients {
+            let count = per.min(n.saturating_sub(c * per));
+            let reqs = (0..count).map(|_| Request::Submit(spec(env, hold))).collect();
+            let sock = sock.clone();
+            hs.push(tokio::spawn(async move { pipeline_to(&sock, reqs).await }));
+        }
+        for h in hs {
+            let resps = h.await.expect("join").expect("pipeline");
+            for r in resps {
+                assert!(matches!(r, Response::Submitted { .. }), "{r:?}");
+            }
+        }
+    });
+    t0.elapsed()
+}
+
+fn active(rt: &tokio::runtime::Runtime, env: &Env) -> usize {
+    rt.block_on(async {
+        let mut c = Client::connect_to(&env.cluster.socket(0)).await.expect("agent");
+        c.jobs(JobFilter {
+            states: vec![JobState::Pending, JobState::Running, JobState::Completing],
+            ..Default::default()
+        })
+        .await
+        .expect("jobs")
+        .len()
+    })
+}
+
+fn cancel_all(env: &Env) {
+    env.ok(&["scancel", "-t", "PD"]);
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn benches(c: &mut Criterion) {
+    let env = Env::start(Opts {
+        nodes: 4,
+        gpus: 8,
+        ..Opts::default()
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+
+    // srun latency percentiles (criterion shows the mean and median too).
+    let mut lat: Vec<Duration> = (0..100)
+        .map(|_| {
+            let t0 = Instant::now();
+            let (code, _, e) = env.run(&["srun", "-N1", "true"]);
+            assert_eq!(code, 0, "{e}");
+            t0.elapsed()
+        })
+        .collect();
+    lat.sort();
+    println!(
+        "srun -N1 true over 100 runs: p50 {:.1} ms, p99 {:.1} ms (budget p50 ≤ 20 ms)",
+        lat[49].as_secs_f64() * 1e3,
+        lat[98].as_secs_f64() * 1e3
+    );
+
+    // Controller memory with 10,000 pending jobs.
+    let pid = env.cluster.ctld_pid().expect("ctld pid");
+    let before = rss_kib(pid);
+    submit_all(&rt, &env, 10_000, 1, true);
+    std::thread::sleep(Duration::from_millis(500));
+    let after = rss_kib(pid);
+    println!(
+        "controller RSS: {before} KiB idle, {after} KiB with 10,000 pending jobs: {:.2} KiB per job (budget ≤ 10 KiB)",
+        (after.saturating_sub(before)) as f64 / 10_000.0
+    );
+
+    let mut g = c.benchmark_group("squeue");
+    g.sample_size(20);
+    g.bench_function("10k_pending", |b| {
+        b.iter(|| {
+            let o = env.cmd(&["squeue"]).output().expect("squeue");
+            assert!(o.status.success());
+            assert!(o.stdout.len() > 10_000 * 60);
+        })
+    });
+    g.finish();
+    cancel_all(&env);
+
+    let mut g = c.benchmark_group("submit");
+    g.throughput(Throughput::Elements(1));
+    g.sample_size(10);
+    g.bench_function("pipelined_1_client", |b| {
+        b.iter_custom(|iters| submit_all(&rt, &env, iters as usize, 1, true))
+    });
+    cancel_all(&env);
+    g.bench_function("pipelined_8_clients", |b| {
+        b.iter_custom(|iters| submit_all(&rt, &env, iters as usize, 8, true))
+    });
+    cancel_all(&env);
+    g.bench_function("sbatch_process", |b| {
+        b.iter(|| {
+            let o = env
+                .cmd(&["sbatch", "-H", "-o", "/dev/null", "--wrap", "true"])
+                .output()
+                .expect("sbatch");
+            assert!(o.status.success());
+        })
+    });
+    g.finish();
+    cancel_all(&env);
+
+    let mut g = c.benchmark_group("tiny_jobs");
+    g.throughput(Throughput::Elements(1));
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(20));
+    g.bench_function("wrap_true", |b| {
+        b.iter_custom(|iters| {
+            let t0 = Instant::now();
+            submit_all(&rt, &env, iters as usize, 4, false);
+            while active(&rt, &env) > 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            t0.elapsed()
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("srun");
+    g.sample_size(30);
+    g.bench_function("N1_true", |b| {
+        b.iter(|| {
+            let o = env.cmd(&["srun", "-N1", "true"]).output().expect("srun");
+            assert!(o.status.success());
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(cluster, benches);
+criterion_main!(cluster);
