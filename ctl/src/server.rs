@@ -149,6 +149,7 @@ impl Server {
                     continue;
                 }
                 let started = c.schedule(now());
+                c.record_pass(t0.elapsed().as_micros() as u64);
                 self.finish(c);
                 started
             };
@@ -263,6 +264,7 @@ impl Server {
                 Err(e) => Response::Error(e),
             },
             Request::Ping => Response::Done,
+            Request::Stats => Response::Stats(c.stats()),
         };
         self.finish(c);
         resp

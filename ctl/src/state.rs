@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, HashSet};
 use corral_proto::cred::{CredError, Token, Verifier};
 use corral_proto::msg::{
     AgentMsg, CtldMsg, ExitStatus, GpuAsk, Ident, JobFilter, JobKind, JobSpec, JobState, JobView,
-    Launch, LaunchKind, NodeUpdate, NodeView, PartitionView, Registration, StepSpec, JOBS_PER_PAGE,
+    Launch, LaunchKind, NodeUpdate, NodeView, PartitionView, Registration, Stats, StepSpec,
+    JOBS_PER_PAGE,
 };
 use scheduler_core::{
     hostlist, Cancelled, GpuRequest, GpuSpec, HoldKind, JobId, JobOutcome, JobRequest, JobStatus,
@@ -91,6 +92,7 @@ pub struct Controller {
     outbox: Vec<(String, CtldMsg)>,
     /// Set by any change a pass might act on.
     dirty: bool,
+    stats: Stats,
 }
 
 fn gpu_request(g: GpuAsk) -> GpuRequest {
@@ -128,6 +130,7 @@ impl Controller {
             verifier: Verifier::default(),
             outbox: Vec::new(),
             dirty: false,
+            stats: Stats::default(),
         })
     }
 
@@ -387,6 +390,7 @@ impl Controller {
         };
         j.state = state;
         let _ = self.sched.handle_job_finished(now, JobId(job), outcome);
+        self.stats.finished += 1;
         self.dirty = true;
     }
 
@@ -469,6 +473,7 @@ impl Controller {
             } else {
                 j.state = JobState::NodeFail;
                 j.end = Some(now);
+                self.stats.finished += 1;
             }
         }
         // Completions that waited on the lost node.
@@ -503,10 +508,12 @@ impl Controller {
         req.hold = spec.hold;
         req.requeue = spec.requeue;
         let id = self.next_job;
+        let held = req.hold;
         self.sched
             .submit(now, JobId(id), req)
             .map_err(|e| capitalise(&e.to_string()))?;
         self.next_job += 1;
+        self.stats.submitted += 1;
         let partition = spec
             .partition
             .clone()
@@ -540,8 +547,32 @@ impl Controller {
                 failure: None,
             },
         );
-        self.dirty = true;
+        // A held job cannot start: no pass needed for it.
+        self.dirty |= !held;
         Ok(id)
+    }
+
+    /// Counts for `sdiag`-style monitoring.
+    pub fn stats(&self) -> Stats {
+        let mut s = self.stats;
+        s.pending = 0;
+        s.running = 0;
+        s.completing = 0;
+        for j in self.jobs.values() {
+            match j.state {
+                JobState::Pending => s.pending += 1,
+                JobState::Running => s.running += 1,
+                JobState::Completing => s.completing += 1,
+                _ => {}
+            }
+        }
+        s
+    }
+
+    /// Records how long the last pass took (measured by the driver).
+    pub fn record_pass(&mut self, micros: u64) {
+        self.stats.passes += 1;
+        self.stats.last_pass_us = micros;
     }
 
     /// Runs a scheduling pass and queues the launches it decides.
@@ -787,6 +818,7 @@ impl Controller {
                         j.state = JobState::Cancelled;
                         j.end = Some(now);
                     }
+                    self.stats.finished += 1;
                     self.dirty = true;
                 }
                 JobState::Running => {

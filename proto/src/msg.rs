@@ -419,6 +419,21 @@ pub enum Request {
         reason: Option<String>,
     },
     Ping,
+    /// Counts of jobs by state and the scheduler's recent work (`sdiag`).
+    Stats,
+}
+
+/// The controller's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    pub pending: u64,
+    pub running: u64,
+    pub completing: u64,
+    /// Jobs that reached a final state since ctld started.
+    pub finished: u64,
+    pub submitted: u64,
+    pub passes: u64,
+    pub last_pass_us: u64,
 }
 
 /// `scontrol update NodeName=… State=…`.
@@ -448,6 +463,7 @@ pub enum Response {
     Nodes(Vec<NodeView>),
     Partitions(Vec<PartitionView>),
     Credential(Token),
+    Stats(Stats),
     /// Refused, in words a Slurm user knows.
     Error(String),
 }

@@ -19,10 +19,10 @@
 
 use std::time::{Duration, Instant};
 
-use corral_ctl::client::{pipeline_to, Client};
 use corral_ctl::cli::opts::exported_env;
+use corral_ctl::client::{pipeline_to, Client};
 use corral_e2e::{Env, Opts};
-use corral_proto::msg::{JobFilter, JobKind, JobSpec, JobState, Request, Response};
+use corral_proto::msg::{JobKind, JobSpec, Request, Response};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 fn spec(env: &Env, hold: bool) -> JobSpec {
@@ -41,7 +41,13 @@ fn spec(env: &Env, hold: bool) -> JobSpec {
     }
 }
 
-fn submit_all(rt: &tokio::runtime::Runtime, env: &Env, n: usize, clients: usize, hold: bool) -> Duration {
+fn submit_all(
+    rt: &tokio::runtime::Runtime,
+    env: &Env,
+    n: usize,
+    clients: usize,
+    hold: bool,
+) -> Duration {
     let sock = env.cluster.socket(0);
     let per = n.div_ceil(clients);
     let t0 = Instant::now();
@@ -49,7 +55,9 @@ fn submit_all(rt: &tokio::runtime::Runtime, env: &Env, n: usize, clients: usize,
         let mut hs = Vec::new();
         for c in 0..clients {
             let count = per.min(n.saturating_sub(c * per));
-            let reqs = (0..count).map(|_| Request::Submit(spec(env, hold))).collect();
+            let reqs = (0..count)
+                .map(|_| Request::Submit(spec(env, hold)))
+                .collect();
             let sock = sock.clone();
             hs.push(tokio::spawn(async move { pipeline_to(&sock, reqs).await }));
         }
@@ -63,16 +71,15 @@ fn submit_all(rt: &tokio::runtime::Runtime, env: &Env, n: usize, clients: usize,
     t0.elapsed()
 }
 
-fn active(rt: &tokio::runtime::Runtime, env: &Env) -> usize {
+fn active(rt: &tokio::runtime::Runtime, env: &Env) -> u64 {
     rt.block_on(async {
-        let mut c = Client::connect_to(&env.cluster.socket(0)).await.expect("agent");
-        c.jobs(JobFilter {
-            states: vec![JobState::Pending, JobState::Running, JobState::Completing],
-            ..Default::default()
-        })
-        .await
-        .expect("jobs")
-        .len()
+        let mut c = Client::connect_to(&env.cluster.socket(0))
+            .await
+            .expect("agent");
+        match c.ok(Request::Stats).await {
+            Ok(Response::Stats(s)) => s.pending + s.running + s.completing,
+            other => panic!("{other:?}"),
+        }
     })
 }
 
