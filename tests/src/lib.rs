@@ -126,6 +126,29 @@ impl Env {
         c
     }
 
+    /// A Slurm command run as another uid (tests run as root). The binary
+    /// is copied where that uid can reach it: a checkout under a private
+    /// home directory would not be.
+    pub fn cmd_as(&self, uid: u32, args: &[&str]) -> Command {
+        use std::os::unix::process::CommandExt;
+        let copy = self
+            .work
+            .parent()
+            .unwrap_or(&self.work)
+            .join("corral-for-users");
+        if !copy.exists() {
+            std::fs::copy(bin_dir().join("corral"), &copy).expect("copying corral");
+        }
+        let mut c = Command::new(copy);
+        c.args(args)
+            .envs(self.cluster.env())
+            .current_dir(&self.work)
+            .stdin(Stdio::null())
+            .uid(uid)
+            .gid(uid);
+        c
+    }
+
     /// Runs a command; returns (status code, stdout, stderr).
     pub fn run(&self, args: &[&str]) -> (i32, String, String) {
         out(self.cmd(args).output().expect("running corral"))

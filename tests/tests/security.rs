@@ -2,7 +2,6 @@
 //! per-user permissions, hostile frames.
 
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -256,11 +255,7 @@ fn users_cancel_only_their_own_jobs() {
         nodes: 1,
         ..Opts::default()
     });
-    let as_user = |uid: u32, args: &[&str]| {
-        let mut c = env.cmd(args);
-        c.uid(uid).gid(uid);
-        out(c.output().unwrap())
-    };
+    let as_user = |uid: u32, args: &[&str]| out(env.cmd_as(uid, args).output().unwrap());
     let (code, o, e) = as_user(23_456, &["sbatch", "--parsable", "-H", "--wrap", "id -u"]);
     assert_eq!(code, 0, "{e}");
     let id = o.trim().to_string();
