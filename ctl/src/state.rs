@@ -936,6 +936,8 @@ impl Controller {
             _ => ("None".to_string(), 0, None),
         };
         let reason = match (j.state, &j.failure) {
+            // Submitted held, before any pass has looked at it.
+            (JobState::Pending, _) if reason == "None" && j.spec.hold => "JobHeldUser".into(),
             (JobState::Pending, _) => reason,
             (JobState::Failed, Some(_)) => "JobLaunchFailure".into(),
             (JobState::Failed, None) => "NonZeroExitCode".into(),

@@ -101,14 +101,20 @@ pub(crate) async fn run(
                     .take()
                     .map(|e| tokio::spawn(pump(e, task, true, tx.clone())));
                 let tx = tx.clone();
+                let pgid = child.id();
                 waits.push(tokio::spawn(async move {
                     let st = child.wait().await.map(exit_status).unwrap_or(ExitStatus {
                         code: 1,
                         signal: None,
                     });
+                    // A step ends with its task: what it left running in its
+                    // process group goes too (and releases the pipes).
+                    if let Some(g) = pgid {
+                        signal_group(g, Signal::SIGKILL);
+                    }
                     // Output first, then the exit: srun prints in order.
                     for h in [out, err].into_iter().flatten() {
-                        let _ = h.await;
+                        let _ = tokio::time::timeout(Duration::from_secs(2), h).await;
                     }
                     let _ = tx.send(StepUp::TaskExit { task, exit: st }).await;
                     st

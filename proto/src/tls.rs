@@ -450,6 +450,50 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_client_without_a_certificate_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        init_ca(dir.path()).unwrap();
+        let sid = Identity::load(&issue(dir.path(), CTLD_NAME, Role::Controller).unwrap()).unwrap();
+        let server =
+            server_endpoint("127.0.0.1:0".parse().unwrap(), server_config(&sid).unwrap()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let accept = tokio::spawn(async move { server.accept().await?.await.ok() });
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(sid.roots.clone())
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let cfg = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).unwrap()));
+        let ep = client_endpoint(addr).unwrap();
+        let conn = ep.connect_with(cfg, addr, CTLD_NAME).unwrap().await;
+        let served = tokio::time::timeout(Duration::from_secs(5), accept)
+            .await
+            .ok()
+            .and_then(|r| r.ok())
+            .flatten();
+        assert!(
+            served.is_none(),
+            "the server accepted a client without a certificate"
+        );
+        if let Ok(conn) = conn {
+            // The client may think it connected; its first stream fails.
+            let r = async {
+                let (mut s, mut r) = conn.open_bi().await.ok()?;
+                tokio::io::AsyncWriteExt::write_all(&mut s, b"x")
+                    .await
+                    .ok()?;
+                let mut b = [0u8; 1];
+                tokio::io::AsyncReadExt::read_exact(&mut r, &mut b)
+                    .await
+                    .ok()
+            }
+            .await;
+            assert!(r.is_none());
+        }
+    }
+
+    #[tokio::test]
     async fn mutual_tls_refuses_a_foreign_ca() {
         let ours = tempfile::tempdir().unwrap();
         init_ca(ours.path()).unwrap();

@@ -298,3 +298,65 @@ fn sinfo_and_scontrol_views() {
     env.ok(&["scontrol", "release", &id]);
     env.wait_state(id.parse().unwrap(), &["COMPLETED"], 20);
 }
+
+#[test]
+fn ctrl_c_reaches_the_tasks_and_a_second_cancels() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let env = Env::start(Opts {
+        nodes: 1,
+        ..Opts::default()
+    });
+    let wait_running = |n: usize| {
+        for _ in 0..200 {
+            if env.ok(&["squeue", "-h", "-t", "R"]).lines().count() >= n {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("srun's job never ran");
+    };
+    let mut c = env.cmd(&[
+        "srun",
+        "sh",
+        "-c",
+        "trap 'echo got INT; exit 7' INT; sleep 30 & wait",
+    ]);
+    c.stdout(std::process::Stdio::piped());
+    let child = c.spawn().unwrap();
+    wait_running(1);
+    std::thread::sleep(Duration::from_millis(300));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "got INT\n");
+    assert_eq!(o.status.code(), Some(7));
+
+    let mut c = env.cmd(&[
+        "srun",
+        "-J",
+        "stubborn",
+        "sh",
+        "-c",
+        "trap '' INT; sleep 30",
+    ]);
+    c.stderr(std::process::Stdio::piped());
+    let child = c.spawn().unwrap();
+    wait_running(1);
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = Pid::from_raw(child.id() as i32);
+    kill(pid, Signal::SIGINT).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    kill(pid, Signal::SIGINT).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let id = env.ok(&["squeue", "-h", "-t", "all", "-n", "stubborn", "-o", "%i"]);
+    assert_eq!(
+        env.wait_state(id.trim().parse().unwrap(), &["CANCELLED"], 20),
+        "CANCELLED"
+    );
+}

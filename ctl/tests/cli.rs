@@ -1,0 +1,77 @@
+//! The corral binary without a cluster: commands that need none, and
+//! mistakes that must read as one line.
+
+use std::process::Command;
+
+fn corral(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(args)
+        .env("CORRAL_AGENT_SOCKET", "/nonexistent/agent.sock")
+        .output()
+        .expect("running corral");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn sim_replays_like_corral_sim() {
+    let (code, out, err) = corral(&["sim", "ml-mix:300", "--nodes", "8", "--json", "-q"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"jobs\":300"), "{out}");
+    let (code, _, err) = corral(&["sim", "/no/such/trace.swf"]);
+    assert_eq!(code, 1);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn certs_init_and_issue() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    assert_eq!(corral(&["certs", "init", d]).0, 0);
+    let (code, _, err) = corral(&["certs", "init", d]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("corral certs: error:") && err.contains("already exists"),
+        "{err}"
+    );
+    assert_eq!(corral(&["certs", "issue", d, "worker-0"]).0, 0);
+    assert_eq!(corral(&["certs", "issue", d, "corral-ctld"]).0, 0);
+    for f in [
+        "ca.pem",
+        "ca.key",
+        "worker-0.pem",
+        "worker-0.key",
+        "corral-ctld.pem",
+    ] {
+        assert!(dir.path().join(f).exists(), "{f}");
+    }
+}
+
+#[test]
+fn no_agent_and_bad_commands_are_one_line() {
+    let (code, _, err) = corral(&["squeue"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("squeue: error: Unable to contact slurm controller"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1);
+    let (code, _, err) = corral(&["sbatch", "--wrap", "true"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("sbatch: error: Batch job submission failed: Unable to contact"),
+        "{err}"
+    );
+    let (code, _, err) = corral(&["frobnicate"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.starts_with("corral: error: unknown command frobnicate"),
+        "{err}"
+    );
+    let (code, _, err) = corral(&["up", "--nodes", "0"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("corral up: error:"), "{err}");
+}
