@@ -590,11 +590,14 @@ impl Controller {
     }
 
     fn start(&mut self, now: u64, d: StartDecision) {
-        let alloc: Vec<(String, NodeAllocation)> = d
+        let mut alloc: Vec<(String, NodeAllocation)> = d
             .nodes
             .into_iter()
             .map(|a| (self.node_name(a.node), a))
             .collect();
+        // Slurm orders a job's nodes by name: task 0 and the batch script
+        // go to the first.
+        alloc.sort_by(|a, b| natural(&a.0, &b.0));
         let Some(j) = self.jobs.get_mut(&d.job.0) else {
             return;
         };

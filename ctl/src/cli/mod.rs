@@ -62,13 +62,26 @@ pub fn block_on<F: Future<Output = i32>>(cmd: &str, f: F) -> i32 {
     }
 }
 
-/// A user's name from the node's passwd, or the uid as text.
+/// A user's name from the node's passwd, or the uid as text. Remembered:
+/// squeue asks once per job, and each lookup reads the user database.
 pub fn user_name(uid: u32) -> String {
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map(|u| u.name)
-        .unwrap_or_else(|| uid.to_string())
+    thread_local! {
+        static NAMES: std::cell::RefCell<std::collections::HashMap<u32, String>> =
+            Default::default();
+    }
+    NAMES.with(|names| {
+        names
+            .borrow_mut()
+            .entry(uid)
+            .or_insert_with(|| {
+                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                    .ok()
+                    .flatten()
+                    .map(|u| u.name)
+                    .unwrap_or_else(|| uid.to_string())
+            })
+            .clone()
+    })
 }
 
 /// A group's name, or the gid as text.
