@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use corral_proto::error_chain as chain;
 use corral_proto::msg::{AgentMsg, CtldMsg, Open, Registration, Request, Response};
 use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
 use corral_proto::{now_ms, read_frame, write_frame, WireError};
@@ -59,17 +60,6 @@ pub struct Server {
     ctl: Mutex<Controller>,
     kick: Notify,
     agents: Mutex<HashMap<String, AgentLink>>,
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 impl Server {

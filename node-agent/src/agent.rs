@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral_proto::cred::{Minter, DEFAULT_TTL_MS};
+pub use corral_proto::error_chain;
 use corral_proto::msg::{
     AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, Launch, LaunchKind, Open, Registration, Request,
     Response,
@@ -463,18 +464,6 @@ impl Agent {
         };
         exchange.await.unwrap_or_else(unreachable)
     }
-}
-
-/// "outer: inner: innermost", for one-line logs.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 fn chown_if_root(path: &std::path::Path, who: Ident) -> std::io::Result<()> {

@@ -19,27 +19,10 @@
 
 use std::time::{Duration, Instant};
 
-use corral_ctl::cli::opts::exported_env;
 use corral_ctl::client::{pipeline_to, Client};
-use corral_e2e::{Env, Opts};
-use corral_proto::msg::{JobKind, JobSpec, Request, Response};
+use corral_e2e::{tiny_job, Env, Opts};
+use corral_proto::msg::{Request, Response};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-
-fn spec(env: &Env, hold: bool) -> JobSpec {
-    JobSpec {
-        name: "bench".into(),
-        hold,
-        work_dir: env.work.to_string_lossy().into_owned(),
-        env: exported_env(None).unwrap_or_default(),
-        kind: JobKind::Batch {
-            script: "#!/bin/sh\ntrue\n".into(),
-            args: vec![],
-            stdout: Some("/dev/null".into()),
-            stderr: None,
-        },
-        ..JobSpec::default()
-    }
-}
 
 fn submit_all(
     rt: &tokio::runtime::Runtime,
@@ -56,7 +39,7 @@ fn submit_all(
         for c in 0..clients {
             let count = per.min(n.saturating_sub(c * per));
             let reqs = (0..count)
-                .map(|_| Request::Submit(spec(env, hold)))
+                .map(|_| Request::Submit(tiny_job(&env.work, hold)))
                 .collect();
             let sock = sock.clone();
             hs.push(tokio::spawn(async move { pipeline_to(&sock, reqs).await }));

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use corral_ctl::client::{pipeline_to, Client};
-use corral_e2e::{Env, Opts};
-use corral_proto::msg::{JobKind, JobSpec, Request, Response};
+use corral_e2e::{tiny_job, Env, Opts};
+use corral_proto::msg::{Request, Response};
 
 fn main() {
     let n: usize = std::env::args()
@@ -23,17 +23,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("rt");
-    let spec = JobSpec {
-        name: "tiny".into(),
-        work_dir: env.work.to_string_lossy().into_owned(),
-        kind: JobKind::Batch {
-            script: "#!/bin/sh\ntrue\n".into(),
-            args: vec![],
-            stdout: Some("/dev/null".into()),
-            stderr: None,
-        },
-        ..JobSpec::default()
-    };
+    let spec = tiny_job(&env.work, false);
     let sock = env.cluster.socket(0);
     let t0 = Instant::now();
     let reqs = (0..n).map(|_| Request::Submit(spec.clone())).collect();

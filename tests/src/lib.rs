@@ -225,6 +225,25 @@ pub fn out(o: Output) -> (i32, String, String) {
     )
 }
 
+/// A one-line batch job (`true`) with its output thrown away: the unit of
+/// the throughput benches.
+pub fn tiny_job(work: &Path, hold: bool) -> corral_proto::msg::JobSpec {
+    use corral_proto::msg::{JobKind, JobSpec};
+    JobSpec {
+        name: "tiny".into(),
+        hold,
+        work_dir: work.to_string_lossy().into_owned(),
+        env: corral_ctl::cli::opts::exported_env(None).unwrap_or_default(),
+        kind: JobKind::Batch {
+            script: "#!/bin/sh\ntrue\n".into(),
+            args: vec![],
+            stdout: Some("/dev/null".into()),
+            stderr: None,
+        },
+        ..JobSpec::default()
+    }
+}
+
 /// Whether the tests run as root (needed to submit as other users).
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()

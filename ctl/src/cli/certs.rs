@@ -4,6 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use corral_proto::error_chain as chain;
 use corral_proto::tls::{self, Role, CTLD_NAME};
 
 use super::{fail, parse};
@@ -67,15 +68,4 @@ pub fn main(args: &[OsString]) -> i32 {
             }
         }
     }
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }

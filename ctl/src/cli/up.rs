@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use corral_proto::error_chain as chain;
 use corral_proto::msg::{Request, Response};
 use corral_proto::tls::{self, Role, CTLD_NAME};
 
@@ -414,15 +415,4 @@ pub fn main(args: &[OsString]) -> i32 {
         let _ = std::fs::remove_dir_all(&dir);
     }
     code
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
