@@ -42,6 +42,9 @@ pub struct AgentConfig {
     pub gpus: Vec<GpuInfo>,
     pub features: Vec<String>,
     pub launcher: Arc<dyn Launcher>,
+    /// Report batch scripts as completed without running them: measures
+    /// the control plane without the machine's fork/exec cost.
+    pub no_exec: bool,
 }
 
 /// Why the agent could not start or lost its controller.
@@ -358,6 +361,7 @@ impl Agent {
             return;
         }
         let result = match &l.what {
+            LaunchKind::Batch { .. } if self.cfg.no_exec => Ok(ExitStatus::default()),
             LaunchKind::Batch {
                 script,
                 args,

@@ -56,6 +56,10 @@ struct Args {
     /// Node features, comma separated.
     #[arg(long, value_delimiter = ',')]
     features: Vec<String>,
+    /// Benchmarking only: report batch scripts as completed without
+    /// running them.
+    #[arg(long)]
+    no_exec: bool,
 }
 
 fn hostname() -> String {
@@ -87,6 +91,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         gpus: gpus.gpus()?,
         features: args.features,
         launcher: Arc::new(ProcessLauncher),
+        no_exec: args.no_exec,
     };
     let agent = Agent::new(cfg).context("starting agent")?;
     let listener = local::bind(&args.socket)?;

@@ -10,6 +10,7 @@
 //! | submit/pipelined_8_clients         | ≥ 10,000 submissions/s  |
 //! | submit/sbatch_process              | (a process per job: reported, no budget) |
 //! | tiny_jobs/wrap_true                | ≥ 5,000 jobs/s end to end |
+//! | tiny_jobs/no_exec (control plane)  | ≥ 5,000 jobs/s          |
 //! | srun/N1_true                       | p50 ≤ 20 ms             |
 //! | squeue/10k_pending                 | ≤ 100 ms                |
 //! | controller memory, 10k pending     | ≤ 10 KiB per job        |
@@ -160,6 +161,32 @@ fn benches(c: &mut Criterion) {
     g.sample_size(10);
     g.measurement_time(Duration::from_secs(20));
     g.bench_function("wrap_true", |b| {
+        b.iter_custom(|iters| {
+            let t0 = Instant::now();
+            submit_all(&rt, &env, iters as usize, 4, false);
+            while active(&rt, &env) > 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            t0.elapsed()
+        })
+    });
+    g.finish();
+
+    // The control plane alone: agents report scripts done without forking
+    // them, so the figure is ctld's and the wire's, not this machine's
+    // fork/exec rate.
+    drop(env);
+    let env = Env::start(Opts {
+        nodes: 4,
+        gpus: 8,
+        no_exec: true,
+        ..Opts::default()
+    });
+    let mut g = c.benchmark_group("tiny_jobs");
+    g.throughput(Throughput::Elements(1));
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(20));
+    g.bench_function("no_exec", |b| {
         b.iter_custom(|iters| {
             let t0 = Instant::now();
             submit_all(&rt, &env, iters as usize, 4, false);

@@ -13,9 +13,12 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(2000);
+    // `load N noexec`: agents skip running the scripts (control plane).
+    let no_exec = std::env::args().nth(2).is_some_and(|a| a == "noexec");
     let env = Env::start(Opts {
         nodes: 4,
         gpus: 8,
+        no_exec,
         ..Opts::default()
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -23,12 +26,21 @@ fn main() {
         .enable_all()
         .build()
         .expect("rt");
-    let spec = tiny_job(&env.work, false);
+    // `load N hold`: submissions only (held jobs never run).
+    let hold = std::env::args().nth(2).is_some_and(|a| a == "hold");
+    let spec = tiny_job(&env.work, hold);
     let sock = env.cluster.socket(0);
     let t0 = Instant::now();
     let reqs = (0..n).map(|_| Request::Submit(spec.clone())).collect();
     rt.block_on(pipeline_to(&sock, reqs)).expect("submit");
-    println!("submitted {n} in {:?}", t0.elapsed());
+    println!(
+        "submitted {n} in {:?}: {:.0}/s",
+        t0.elapsed(),
+        n as f64 / t0.elapsed().as_secs_f64()
+    );
+    if hold {
+        return;
+    }
     loop {
         let s = rt.block_on(async {
             let mut c = Client::connect_to(&sock).await.expect("agent");

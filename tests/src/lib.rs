@@ -62,6 +62,8 @@ pub struct Opts {
     pub gpus: u32,
     pub heartbeat_timeout: u64,
     pub kill_wait: u64,
+    /// Agents do not run batch scripts (control-plane benches).
+    pub no_exec: bool,
 }
 
 impl Default for Opts {
@@ -71,6 +73,7 @@ impl Default for Opts {
             gpus: 4,
             heartbeat_timeout: 30,
             kill_wait: 1,
+            no_exec: false,
         }
     }
 }
@@ -102,6 +105,7 @@ impl Env {
             mem_per_node: 16_000,
             heartbeat_timeout: o.heartbeat_timeout,
             kill_wait: o.kill_wait,
+            no_exec: o.no_exec,
             bin_dir: bin_dir().to_path_buf(),
             dir: tmp.path().join("cluster"),
         };

@@ -82,6 +82,9 @@ pub struct ClusterSpec {
     pub mem_per_node: u64,
     pub heartbeat_timeout: u64,
     pub kill_wait: u64,
+    /// Agents report batch scripts done without running them (benches of
+    /// the control plane).
+    pub no_exec: bool,
     /// Where corral, corral-ctld and corral-agent are.
     pub bin_dir: PathBuf,
     /// The cluster's directory (must be empty or absent).
@@ -256,6 +259,7 @@ impl Cluster {
             .arg(self.spec.mem_per_node.to_string())
             .arg("--sim-gpus")
             .arg(self.spec.gpus_per_node.to_string())
+            .args(self.spec.no_exec.then_some("--no-exec"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(logf)
@@ -375,6 +379,7 @@ pub fn main(args: &[OsString]) -> i32 {
         mem_per_node: a.mem_per_node,
         heartbeat_timeout: a.heartbeat_timeout,
         kill_wait: a.kill_wait,
+        no_exec: false,
         bin_dir,
         dir: dir.clone(),
     };
