@@ -57,6 +57,16 @@ struct JobRecord {
 }
 
 impl JobRecord {
+    /// A finished job keeps what squeue and scontrol show, not its script
+    /// and environment (kilobytes each, and finished jobs linger for
+    /// `min_job_age`).
+    fn shed(&mut self) {
+        self.spec.env = Vec::new();
+        if let JobKind::Batch { script, .. } = &mut self.spec.kind {
+            *script = String::new();
+        }
+    }
+
     fn primary_step(&self) -> u32 {
         match self.spec.kind {
             JobKind::Batch { .. } => BATCH_STEP,
@@ -389,6 +399,7 @@ impl Controller {
             ),
         };
         j.state = state;
+        j.shed();
         let _ = self.sched.handle_job_finished(now, JobId(job), outcome);
         self.stats.finished += 1;
         self.dirty = true;
@@ -473,6 +484,7 @@ impl Controller {
             } else {
                 j.state = JobState::NodeFail;
                 j.end = Some(now);
+                j.shed();
                 self.stats.finished += 1;
             }
         }
@@ -820,6 +832,7 @@ impl Controller {
                     if let Some(j) = self.jobs.get_mut(&id) {
                         j.state = JobState::Cancelled;
                         j.end = Some(now);
+                        j.shed();
                     }
                     self.stats.finished += 1;
                     self.dirty = true;
