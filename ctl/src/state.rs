@@ -11,13 +11,13 @@ use std::collections::{BTreeMap, HashSet};
 
 use corral_proto::cred::{CredError, Token, Verifier};
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, ExitStatus, GpuAsk, Ident, JobFilter, JobKind, JobSpec, JobState, JobView,
-    Launch, LaunchKind, NodeUpdate, NodeView, PartitionView, Registration, Stats, StepSpec,
-    JOBS_PER_PAGE,
+    AgentMsg, CtldMsg, Dep, ExitStatus, GpuAsk, Ident, JobFilter, JobKind, JobSpec, JobState,
+    JobView, Launch, LaunchKind, NodeUpdate, NodeView, PartitionView, Registration, Stats,
+    StepSpec, JOBS_PER_PAGE,
 };
 use scheduler_core::{
-    hostlist, Cancelled, GpuRequest, GpuSpec, HoldKind, JobId, JobOutcome, JobRequest, JobStatus,
-    LostJob, NodeAdmin, NodeAllocation, NodeSpec, NodeState, Scheduler, SchedulerConfig,
+    hostlist, Cancelled, Dependency, GpuRequest, GpuSpec, HoldKind, JobId, JobOutcome, JobRequest,
+    JobStatus, LostJob, NodeAdmin, NodeAllocation, NodeSpec, NodeState, Scheduler, SchedulerConfig,
     StartDecision, UserId,
 };
 
@@ -102,6 +102,8 @@ pub struct Controller {
     outbox: Vec<(String, CtldMsg)>,
     /// Set by any change a pass might act on.
     dirty: bool,
+    /// When the scheduler next wants a pass without any event.
+    wake_at: Option<u64>,
     stats: Stats,
 }
 
@@ -140,6 +142,7 @@ impl Controller {
             verifier: Verifier::default(),
             outbox: Vec::new(),
             dirty: false,
+            wake_at: None,
             stats: Stats::default(),
         })
     }
@@ -436,9 +439,11 @@ impl Controller {
         self.jobs.retain(|_, j| {
             !(j.state.is_final() && j.end.is_some_and(|e| now.saturating_sub(e) > age))
         });
-        if self.sched.next_wakeup(now).is_some_and(|w| w <= now) {
+        // A begin time or a reservation's end came: a pass may start jobs.
+        if self.wake_at.is_some_and(|w| w <= now) {
             self.dirty = true;
         }
+        self.wake_at = self.sched.next_wakeup(now);
     }
 
     fn node_lost(&mut self, now: u64, name: &str, reason: &str) {
@@ -519,6 +524,20 @@ impl Controller {
         req.exclude = spec.exclude.clone();
         req.hold = spec.hold;
         req.requeue = spec.requeue;
+        req.qos = spec.qos.clone();
+        req.nice = spec.nice;
+        req.begin_time = spec.begin;
+        req.dependencies = spec
+            .dependencies
+            .iter()
+            .map(|d| match *d {
+                Dep::After(j) => Dependency::After(JobId(j)),
+                Dep::AfterOk(j) => Dependency::AfterOk(JobId(j)),
+                Dep::AfterNotOk(j) => Dependency::AfterNotOk(JobId(j)),
+                Dep::AfterAny(j) => Dependency::AfterAny(JobId(j)),
+                Dep::Singleton => Dependency::Singleton,
+            })
+            .collect();
         let id = self.next_job;
         let held = req.hold;
         self.sched

@@ -86,6 +86,75 @@ pub fn timestamp(unix: u64) -> String {
     )
 }
 
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Parses `--begin`: `now+N[s|m|h|d]` (plain N is seconds), `HH:MM[:SS]`
+/// (today, or tomorrow once past), `YYYY-MM-DD[THH:MM[:SS]]`. Times are
+/// UTC.
+pub fn parse_begin(s: &str, now: u64) -> Result<u64, String> {
+    let bad = || format!("invalid time specification: {s}");
+    let num = |p: &str| -> Result<i64, String> {
+        if p.is_empty() || p.len() > 9 || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        p.parse().map_err(|_| bad())
+    };
+    if let Some(rest) = s.strip_prefix("now+") {
+        let split = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let n = num(&rest[..split])? as u64;
+        let mult = match &rest[split..] {
+            "" | "s" | "sec" | "seconds" => 1,
+            "m" | "min" | "minutes" => 60,
+            "h" | "hour" | "hours" => 3600,
+            "d" | "day" | "days" => 86400,
+            _ => return Err(bad()),
+        };
+        return Ok(now + n * mult);
+    }
+    if s == "now" {
+        return Ok(now);
+    }
+    let clock = |t: &str| -> Result<i64, String> {
+        let p: Vec<&str> = t.split(':').collect();
+        let (h, m, sec) = match p.as_slice() {
+            [h, m] => (num(h)?, num(m)?, 0),
+            [h, m, sec] => (num(h)?, num(m)?, num(sec)?),
+            _ => return Err(bad()),
+        };
+        if h > 23 || m > 59 || sec > 59 {
+            return Err(bad());
+        }
+        Ok(h * 3600 + m * 60 + sec)
+    };
+    if s.contains('-') {
+        let (date, time) = s.split_once('T').unwrap_or((s, "00:00"));
+        let d: Vec<&str> = date.split('-').collect();
+        let [y, m, d] = d.as_slice() else {
+            return Err(bad());
+        };
+        let (y, m, d) = (num(y)?, num(m)?, num(d)?);
+        if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+            return Err(bad());
+        }
+        let t = days_from_civil(y, m, d) * 86400 + clock(time)?;
+        return u64::try_from(t).map_err(|_| bad());
+    }
+    let today = (now / 86400) as i64 * 86400;
+    let t = today + clock(s)?;
+    let t = if (t as u64) < now { t + 86400 } else { t };
+    u64::try_from(t).map_err(|_| bad())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +170,32 @@ mod tests {
         assert_eq!(parse_limit("UNLIMITED"), Ok(None));
         for bad in ["", "x", "1:2:3:4", "-5", "1--2", "1-", "99999999999"] {
             assert!(parse_limit(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn begin_times() {
+        let now = 1_796_000_000; // 2026-11-30T00:53:20
+        assert_eq!(parse_begin("now+60", now), Ok(now + 60));
+        assert_eq!(parse_begin("now+2hours", now), Ok(now + 7200));
+        assert_eq!(
+            parse_begin("2026-11-30T01:00:00", now).map(timestamp),
+            Ok("2026-11-30T01:00:00".into())
+        );
+        assert_eq!(
+            parse_begin("2000-02-29", now).map(timestamp),
+            Ok("2000-02-29T00:00:00".into())
+        );
+        assert_eq!(
+            parse_begin("01:00", now).map(timestamp),
+            Ok("2026-11-30T01:00:00".into())
+        );
+        assert_eq!(
+            parse_begin("00:10", now).map(timestamp),
+            Ok("2026-12-01T00:10:00".into())
+        );
+        for bad in ["soon", "now+5y", "25:00", "2026-13-01", "1-2-3-4"] {
+            assert!(parse_begin(bad, now).is_err(), "{bad}");
         }
     }
 

@@ -262,9 +262,25 @@ pub struct JobSpec {
     pub exclude: Vec<String>,
     pub requeue: bool,
     pub hold: bool,
+    /// `--dependency`.
+    pub dependencies: Vec<Dep>,
+    /// `--begin`, as a Unix time.
+    pub begin: Option<UnixSecs>,
+    pub qos: Option<String>,
+    pub nice: i32,
     pub work_dir: String,
     pub env: Vec<(String, String)>,
     pub kind: JobKind,
+}
+
+/// One `--dependency` condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Dep {
+    After(u64),
+    AfterOk(u64),
+    AfterNotOk(u64),
+    AfterAny(u64),
+    Singleton,
 }
 
 /// A batch script, or srun's command run in its own allocation.

@@ -360,3 +360,33 @@ fn ctrl_c_reaches_the_tasks_and_a_second_cancels() {
         "CANCELLED"
     );
 }
+
+#[test]
+fn dependencies_and_begin_times_hold_jobs_back() {
+    let env = Env::start(Opts {
+        nodes: 1,
+        ..Opts::default()
+    });
+    let reason = |id: u64| {
+        env.ok(&["squeue", "-h", "-j", &id.to_string(), "-o", "%r"])
+            .trim()
+            .to_string()
+    };
+    let a = env.sbatch(&[], "#!/bin/sh\nsleep 1\n");
+    let b = env.sbatch(&["-d", &format!("afterok:{a}")], "#!/bin/sh\ntrue\n");
+    let c = env.sbatch(
+        &["--dependency", &format!("afternotok:{a}")],
+        "#!/bin/sh\ntrue\n",
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(reason(b), "Dependency");
+    env.wait_state(a, &["COMPLETED"], 20);
+    env.wait_state(b, &["COMPLETED"], 20);
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(reason(c), "DependencyNeverSatisfied");
+    env.ok(&["scancel", &c.to_string()]);
+    let d = env.sbatch(&["--begin", "now+2"], "#!/bin/sh\ntrue\n");
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(reason(d), "BeginTime");
+    env.wait_state(d, &["COMPLETED"], 20);
+}

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use corral_proto::msg::{GpuAsk, JobSpec};
+use corral_proto::msg::{Dep, GpuAsk, JobSpec};
 
 use crate::timefmt::parse_limit;
 
@@ -74,6 +74,53 @@ pub struct JobOpts {
     /// Account (accepted; fair-share uses the user until accounts exist).
     #[arg(short = 'A', long)]
     pub account: Option<String>,
+    /// Start after other jobs: after|afterok|afternotok|afterany:ID[:ID...][,...], or singleton.
+    #[arg(short = 'd', long)]
+    pub dependency: Option<String>,
+    /// Start no earlier than: now+N[s|m|h|d], HH:MM[:SS], YYYY-MM-DD[THH:MM[:SS]] (UTC).
+    #[arg(long)]
+    pub begin: Option<String>,
+    /// Quality of service.
+    #[arg(short = 'q', long)]
+    pub qos: Option<String>,
+    /// Lower the job's priority by this much.
+    #[arg(long, allow_hyphen_values = true)]
+    pub nice: Option<i32>,
+}
+
+/// Parses `--dependency` (conditions joined by `,`, all must hold).
+pub fn parse_dependency(s: &str) -> Result<Vec<Dep>, String> {
+    let bad = || format!("Job dependency problem: invalid specification {s}");
+    if s.contains('?') {
+        return Err(format!(
+            "Job dependency problem: `?` (any of) is not supported: {s}"
+        ));
+    }
+    let mut out = Vec::new();
+    for cond in s.split(',').filter(|c| !c.is_empty()) {
+        if cond == "singleton" {
+            out.push(Dep::Singleton);
+            continue;
+        }
+        let mut parts = cond.split(':');
+        let kind = parts.next().ok_or_else(bad)?;
+        let make: fn(u64) -> Dep = match kind {
+            "after" => Dep::After,
+            "afterok" => Dep::AfterOk,
+            "afternotok" => Dep::AfterNotOk,
+            "afterany" => Dep::AfterAny,
+            _ => return Err(bad()),
+        };
+        let mut any = false;
+        for id in parts {
+            out.push(make(id.parse::<u64>().map_err(|_| bad())?));
+            any = true;
+        }
+        if !any {
+            return Err(bad());
+        }
+    }
+    Ok(out)
 }
 
 fn count(what: &str, s: &str) -> Result<u32, String> {
@@ -242,6 +289,19 @@ impl JobOpts {
             exclude: list(&self.exclude)?,
             requeue: self.requeue && !self.no_requeue,
             hold: self.hold,
+            dependencies: match &self.dependency {
+                Some(d) => parse_dependency(d)?,
+                None => Vec::new(),
+            },
+            begin: match &self.begin {
+                Some(b) => Some(crate::timefmt::parse_begin(
+                    b,
+                    corral_proto::now_ms() / 1000,
+                )?),
+                None => None,
+            },
+            qos: self.qos.clone(),
+            nice: self.nice.unwrap_or(0),
             work_dir: String::new(),
             env: exported_env(self.export.as_deref())?,
             kind: Default::default(),
@@ -280,6 +340,18 @@ mod tests {
         assert!(!env.iter().any(|(k, _)| k == "PATH"));
         let env = exported_env(None).unwrap();
         assert!(env.iter().any(|(k, _)| k == "PATH"));
+    }
+
+    #[test]
+    fn dependencies_parse() {
+        assert_eq!(
+            parse_dependency("afterok:3:4,afterany:5"),
+            Ok(vec![Dep::AfterOk(3), Dep::AfterOk(4), Dep::AfterAny(5)])
+        );
+        assert_eq!(parse_dependency("singleton"), Ok(vec![Dep::Singleton]));
+        for bad in ["afterok", "afterok:x", "before:3", "afterok:3?afterany:4"] {
+            assert!(parse_dependency(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

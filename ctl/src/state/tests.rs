@@ -364,3 +364,21 @@ fn job_queries_come_in_pages() {
     assert_eq!(rest.len(), 10);
     assert_eq!(rest.last().unwrap().id, n);
 }
+
+#[test]
+fn a_begin_time_wakes_the_scheduler() {
+    let mut c = cluster(1);
+    let mut s = batch("x");
+    s.begin = Some(100);
+    let id = c.submit(ALICE, s, 10).unwrap();
+    assert_eq!(c.schedule(10), 0);
+    c.take_dirty();
+    c.agent_message("worker-0", AgentMsg::Heartbeat { running: vec![] }, 95);
+    c.tick(95);
+    assert!(!c.take_dirty());
+    c.agent_message("worker-0", AgentMsg::Heartbeat { running: vec![] }, 100);
+    c.tick(100);
+    assert!(c.take_dirty(), "the begin time asks for a pass");
+    assert_eq!(c.schedule(100), 1);
+    assert_eq!(state(&c, id), JobState::Running);
+}
