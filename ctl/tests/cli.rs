@@ -75,3 +75,53 @@ fn no_agent_and_bad_commands_are_one_line() {
     assert_eq!(code, 1);
     assert!(err.starts_with("corral up: error:"), "{err}");
 }
+
+#[test]
+fn ctld_refuses_bad_flags_and_configs_in_one_line() {
+    let ctld = env!("CARGO_BIN_EXE_corral-ctld");
+    let run = |args: &[&str]| {
+        let o = Command::new(ctld)
+            .args(args)
+            .output()
+            .expect("running corral-ctld");
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--bogus"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.starts_with("corral-ctld: error: unexpected argument"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("corral.toml");
+    std::fs::write(&conf, "[[partition]]\nname = \"p\"\nnodes = \"w-[9-1]\"\n").unwrap();
+    let (code, err) = run(&["--config", conf.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("corral-ctld: error:") && err.contains("partition p"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // Valid config, but no certificates where it says.
+    std::fs::write(
+        &conf,
+        format!(
+            "certs = \"{}\"\n[[partition]]\nname = \"p\"\nnodes = \"ALL\"\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let (code, err) = run(&[
+        "--config",
+        conf.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("certificates in"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}

@@ -38,7 +38,20 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => match e.kind() {
+            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                e.exit()
+            }
+            _ => {
+                let text = e.to_string();
+                let line = text.lines().next().unwrap_or("invalid arguments");
+                eprintln!("corral-ctld: error: {}", line.trim_start_matches("error: "));
+                std::process::exit(2);
+            }
+        },
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
