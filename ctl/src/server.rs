@@ -286,7 +286,10 @@ impl Server {
             let c = self.ctl.lock();
             c.config().heartbeat_timeout * 1000 / 3
         };
-        let _ = tx.send(CtldMsg::Welcome { heartbeat_ms });
+        let _ = tx.send(CtldMsg::Welcome {
+            heartbeat_ms,
+            seen_as: conn.remote_address().ip(),
+        });
         let link = conn.stable_id();
         let registered = {
             let mut c = self.ctl.lock();

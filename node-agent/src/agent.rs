@@ -94,6 +94,8 @@ pub struct Agent {
     up: mpsc::UnboundedSender<AgentMsg>,
     up_rx: Mutex<Option<mpsc::UnboundedReceiver<AgentMsg>>>,
     jobs: Mutex<HashMap<u64, JobProcs>>,
+    /// This node's address as ctld sees it.
+    seen_as: Mutex<Option<std::net::IpAddr>>,
 }
 
 /// Sends a signal to a whole process group; a group already gone is fine.
@@ -138,7 +140,13 @@ impl Agent {
             up,
             up_rx: Mutex::new(Some(up_rx)),
             jobs: Mutex::new(HashMap::new()),
+            seen_as: Mutex::new(None),
         }))
+    }
+
+    /// Where other nodes reach this one, once ctld has said.
+    pub fn address(&self) -> Option<std::net::IpAddr> {
+        *self.seen_as.lock()
     }
 
     pub fn name(&self) -> &str {
@@ -201,7 +209,13 @@ impl Agent {
         let (mut send, mut recv) = conn.open_bi().await?;
         write_frame(&mut send, &Open::Control(self.registration())).await?;
         let heartbeat = match read_frame::<_, CtldMsg>(&mut recv).await? {
-            Some(CtldMsg::Welcome { heartbeat_ms }) => Duration::from_millis(heartbeat_ms.max(100)),
+            Some(CtldMsg::Welcome {
+                heartbeat_ms,
+                seen_as,
+            }) => {
+                *self.seen_as.lock() = Some(seen_as);
+                Duration::from_millis(heartbeat_ms.max(100))
+            }
             Some(CtldMsg::Refused { reason }) => return Err(AgentError::Refused(reason)),
             _ => return Err(AgentError::Closed),
         };

@@ -87,6 +87,12 @@ async fn client(agent: Arc<Agent>, stream: UnixStream) {
                     Ok(t) => Response::Credential(t),
                     Err(e) => Response::Error(e.to_string()),
                 },
+                LocalRequest::NodeAddress => match agent.address() {
+                    Some(ip) => Response::Address(ip),
+                    None => Response::Error(
+                        "Unable to contact slurm controller (connect failure)".into(),
+                    ),
+                },
             }
         });
         if tx.send(h).await.is_err() {

@@ -40,6 +40,9 @@ pub enum LocalRequest {
     /// Mint a credential for the caller and return it
     /// ([`Response::Credential`]).
     Credential,
+    /// The address the cluster reaches this node at
+    /// ([`Response::Address`]).
+    NodeAddress,
 }
 
 /// A node as its agent reports it.
@@ -113,6 +116,9 @@ impl ExitStatus {
 pub enum CtldMsg {
     Welcome {
         heartbeat_ms: u64,
+        /// The address ctld sees the agent at: where other nodes can reach
+        /// this one (srun advertises it for dial-back).
+        seen_as: std::net::IpAddr,
     },
     Refused {
         reason: String,
@@ -480,6 +486,7 @@ pub enum Response {
     Partitions(Vec<PartitionView>),
     Credential(Token),
     Stats(Stats),
+    Address(std::net::IpAddr),
     /// Refused, in words a Slurm user knows.
     Error(String),
 }

@@ -9,13 +9,14 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use corral_proto::msg::{
-    ExitStatus, JobFilter, JobKind, JobState, Request, Response, StepDown, StepIo, StepSpec, StepUp,
+    ExitStatus, JobFilter, JobKind, JobState, LocalRequest, Request, Response, StepDown, StepIo,
+    StepSpec, StepUp,
 };
 use corral_proto::{read_frame, tls, write_frame};
 use parking_lot::Mutex;
@@ -239,6 +240,19 @@ async fn job_state(job: u64) -> Option<JobState> {
     }
 }
 
+/// This node's address as the cluster sees it, from the local agent;
+/// loopback when the agent cannot say.
+async fn node_address() -> IpAddr {
+    let asked = async {
+        let mut c = Client::connect().await.ok()?;
+        match c.local(LocalRequest::NodeAddress).await.ok()? {
+            Response::Address(ip) => Some(ip),
+            _ => None,
+        }
+    };
+    asked.await.unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
 async fn cancel(job: u64) {
     if let Ok(mut c) = Client::connect().await {
         let _ = c
@@ -262,22 +276,29 @@ async fn run(a: SrunArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return fail(CMD, e),
     };
-    let host = std::env::var("CORRAL_SRUN_HOST").unwrap_or_else(|_| "127.0.0.1".into());
-    let bind: SocketAddr = match format!("{host}:0").parse() {
-        Ok(a) => a,
-        Err(_) => {
-            return fail(
-                CMD,
-                format!("CORRAL_SRUN_HOST is not an IP address: {host}"),
-            )
-        }
+    // Agents dial back to this node's address as ctld sees it (or
+    // CORRAL_SRUN_HOST); the endpoint listens on every interface.
+    let host: IpAddr = match std::env::var("CORRAL_SRUN_HOST") {
+        Ok(h) => match h.parse() {
+            Ok(ip) => ip,
+            Err(_) => return fail(CMD, format!("CORRAL_SRUN_HOST is not an IP address: {h}")),
+        },
+        Err(_) => node_address().await,
     };
+    let bind = SocketAddr::new(
+        if host.is_ipv4() {
+            IpAddr::from([0, 0, 0, 0])
+        } else {
+            IpAddr::from([0u16; 8])
+        },
+        0,
+    );
     let endpoint = match tls::server_endpoint(bind, server_cfg) {
         Ok(e) => e,
         Err(e) => return fail(CMD, e),
     };
     let addr = match endpoint.local_addr() {
-        Ok(a) => a,
+        Ok(a) => SocketAddr::new(host, a.port()),
         Err(e) => return fail(CMD, e),
     };
     let io = StepIo {
