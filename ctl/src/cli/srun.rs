@@ -30,6 +30,10 @@ use crate::client::Client;
 
 const CMD: &str = "srun";
 
+/// How long the rest of a step's nodes may take to dial back once the
+/// first has.
+const NODE_DIAL_WAIT: Duration = Duration::from_secs(10);
+
 /// Run a parallel job.
 #[derive(Debug, Parser)]
 #[command(name = "srun", version)]
@@ -85,6 +89,7 @@ struct Progress {
     exited: u32,
     worst: ExitStatus,
     links: Vec<mpsc::UnboundedSender<StepDown>>,
+    first_hello: Option<Instant>,
     stdin_link: Option<mpsc::UnboundedSender<StepDown>>,
     failures: Vec<String>,
 }
@@ -157,6 +162,7 @@ async fn agent_link(s: Arc<Session>, conn: quinn::Connection) {
             p.step_nodes = Some(step_nodes);
             p.ntasks = ntasks;
             p.nodes_seen += 1;
+            p.first_hello.get_or_insert_with(Instant::now);
             (node, tasks)
         }
         _ => {
@@ -442,7 +448,32 @@ async fn run(a: SrunArgs) -> i32 {
                 }
             }
             _ = poll.tick() => {
-                if s.progress.lock().nodes_seen > 0 {
+                let (seen, expected, since) = {
+                    let p = s.progress.lock();
+                    (p.nodes_seen, p.step_nodes, p.first_hello)
+                };
+                if seen > 0 {
+                    // Some nodes dialed back; the rest get a while, then the
+                    // step is given up (a node that cannot reach us never
+                    // will).
+                    let late = since.is_some_and(|t| t.elapsed() > NODE_DIAL_WAIT);
+                    let ended = !step_mode
+                        && job_state(job).await.is_none_or(|st| st.is_final())
+                        && since.is_some_and(|t| t.elapsed() > Duration::from_secs(2));
+                    if expected.is_some_and(|n| seen < n) && (late || ended) {
+                        eprintln!(
+                            "srun: error: only {seen} of {} nodes of job {job} connected back to srun at {}",
+                            expected.unwrap_or(0),
+                            addr
+                        );
+                        for l in &s.progress.lock().links {
+                            let _ = l.send(StepDown::Signal(9));
+                        }
+                        if !step_mode {
+                            cancel(job).await;
+                        }
+                        break Some(1);
+                    }
                     continue;
                 }
                 match job_state(job).await {
