@@ -174,12 +174,14 @@ fn set_identity(
     files: Redirects,
 ) {
     use nix::fcntl::{open, OFlag};
+    use nix::sys::signal::{signal, SigHandler, Signal};
     use nix::sys::stat::Mode;
     use nix::unistd::{close, dup2, setgid, setgroups, setuid, Gid, Uid};
     // SAFETY: the closure runs in the forked child before exec and calls
     // only async-signal-safe system calls (setgroups, setgid, setuid,
-    // open, dup2, close, prctl) on data allocated before the fork; it
-    // allocates nothing.
+    // open, dup2, close, sigaction, prctl) on data allocated before the
+    // fork; it allocates nothing. Setting SIG_DFL installs no handler, so
+    // `signal` has nothing unsafe left to uphold.
     unsafe {
         cmd.pre_exec(move || {
             if let Some(groups) = &groups {
@@ -197,8 +199,25 @@ fn set_identity(
                     close(fd)?;
                 }
             }
+            // A task starts with default signal handling, whatever the
+            // agent inherited (an agent started from a background shell
+            // has SIGINT ignored, and a shell cannot trap what it inherits
+            // ignored).
+            for sig in [
+                Signal::SIGHUP,
+                Signal::SIGINT,
+                Signal::SIGQUIT,
+                Signal::SIGTERM,
+                Signal::SIGUSR1,
+                Signal::SIGUSR2,
+                Signal::SIGTSTP,
+                Signal::SIGTTIN,
+                Signal::SIGTTOU,
+            ] {
+                signal(sig, SigHandler::SigDfl)?;
+            }
             // After the uid change: changing credentials clears it.
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             Ok(())
         });
     }

@@ -7,6 +7,7 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -186,7 +187,10 @@ impl Cluster {
         let addr_file = dir.join("ctld.addr");
         let ctld_bin = spec.bin_dir.join("corral-ctld");
         let log = dir.join("log").join("ctld.log");
+        // Daemons get process groups of their own: a Ctrl-C at the terminal
+        // is for the command (srun forwards it), not for the cluster.
         let ctld = Command::new(&ctld_bin)
+            .process_group(0)
             .arg("--config")
             .arg(&conf)
             .arg("--addr-file")
@@ -244,6 +248,7 @@ impl Cluster {
             .open(&log)
             .map_err(io(&log))?;
         Command::new(&bin)
+            .process_group(0)
             .args(["--name", &name, "--cluster", "corral-up"])
             .arg("--ctld")
             .arg(self.addr.to_string())
@@ -407,6 +412,10 @@ pub fn main(args: &[OsString]) -> i32 {
             let _ = tokio::signal::ctrl_c().await;
             return 0;
         }
+        // Ctrl-C belongs to the command; the cluster stops when it exits.
+        // (Handling SIGINT here replaces its default action; the command
+        // still gets the default, as handlers do not survive exec.)
+        let _interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
         let mut cmd = tokio::process::Command::new(&a.command[0]);
         cmd.args(&a.command[1..]).envs(cluster.env());
         let status = cmd.status().await;
