@@ -82,6 +82,26 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Submits a batch of tiny jobs from four clients and times until the
+/// last has finished.
+fn tiny_jobs(c: &mut Criterion, rt: &tokio::runtime::Runtime, env: &Env, name: &str) {
+    let mut g = c.benchmark_group("tiny_jobs");
+    g.throughput(Throughput::Elements(1));
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(20));
+    g.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let t0 = Instant::now();
+            submit_all(rt, env, iters as usize, 4, false);
+            while active(rt, env) > 0 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            t0.elapsed()
+        })
+    });
+    g.finish();
+}
+
 fn benches(c: &mut Criterion) {
     let env = Env::start(Opts {
         nodes: 4,
@@ -156,21 +176,7 @@ fn benches(c: &mut Criterion) {
     g.finish();
     cancel_all(&env);
 
-    let mut g = c.benchmark_group("tiny_jobs");
-    g.throughput(Throughput::Elements(1));
-    g.sample_size(10);
-    g.measurement_time(Duration::from_secs(20));
-    g.bench_function("wrap_true", |b| {
-        b.iter_custom(|iters| {
-            let t0 = Instant::now();
-            submit_all(&rt, &env, iters as usize, 4, false);
-            while active(&rt, &env) > 0 {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            t0.elapsed()
-        })
-    });
-    g.finish();
+    tiny_jobs(c, &rt, &env, "wrap_true");
 
     // The control plane alone: agents report scripts done without forking
     // them, so the figure is ctld's and the wire's, not this machine's
@@ -182,21 +188,7 @@ fn benches(c: &mut Criterion) {
         no_exec: true,
         ..Opts::default()
     });
-    let mut g = c.benchmark_group("tiny_jobs");
-    g.throughput(Throughput::Elements(1));
-    g.sample_size(10);
-    g.measurement_time(Duration::from_secs(20));
-    g.bench_function("no_exec", |b| {
-        b.iter_custom(|iters| {
-            let t0 = Instant::now();
-            submit_all(&rt, &env, iters as usize, 4, false);
-            while active(&rt, &env) > 0 {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            t0.elapsed()
-        })
-    });
-    g.finish();
+    tiny_jobs(c, &rt, &env, "no_exec");
 
     let mut g = c.benchmark_group("srun");
     g.sample_size(30);
