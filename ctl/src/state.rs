@@ -775,7 +775,7 @@ impl Controller {
                 gpus: a.gpus.clone(),
                 gpus_per_task,
                 memory_mb: a.memory_mb,
-                time_limit: j.end_by,
+                time_limit: j.end_by.zip(j.start).map(|(e, st)| e.saturating_sub(st)),
                 what: LaunchKind::Step {
                     argv: s.argv.clone(),
                     io: s.io,

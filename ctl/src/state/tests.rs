@@ -263,7 +263,11 @@ fn steps_spread_tasks_over_the_allocation() {
     spec.nodes = Some(2);
     spec.gpus = GpuAsk::PerNode(2);
     let id = c.submit(ALICE, spec, 0).unwrap();
-    c.schedule(0);
+    // A step of a job with a limit is told the job's limit, not a date.
+    let mut limited = batch("x");
+    limited.time_limit = Some(600);
+    let lid = c.submit(ALICE, limited, 1000).unwrap();
+    c.schedule(1000);
     launches(&mut c);
     let io = StepIo {
         addr: "127.0.0.1:9".parse().unwrap(),
@@ -288,7 +292,24 @@ fn steps_spread_tasks_over_the_allocation() {
         .iter()
         .map(|(_, l)| (l.node_index, l.first_task, l.tasks_here, l.gpus.len()))
         .collect();
+    assert!(
+        l.iter().all(|(_, l)| l.time_limit.is_none()),
+        "no limit: none passed on"
+    );
     assert_eq!(shape, vec![(0, 0, 3, 2), (1, 3, 2, 2)]);
+    let step = StepSpec {
+        job: lid,
+        nodes: None,
+        ntasks: None,
+        argv: vec!["true".into()],
+        work_dir: "/tmp".into(),
+        env: vec![],
+        io,
+    };
+    c.submit_step(ALICE, step).unwrap();
+    let l = launches(&mut c);
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].1.time_limit, Some(600));
 }
 
 #[test]
