@@ -88,13 +88,8 @@ impl Client {
     }
 }
 
-/// Sends many requests back to back on one connection and collects the
-/// answers in order (for benches and bulk tools).
-pub async fn pipeline(reqs: Vec<Request>) -> Result<Vec<Response>, ClientError> {
-    pipeline_to(&socket_path(), reqs).await
-}
-
-/// [`pipeline`] to the agent at `path`.
+/// Sends many requests back to back on one connection to the agent at
+/// `path` and collects the answers in order (for benches and bulk tools).
 pub async fn pipeline_to(
     path: &std::path::Path,
     reqs: Vec<Request>,

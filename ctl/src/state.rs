@@ -7,7 +7,7 @@
 //! `now` comes in, so every path is testable without a network, and making
 //! state durable (a later issue) means journaling these calls, here only.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use corral_proto::cred::{CredError, Token, Verifier};
 use corral_proto::msg::{
@@ -16,9 +16,9 @@ use corral_proto::msg::{
     StepSpec, JOBS_PER_PAGE,
 };
 use scheduler_core::{
-    hostlist, Cancelled, Dependency, GpuRequest, GpuSpec, HoldKind, JobId, JobOutcome, JobRequest,
-    JobStatus, LostJob, NodeAdmin, NodeAllocation, NodeSpec, NodeState, Scheduler, SchedulerConfig,
-    StartDecision, UserId,
+    hostlist, Dependency, GpuRequest, GpuSpec, HoldKind, JobId, JobOutcome, JobRequest, JobStatus,
+    LostJob, NodeAdmin, NodeAllocation, NodeSpec, Scheduler, SchedulerConfig, StartDecision,
+    UserId,
 };
 
 use crate::config::Config;
@@ -857,7 +857,6 @@ impl Controller {
                     self.dirty = true;
                 }
                 JobState::Running => {
-                    if let Ok(Cancelled::Running(_)) = self.sched.cancel(JobId(id)) {}
                     if let Some(j) = self.jobs.get_mut(&id) {
                         j.kill = Some(Kill::Cancelled);
                     }
@@ -961,18 +960,20 @@ impl Controller {
     }
 
     fn view(&self, j: &JobRecord, _now: u64) -> JobView {
-        let status = self.sched.job_status(JobId(j.id));
-        let (reason, priority, expected) = match &status {
+        // Only a pending job has anything to ask the scheduler (a running
+        // one's status would clone its allocation for nothing).
+        let status = (j.state == JobState::Pending)
+            .then(|| self.sched.job_status(JobId(j.id)))
+            .flatten();
+        let (reason, priority, expected) = match status {
             Some(JobStatus::Pending {
                 reason,
                 expected_start,
                 priority,
-            }) => (reason.as_str().to_string(), *priority, *expected_start),
+            }) => (reason.as_str().to_string(), priority, expected_start),
             _ => ("None".to_string(), 0, None),
         };
         let reason = match (j.state, &j.failure) {
-            // Submitted held, before any pass has looked at it.
-            (JobState::Pending, _) if reason == "None" && j.spec.hold => "JobHeldUser".into(),
             (JobState::Pending, _) => reason,
             (JobState::Failed, Some(_)) => "JobLaunchFailure".into(),
             (JobState::Failed, None) => "NonZeroExitCode".into(),
@@ -1049,34 +1050,25 @@ impl Controller {
     }
 
     pub fn node_views(&self) -> Vec<NodeView> {
+        // Each node's partitions, from one walk over the partitions.
+        let mut member_of: HashMap<scheduler_core::NodeId, Vec<String>> = HashMap::new();
+        for p in &self.cfg.partitions {
+            if let Some(pid) = self.sched.partition_id(&p.name) {
+                for &n in self.sched.partition_nodes(pid) {
+                    member_of.entry(n).or_default().push(p.name.clone());
+                }
+            }
+        }
         let mut out: Vec<NodeView> = self
             .nodes
             .values()
             .filter_map(|n| {
                 let info = self.sched.node_info(n.id)?;
-                let mut state = match info.state {
-                    NodeState::Idle => "idle",
-                    NodeState::Mixed => "mixed",
-                    NodeState::Allocated => "allocated",
-                    NodeState::Draining => "draining",
-                    NodeState::Drained => "drained",
-                    NodeState::Down => "down",
-                }
-                .to_string();
+                let mut state = info.state.as_str().to_string();
                 if n.not_responding {
                     state.push('*');
                 }
-                let partitions = self
-                    .cfg
-                    .partitions
-                    .iter()
-                    .filter(|p| {
-                        self.sched
-                            .partition_id(&p.name)
-                            .is_some_and(|pid| self.sched.partition_nodes(pid).contains(&n.id))
-                    })
-                    .map(|p| p.name.clone())
-                    .collect();
+                let partitions = member_of.remove(&n.id).unwrap_or_default();
                 let (reason, reason_user, reason_time) = match (&n.admin, n.not_responding) {
                     (Some((_, r, by, at)), _) => (Some(r.clone()), Some(*by), Some(*at)),
                     (None, true) => (
@@ -1139,10 +1131,6 @@ impl Controller {
                 }
             })
             .collect()
-    }
-
-    pub fn pending_count(&self) -> usize {
-        self.sched.pending_count()
     }
 }
 

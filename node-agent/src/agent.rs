@@ -396,10 +396,11 @@ impl Agent {
         }
     }
 
-    pub(crate) fn env_for(&self, l: &Launch, local: u32) -> Vec<(String, String)> {
+    pub(crate) fn env_for(&self, l: &Launch, user: &str, local: u32) -> Vec<(String, String)> {
         crate::launch::task_env(
             l,
             &self.cfg.name,
+            user,
             local,
             &self.cfg.socket.to_string_lossy(),
             &self.cfg.cluster,
@@ -434,7 +435,7 @@ impl Agent {
             argv: std::iter::once(path.to_string_lossy().into_owned())
                 .chain(args.iter().cloned())
                 .collect(),
-            env: self.env_for(l, 0),
+            env: self.env_for(l, &user, 0),
             cwd,
             user: l.user,
             stdin: Io::Null,

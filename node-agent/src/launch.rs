@@ -10,7 +10,6 @@
 //! ([`task_env`]) and output file names ([`expand_pattern`]).
 
 use std::ffi::CString;
-use std::fs::File;
 use std::path::PathBuf;
 use std::process::Stdio;
 
@@ -43,7 +42,6 @@ pub enum LaunchError {
 pub enum Io {
     Null,
     Piped,
-    File(File),
     /// A file the task itself opens (created or truncated) once it runs as
     /// its user, so a user can never make the agent write where they may
     /// not.
@@ -55,7 +53,6 @@ impl Io {
         match self {
             Io::Null | Io::Path(_) => Stdio::null(),
             Io::Piped => Stdio::piped(),
-            Io::File(f) => Stdio::from(f),
         }
     }
 
@@ -291,6 +288,7 @@ fn join(v: &[u32]) -> String {
 pub fn task_env(
     l: &Launch,
     node: &str,
+    user: &str,
     local: u32,
     agent_socket: &str,
     cluster: &str,
@@ -332,7 +330,7 @@ pub fn task_env(
     set("SLURM_JOB_PARTITION", l.partition.clone());
     set("SLURM_JOB_UID", l.user.uid.to_string());
     set("SLURM_JOB_GID", l.user.gid.to_string());
-    set("SLURM_JOB_USER", user_name(l.user.uid));
+    set("SLURM_JOB_USER", user.to_string());
     set("SLURMD_NODENAME", node.to_string());
     set("SLURM_TOPOLOGY_ADDR", node.to_string());
     if batch {
@@ -424,7 +422,7 @@ mod tests {
 
     #[test]
     fn env_names_task_node_and_gpus() {
-        let env = task_env(&launch(None), "worker-1", 1, "/run/a.sock", "c");
+        let env = task_env(&launch(None), "worker-1", "root", 1, "/run/a.sock", "c");
         assert_eq!(get(&env, "SLURM_PROCID"), "3");
         assert_eq!(get(&env, "SLURM_LOCALID"), "1");
         assert_eq!(get(&env, "SLURM_NODEID"), "1");
@@ -432,7 +430,7 @@ mod tests {
         assert_eq!(get(&env, "SLURMD_NODENAME"), "worker-1");
         assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), "2,3,5,6");
         assert_eq!(get(&env, "HOME"), "/root");
-        let env = task_env(&launch(Some(2)), "worker-1", 1, "/run/a.sock", "c");
+        let env = task_env(&launch(Some(2)), "worker-1", "root", 1, "/run/a.sock", "c");
         assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), "5,6");
     }
 }

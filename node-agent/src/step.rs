@@ -71,13 +71,14 @@ pub(crate) async fn run(
         send
     });
 
+    let user = crate::launch::user_name(l.user.uid);
     let mut stdin0 = None;
     let mut groups = Vec::new();
     let mut waits = Vec::new();
     for (local, &task) in tasks.iter().enumerate() {
         let spec = TaskSpec {
             argv: argv.to_vec(),
-            env: agent.env_for(l, local as u32),
+            env: agent.env_for(l, &user, local as u32),
             cwd: l.work_dir.clone().into(),
             user: l.user,
             stdin: if task == 0 { Io::Piped } else { Io::Null },

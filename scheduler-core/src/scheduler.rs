@@ -877,7 +877,12 @@ impl Scheduler {
             submit: now,
             priority: 0,
             state: State::Pending {
-                reason: PendingReason::None,
+                // A hold is known now; everything else waits for a pass.
+                reason: if req.hold {
+                    PendingReason::JobHeldUser
+                } else {
+                    PendingReason::None
+                },
                 plan: None,
             },
         })
@@ -999,6 +1004,11 @@ impl Scheduler {
         if job.hold != Some(HoldKind::Admin) {
             job.hold = Some(kind);
         }
+        let reason = match job.hold {
+            Some(HoldKind::Admin) => PendingReason::JobHeldAdmin,
+            _ => PendingReason::JobHeldUser,
+        };
+        job.set_pending(reason, None);
         Ok(())
     }
 

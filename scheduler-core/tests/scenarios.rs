@@ -484,6 +484,17 @@ fn reasons_for_held_begin_and_partition_limit() {
 }
 
 #[test]
+fn a_hold_shows_as_the_reason_before_any_pass() {
+    let mut sim = Sim::new().nodes(1, cpus(4));
+    let held = sim.submit(job().held());
+    assert_eq!(sim.reason(held), PendingReason::JobHeldUser);
+    let other = sim.submit(job().begin(500));
+    assert_eq!(sim.reason(other), PendingReason::None);
+    sim.s.hold(other, HoldKind::Admin).expect("admin hold");
+    assert_eq!(sim.reason(other), PendingReason::JobHeldAdmin);
+}
+
+#[test]
 fn behind_a_job_without_a_time_limit_the_reason_is_resources() {
     let mut sim = Sim::new().nodes(1, cpus(4));
     sim.s

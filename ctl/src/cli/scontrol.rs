@@ -12,7 +12,7 @@ use scheduler_core::hostlist;
 use super::{block_on, fail, group_name, parse_ids, user_name};
 use crate::client::Client;
 use crate::server::now;
-use crate::timefmt::{elapsed, limit, timestamp};
+use crate::timefmt::{limit, timestamp};
 
 const CMD: &str = "scontrol";
 
@@ -22,16 +22,7 @@ fn t(v: Option<u64>) -> String {
 
 /// `scontrol show job` for one job.
 pub fn show_job(j: &JobView, now: u64) -> String {
-    let run = match j.start_time {
-        Some(s) => elapsed(
-            j.end_time
-                .filter(|_| j.state.is_final())
-                .unwrap_or(now)
-                .saturating_sub(s)
-                .min(now.saturating_sub(s)),
-        ),
-        None => "00:00:00".into(),
-    };
+    let run = limit(Some(super::squeue::run_secs(j, now)), "00:00:00");
     let nodes = if j.nodes.is_empty() {
         "(null)".to_string()
     } else {

@@ -163,6 +163,15 @@ fn header(code: char) -> &'static str {
     }
 }
 
+/// How long a job has run (or ran): squeue's TIME, scontrol's RunTime.
+pub fn run_secs(j: &JobView, now: u64) -> u64 {
+    match (j.start_time, j.state) {
+        (Some(s), JobState::Running) => now.saturating_sub(s),
+        (Some(s), _) => j.end_time.unwrap_or(now).min(now).saturating_sub(s),
+        _ => 0,
+    }
+}
+
 fn field(j: &JobView, code: char, now: u64) -> String {
     let reason = || format!("({})", j.reason);
     match code {
@@ -172,11 +181,7 @@ fn field(j: &JobView, code: char, now: u64) -> String {
         'u' => user_name(j.user.uid),
         't' => j.state.code().to_string(),
         'T' => j.state.name().to_string(),
-        'M' => match (j.start_time, j.state) {
-            (Some(s), JobState::Running) => elapsed(now.saturating_sub(s)),
-            (Some(s), _) => elapsed(j.end_time.unwrap_or(now).saturating_sub(s)),
-            _ => elapsed(0),
-        },
+        'M' => elapsed(run_secs(j, now)),
         'l' => limit(j.time_limit, "UNLIMITED"),
         'D' => j.num_nodes.to_string(),
         'C' => j.num_cpus.to_string(),
