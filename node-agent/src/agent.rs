@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,6 +70,26 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    #[error("unsafe directory")]
+    UnsafeDir(#[from] UnsafeDir),
+}
+
+/// Creates `dir` (mode 0755) if needed and checks it is safe to keep a
+/// root daemon's files in.
+pub fn create_private_dir(dir: &Path) -> Result<(), AgentError> {
+    use std::os::unix::fs::DirBuilderExt;
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
+            .map_err(|source| AgentError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+    }
+    check_private_dir(dir)?;
+    Ok(())
 }
 
 /// This node's processes of one job.
@@ -126,10 +146,7 @@ impl Agent {
         let endpoint = tls::client_endpoint(cfg.ctld)?;
         let (minter, key) = Minter::generate(cfg.name.clone(), DEFAULT_TTL_MS)?;
         let (up, up_rx) = mpsc::unbounded_channel();
-        std::fs::create_dir_all(&cfg.spool).map_err(|source| AgentError::Io {
-            path: cfg.spool.clone(),
-            source,
-        })?;
+        create_private_dir(&cfg.spool)?;
         Ok(Arc::new(Agent {
             cfg,
             minter,
@@ -430,7 +447,8 @@ impl Agent {
             None => out_path.clone(),
         };
         let path = self.cfg.spool.join(format!("job{}.sh", l.job));
-        write_script(&path, script, l.user).map_err(|e| e.to_string())?;
+        write_script(&path, script, l.user)
+            .map_err(|e| format!("writing the script {}: {e}", path.display()))?;
         let spec = TaskSpec {
             argv: std::iter::once(path.to_string_lossy().into_owned())
                 .chain(args.iter().cloned())
@@ -485,14 +503,12 @@ impl Agent {
     }
 }
 
-fn chown_if_root(path: &std::path::Path, who: Ident) -> std::io::Result<()> {
-    if nix::unistd::geteuid().is_root() {
-        std::os::unix::fs::chown(path, Some(who.uid), Some(who.gid))?;
-    }
-    Ok(())
-}
-
-fn write_script(path: &std::path::Path, script: &str, who: Ident) -> std::io::Result<()> {
+/// Writes a batch script into the spool, owned by the job's user, and
+/// leaves nothing behind when it fails (a full spool must not break the
+/// node for later jobs). The file is created new, never through a link,
+/// and its owner is changed through the open descriptor, so nothing a
+/// user swaps in at that path can be chowned.
+pub fn write_script(path: &Path, script: &str, who: Ident) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let _ = std::fs::remove_file(path);
@@ -500,8 +516,68 @@ fn write_script(path: &std::path::Path, script: &str, who: Ident) -> std::io::Re
         .write(true)
         .create_new(true)
         .mode(0o700)
+        .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)?;
-    f.write_all(script.as_bytes())?;
-    drop(f);
-    chown_if_root(path, who)
+    let written = f.write_all(script.as_bytes()).and_then(|()| {
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::fchown(&f, Some(who.uid), Some(who.gid))?;
+        }
+        Ok(())
+    });
+    if written.is_err() {
+        drop(f);
+        let _ = std::fs::remove_file(path);
+    }
+    written
+}
+
+/// Why a directory is not safe for a root daemon's files.
+#[derive(Debug, thiserror::Error)]
+pub enum UnsafeDir {
+    #[error("{path}")]
+    Stat {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is owned by uid {owner}; it must belong to root or to uid {me}")]
+    Owner { path: PathBuf, owner: u32, me: u32 },
+    #[error("{path} is writable by others (mode {mode:o}); it must be writable by its owner only")]
+    Writable { path: PathBuf, mode: u32 },
+}
+
+/// Checks that no one but root (or the agent's own uid) can change `dir`
+/// or any directory above it, so a path under it cannot be swapped by a
+/// user. A root-owned sticky directory above it (`/tmp`) is accepted:
+/// there no one may rename or remove what they do not own.
+pub fn check_private_dir(dir: &Path) -> Result<(), UnsafeDir> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let dir = std::path::absolute(dir).map_err(|source| UnsafeDir::Stat {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for (depth, d) in dir.ancestors().enumerate() {
+        let m = std::fs::metadata(d).map_err(|source| UnsafeDir::Stat {
+            path: d.to_path_buf(),
+            source,
+        })?;
+        let (owner, mode) = (m.uid(), m.mode() & 0o7777);
+        if owner != 0 && owner != me {
+            return Err(UnsafeDir::Owner {
+                path: d.to_path_buf(),
+                owner,
+                me,
+            });
+        }
+        let shared = mode & 0o022 != 0;
+        let sticky_root_parent = depth > 0 && owner == 0 && mode & 0o1000 != 0;
+        if shared && !sticky_root_parent {
+            return Err(UnsafeDir::Writable {
+                path: d.to_path_buf(),
+                mode,
+            });
+        }
+    }
+    Ok(())
 }

@@ -16,7 +16,8 @@ use std::process::Stdio;
 use corral_proto::msg::{Ident, Launch, LaunchKind};
 use scheduler_core::hostlist;
 
-/// Why a task could not start.
+/// Why a task could not start. Each step the child takes between fork and
+/// exec has its own variant, so a user sees which one failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     #[error("this agent runs as uid {agent} and cannot start tasks for uid {user}")]
@@ -35,6 +36,28 @@ pub enum LaunchError {
         #[source]
         source: std::io::Error,
     },
+    #[error("becoming uid {uid}")]
+    Identity {
+        uid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("chdir {dir}")]
+    Chdir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("open output file {path}")]
+    Output {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("output file {path} is not a regular file or a terminal")]
+    OutputKind { path: PathBuf },
+    #[error("preparing the task")]
+    Setup(#[source] std::io::Error),
 }
 
 /// Where one of a task's standard streams goes.
@@ -67,26 +90,30 @@ impl Io {
 /// Output files to open in the child: (path, descriptors to point at it).
 type Redirects = Vec<(CString, Vec<i32>)>;
 
-fn redirects(stdout: &Io, stderr: &Io) -> Result<Redirects, LaunchError> {
-    let c = |p: &PathBuf| {
-        CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| LaunchError::File {
-            path: p.clone(),
-            source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
-        })
-    };
-    let mut out: Redirects = Vec::new();
+fn c_path(p: &std::path::Path) -> Result<CString, LaunchError> {
+    CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| LaunchError::File {
+        path: p.to_path_buf(),
+        source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+    })
+}
+
+/// The output files to open, and their paths in the same order (for
+/// errors).
+fn redirects(stdout: &Io, stderr: &Io) -> Result<(Redirects, Vec<PathBuf>), LaunchError> {
+    let mut out: Vec<(&PathBuf, Vec<i32>)> = Vec::new();
     match (stdout.path(), stderr.path()) {
-        (Some(a), Some(b)) if a == b => out.push((c(a)?, vec![1, 2])),
+        (Some(a), Some(b)) if a == b => out.push((a, vec![1, 2])),
         (a, b) => {
-            if let Some(a) = a {
-                out.push((c(a)?, vec![1]));
-            }
-            if let Some(b) = b {
-                out.push((c(b)?, vec![2]));
-            }
+            out.extend(a.map(|a| (a, vec![1])));
+            out.extend(b.map(|b| (b, vec![2])));
         }
     }
-    Ok(out)
+    let paths = out.iter().map(|(p, _)| (*p).clone()).collect();
+    let files = out
+        .into_iter()
+        .map(|(p, fds)| Ok((c_path(p)?, fds)))
+        .collect::<Result<_, LaunchError>>()?;
+    Ok((files, paths))
 }
 
 /// Everything needed to start one task.
@@ -135,12 +162,12 @@ impl Launcher for ProcessLauncher {
             });
         }
         let (program, args) = spec.argv.split_first().ok_or(LaunchError::EmptyCommand)?;
-        let files = redirects(&spec.stdout, &spec.stderr)?;
+        let (files, paths) = redirects(&spec.stdout, &spec.stderr)?;
+        let cwd = c_path(&spec.cwd)?;
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&spec.cwd)
             .stdin(spec.stdin.stdio())
             .stdout(spec.stdout.stdio())
             .stderr(spec.stderr.stdio())
@@ -151,72 +178,189 @@ impl Launcher for ProcessLauncher {
         } else {
             None
         };
-        set_identity(&mut cmd, spec.user, groups, files);
-        cmd.spawn().map_err(|source| LaunchError::Spawn {
-            program: program.clone(),
-            source,
-        })
+        let child = ChildSetup {
+            user: spec.user,
+            groups,
+            cwd,
+            files,
+            fd_limit: fd_limit(),
+        };
+        child.install(&mut cmd);
+        cmd.spawn()
+            .map_err(|e| stage_error(e, program, &spec.cwd, spec.user, &paths))
     }
 }
 
-/// Drops to the user between fork and exec, opens the output files as
-/// that user, then asks the kernel to kill the task when the agent dies (a
-/// restarted agent cannot adopt orphans; the cgroups of the node-execution
-/// issue will).
-#[allow(unsafe_code)]
-fn set_identity(
-    cmd: &mut tokio::process::Command,
+/// The steps the child takes between fork and exec. A failing step
+/// returns its errno tagged with the step (`stage << 16 | errno`); the
+/// standard library hands that number to the parent unchanged, and
+/// [`stage_error`] turns it back into the step's own [`LaunchError`].
+mod stage {
+    pub const SHIFT: i32 = 16;
+    pub const IDENTITY: i32 = 1;
+    pub const CHDIR: i32 = 2;
+    /// + index of the output file (0 or 1).
+    pub const OUTPUT: i32 = 3;
+    /// + index of the output file (0 or 1).
+    pub const OUTPUT_KIND: i32 = 5;
+    pub const SETUP: i32 = 7;
+}
+
+fn stage_error(
+    e: std::io::Error,
+    program: &str,
+    cwd: &std::path::Path,
+    user: Ident,
+    outputs: &[PathBuf],
+) -> LaunchError {
+    let raw = e.raw_os_error().unwrap_or(0);
+    let errno = std::io::Error::from_raw_os_error(raw & 0xffff);
+    let output = |i: i32| outputs.get(i as usize).cloned().unwrap_or_default();
+    match raw >> stage::SHIFT {
+        stage::IDENTITY => LaunchError::Identity {
+            uid: user.uid,
+            source: errno,
+        },
+        stage::CHDIR => LaunchError::Chdir {
+            dir: cwd.to_path_buf(),
+            source: errno,
+        },
+        s @ (stage::OUTPUT | 4) => LaunchError::Output {
+            path: output(s - stage::OUTPUT),
+            source: errno,
+        },
+        s @ (stage::OUTPUT_KIND | 6) => LaunchError::OutputKind {
+            path: output(s - stage::OUTPUT_KIND),
+        },
+        stage::SETUP => LaunchError::Setup(errno),
+        _ => LaunchError::Spawn {
+            program: program.to_string(),
+            source: e,
+        },
+    }
+}
+
+/// The highest descriptor number a child may have inherited.
+fn fd_limit() -> i32 {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map(|(soft, _)| soft.min(1 << 20) as i32)
+        .unwrap_or(1 << 16)
+}
+
+/// What the child does between fork and exec, prepared before the fork.
+struct ChildSetup {
     user: Ident,
     groups: Option<Vec<nix::unistd::Gid>>,
+    cwd: CString,
     files: Redirects,
-) {
-    use nix::fcntl::{open, OFlag};
-    use nix::sys::signal::{signal, SigHandler, Signal};
-    use nix::sys::stat::Mode;
-    use nix::unistd::{close, dup2, setgid, setgroups, setuid, Gid, Uid};
-    // SAFETY: the closure runs in the forked child before exec and calls
-    // only async-signal-safe system calls (setgroups, setgid, setuid,
-    // open, dup2, close, sigaction, prctl) on data allocated before the
-    // fork; it allocates nothing. Setting SIG_DFL installs no handler, so
-    // `signal` has nothing unsafe left to uphold.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(groups) = &groups {
-                setgroups(groups)?;
-                setgid(Gid::from_raw(user.gid))?;
-                setuid(Uid::from_raw(user.uid))?;
-            }
-            for (path, fds) in &files {
-                let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW;
-                let fd = open(path.as_c_str(), flags, Mode::from_bits_truncate(0o644))?;
-                for &target in fds {
-                    dup2(fd, target)?;
+    fd_limit: i32,
+}
+
+impl ChildSetup {
+    /// In order: drop to the user; enter the working directory as the
+    /// user (so a directory the user may not enter stays closed); open the
+    /// output files as the user, refusing anything that is not a regular
+    /// file or a terminal and never blocking (a FIFO would hang the fork
+    /// in the agent); default signal handling; death with the agent; and
+    /// every descriptor above 2 closed at exec (the agent may have
+    /// inherited some).
+    #[allow(unsafe_code)]
+    fn install(self, cmd: &mut tokio::process::Command) {
+        use nix::errno::Errno;
+        use nix::fcntl::{fcntl, open, FcntlArg, OFlag};
+        use nix::sys::signal::{signal, SigHandler, Signal};
+        use nix::sys::stat::{fstat, Mode, SFlag};
+        use nix::unistd::{chdir, close, dup2, setgid, setgroups, setuid, Gid, Uid};
+        let ChildSetup {
+            user,
+            groups,
+            cwd,
+            files,
+            fd_limit,
+        } = self;
+        let fail = |stage: i32, e: Errno| {
+            std::io::Error::from_raw_os_error((stage << stage::SHIFT) | e as i32)
+        };
+        // SAFETY: the closure runs in the forked child before exec and calls
+        // only async-signal-safe system calls (setgroups, setgid, setuid,
+        // chdir, open, fstat, fcntl, dup2, close, sigaction, prctl,
+        // close_range) on data allocated before the fork; it allocates
+        // nothing. Setting SIG_DFL installs no handler, so `signal` has
+        // nothing unsafe left to uphold.
+        unsafe {
+            cmd.pre_exec(move || {
+                if let Some(groups) = &groups {
+                    setgroups(groups).map_err(|e| fail(stage::IDENTITY, e))?;
+                    setgid(Gid::from_raw(user.gid)).map_err(|e| fail(stage::IDENTITY, e))?;
+                    setuid(Uid::from_raw(user.uid)).map_err(|e| fail(stage::IDENTITY, e))?;
                 }
-                if !fds.contains(&fd) {
-                    close(fd)?;
+                chdir(cwd.as_c_str()).map_err(|e| fail(stage::CHDIR, e))?;
+                for (i, (path, fds)) in files.iter().enumerate() {
+                    let i = i as i32;
+                    let flags = OFlag::O_WRONLY
+                        | OFlag::O_CREAT
+                        | OFlag::O_TRUNC
+                        | OFlag::O_NOFOLLOW
+                        | OFlag::O_NONBLOCK
+                        | OFlag::O_CLOEXEC;
+                    let fd = match open(path.as_c_str(), flags, Mode::from_bits_truncate(0o644)) {
+                        Ok(fd) => fd,
+                        // A FIFO nobody reads.
+                        Err(Errno::ENXIO) => {
+                            return Err(fail(stage::OUTPUT_KIND + i, Errno::UnknownErrno))
+                        }
+                        Err(e) => return Err(fail(stage::OUTPUT + i, e)),
+                    };
+                    let st = fstat(fd).map_err(|e| fail(stage::OUTPUT + i, e))?;
+                    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+                    if kind != SFlag::S_IFREG && kind != SFlag::S_IFCHR {
+                        return Err(fail(stage::OUTPUT_KIND + i, Errno::UnknownErrno));
+                    }
+                    fcntl(fd, FcntlArg::F_SETFL(OFlag::empty()))
+                        .map_err(|e| fail(stage::OUTPUT + i, e))?;
+                    for &target in fds {
+                        dup2(fd, target).map_err(|e| fail(stage::OUTPUT + i, e))?;
+                    }
+                    close(fd).map_err(|e| fail(stage::OUTPUT + i, e))?;
                 }
-            }
-            // A task starts with default signal handling, whatever the
-            // agent inherited (an agent started from a background shell
-            // has SIGINT ignored, and a shell cannot trap what it inherits
-            // ignored).
-            for sig in [
-                Signal::SIGHUP,
-                Signal::SIGINT,
-                Signal::SIGQUIT,
-                Signal::SIGTERM,
-                Signal::SIGUSR1,
-                Signal::SIGUSR2,
-                Signal::SIGTSTP,
-                Signal::SIGTTIN,
-                Signal::SIGTTOU,
-            ] {
-                signal(sig, SigHandler::SigDfl)?;
-            }
-            // After the uid change: changing credentials clears it.
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-            Ok(())
-        });
+                // A task starts with default signal handling, whatever the
+                // agent inherited (an agent started from a background shell
+                // has SIGINT ignored, and a shell cannot trap what it
+                // inherits ignored).
+                for sig in [
+                    Signal::SIGHUP,
+                    Signal::SIGINT,
+                    Signal::SIGQUIT,
+                    Signal::SIGTERM,
+                    Signal::SIGUSR1,
+                    Signal::SIGUSR2,
+                    Signal::SIGTSTP,
+                    Signal::SIGTTIN,
+                    Signal::SIGTTOU,
+                    Signal::SIGPIPE,
+                ] {
+                    signal(sig, SigHandler::SigDfl).map_err(|e| fail(stage::SETUP, e))?;
+                }
+                // After the uid change: changing credentials clears it.
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+                    .map_err(|e| fail(stage::SETUP, e))?;
+                // Descriptors the agent inherited without close-on-exec stay
+                // behind; the standard library's own error pipe is already
+                // close-on-exec, so marking (not closing) keeps it working.
+                let marked = nix::libc::syscall(
+                    nix::libc::SYS_close_range,
+                    3u32,
+                    u32::MAX,
+                    nix::libc::CLOSE_RANGE_CLOEXEC,
+                );
+                if marked != 0 {
+                    for fd in 3..fd_limit {
+                        let _ = nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC);
+                    }
+                }
+                Ok(())
+            });
+        }
     }
 }
 
@@ -357,6 +501,122 @@ pub fn task_env(
 mod tests {
     use super::*;
     use corral_proto::msg::StepIo;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    fn me() -> Ident {
+        Ident {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+        }
+    }
+
+    fn task(argv: &[&str], cwd: &std::path::Path, stdout: Io) -> TaskSpec {
+        TaskSpec {
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: cwd.to_path_buf(),
+            user: me(),
+            stdin: Io::Null,
+            stdout,
+            stderr: Io::Null,
+        }
+    }
+
+    /// Spawns on a thread of its own and gives up after `secs`: a spawn
+    /// that blocks is a failure, not a hung test.
+    fn spawn_within(spec: TaskSpec, secs: u64) -> Result<std::process::ExitStatus, LaunchError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let r = rt.block_on(async {
+                let mut child = ProcessLauncher.spawn(spec)?;
+                Ok(child.wait().await.expect("wait"))
+            });
+            let _ = tx.send(r);
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(secs))
+            .expect("spawn blocked")
+    }
+
+    #[test]
+    fn a_missing_directory_fails_at_chdir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let gone = tmp.path().join("gone");
+        let err = spawn_within(task(&["true"], &gone, Io::Null), 10).unwrap_err();
+        assert!(
+            matches!(err, LaunchError::Chdir { ref dir, .. } if *dir == gone),
+            "{err:?}"
+        );
+        let text = corral_proto::error_chain(&err);
+        assert!(
+            text.starts_with("chdir ") && text.contains("No such file"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_fifo_as_output_fails_the_task_without_blocking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("ff");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        let err =
+            spawn_within(task(&["true"], tmp.path(), Io::Path(fifo.clone())), 10).unwrap_err();
+        assert!(
+            matches!(err, LaunchError::OutputKind { ref path } if *path == fifo),
+            "{err:?}"
+        );
+        // With a reader on the other end the open would succeed: still refused.
+        let reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        let err =
+            spawn_within(task(&["true"], tmp.path(), Io::Path(fifo.clone())), 10).unwrap_err();
+        assert!(matches!(err, LaunchError::OutputKind { .. }), "{err:?}");
+        drop(reader);
+        // A regular file and /dev/null are fine.
+        let ok = spawn_within(
+            task(&["true"], tmp.path(), Io::Path(tmp.path().join("o"))),
+            10,
+        );
+        assert!(ok.unwrap().success());
+        let ok = spawn_within(
+            task(&["true"], tmp.path(), Io::Path("/dev/null".into())),
+            10,
+        );
+        assert!(ok.unwrap().success());
+    }
+
+    #[test]
+    fn a_task_starts_with_only_its_three_standard_descriptors() {
+        // A descriptor without close-on-exec, as an agent may inherit.
+        let leaked = nix::fcntl::open(
+            "/dev/null",
+            nix::fcntl::OFlag::O_RDONLY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("fds");
+        let st = spawn_within(
+            task(
+                &["sh", "-c", "ls /proc/$$/fd"],
+                tmp.path(),
+                Io::Path(out.clone()),
+            ),
+            10,
+        )
+        .unwrap();
+        nix::unistd::close(leaked).unwrap();
+        assert!(st.success());
+        let fds = std::fs::read_to_string(&out).unwrap();
+        let fds: Vec<&str> = fds.split_whitespace().collect();
+        assert_eq!(fds, ["0", "1", "2"], "descriptors of the task");
+    }
 
     fn vars() -> PatternVars<'static> {
         PatternVars {

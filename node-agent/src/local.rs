@@ -21,7 +21,7 @@ pub fn bind(path: &Path) -> Result<UnixListener, AgentError> {
         source,
     };
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
+        crate::agent::create_private_dir(dir)?;
     }
     let _ = std::fs::remove_file(path);
     let l = UnixListener::bind(path).map_err(io)?;
