@@ -12,7 +12,7 @@ use corral_proto::msg::Ident;
 use corral_proto::tls::{self, Role};
 
 fn chmod(p: &Path, mode: u32) {
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
 #[test]
