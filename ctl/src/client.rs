@@ -2,6 +2,7 @@
 //! The agent adds the caller's credential and relays to ctld.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use corral_proto::msg::{JobFilter, JobView, LocalRequest, Request, Response, JOBS_PER_PAGE};
 use corral_proto::{read_frame, write_frame, WireError};
@@ -27,6 +28,74 @@ pub enum ClientError {
     Wire(#[from] WireError),
     #[error("Unable to contact slurm controller (the local corral-agent closed the connection)")]
     Closed,
+    #[error("Unable to contact slurm controller (no answer in {0} s)")]
+    Timeout(u64),
+}
+
+/// How long one call may wait for its answer: longer than the agent's own
+/// wait on the controller, so the agent's message wins when it has one.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long connecting to the local agent may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Replaces control characters with visible escapes (`\n`, `\x1b`).
+/// Names, paths and reasons come from other users and must not reach a
+/// terminal raw or forge lines in key=value output.
+pub fn escape_controls(s: &mut String) {
+    if !s.chars().any(char::is_control) {
+        return;
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    *s = out;
+}
+
+/// An answer with every text that another user may have written escaped.
+fn escaped(mut resp: Response) -> Response {
+    match &mut resp {
+        Response::Jobs(jobs) => {
+            for j in jobs {
+                for s in [
+                    &mut j.name,
+                    &mut j.partition,
+                    &mut j.reason,
+                    &mut j.work_dir,
+                    &mut j.command,
+                ] {
+                    escape_controls(s);
+                }
+                for s in [&mut j.stdout, &mut j.stderr, &mut j.failure]
+                    .into_iter()
+                    .flatten()
+                {
+                    escape_controls(s);
+                }
+            }
+        }
+        Response::Nodes(nodes) => {
+            for n in nodes {
+                n.reason.iter_mut().for_each(escape_controls);
+                n.features.iter_mut().for_each(escape_controls);
+            }
+        }
+        // Lines of a refusal stay lines (scancel reports one per job).
+        Response::Error(e) => {
+            let mut lines: Vec<String> = e.split('\n').map(str::to_string).collect();
+            lines.iter_mut().for_each(escape_controls);
+            *e = lines.join("\n");
+        }
+        _ => {}
+    }
+    resp
 }
 
 /// A connection to the local agent; calls go one after another.
@@ -42,9 +111,10 @@ impl Client {
 
     pub async fn connect_to(path: &std::path::Path) -> Result<Client, ClientError> {
         let path = path.to_path_buf();
-        let stream = UnixStream::connect(&path)
-            .await
-            .map_err(|source| ClientError::Connect { path, source })?;
+        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&path)).await {
+            Ok(r) => r.map_err(|source| ClientError::Connect { path, source })?,
+            Err(_) => return Err(ClientError::Timeout(CONNECT_TIMEOUT.as_secs())),
+        };
         Ok(Client { stream })
     }
 
@@ -53,11 +123,19 @@ impl Client {
         self.local(LocalRequest::Relay(req)).await
     }
 
+    /// One exchange with the agent, bounded in time: a stopped agent (or
+    /// one whose controller is gone) must not hang the command.
     pub async fn local(&mut self, req: LocalRequest) -> Result<Response, ClientError> {
-        write_frame(&mut self.stream, &req).await?;
-        read_frame(&mut self.stream)
-            .await?
-            .ok_or(ClientError::Closed)
+        let exchange = async {
+            write_frame(&mut self.stream, &req).await?;
+            read_frame(&mut self.stream)
+                .await?
+                .ok_or(ClientError::Closed)
+        };
+        let resp = tokio::time::timeout(CALL_TIMEOUT, exchange)
+            .await
+            .map_err(|_| ClientError::Timeout(CALL_TIMEOUT.as_secs()))??;
+        Ok(escaped(resp))
     }
 
     /// Every job the filter selects, page by page.

@@ -9,6 +9,12 @@
 //! operators = [1000]               # uids that may act on any job and node
 //! policy = "conservative"          # or "easy", "fcfs"
 //!
+//! [limits]                         # what may be queued (the defaults)
+//! max_job_count = 1000000          # unfinished jobs in the whole cluster
+//! max_jobs_per_user = 10000        # unfinished jobs of one user (operators: no limit)
+//! max_script_size = 4194304        # bytes of one batch script (Slurm's default)
+//! max_bytes_per_user = 268435456   # script and environment bytes of one user's unfinished jobs
+//!
 //! [[partition]]
 //! name = "gpu"
 //! nodes = "worker-[0-7]"           # hostlist, or "ALL"
@@ -72,7 +78,36 @@ struct RawConfig {
     #[serde(default = "default_min_job_age")]
     min_job_age: u64,
     #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
     partition: Vec<RawPartition>,
+}
+
+/// What one user, and the cluster as a whole, may queue. Operators are
+/// held only to the cluster-wide count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Unfinished (pending, running, completing) jobs in the cluster.
+    pub max_job_count: u64,
+    /// Unfinished jobs of one user.
+    pub max_jobs_per_user: u64,
+    /// Bytes of one batch script.
+    pub max_script_size: u64,
+    /// Script, argument and environment bytes of one user's unfinished
+    /// jobs, which the controller keeps in memory.
+    pub max_bytes_per_user: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_job_count: 1_000_000,
+            max_jobs_per_user: 10_000,
+            max_script_size: 4 << 20,
+            max_bytes_per_user: 256 << 20,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -127,6 +162,7 @@ pub struct Config {
     pub policy: BackfillPolicy,
     /// Seconds a finished job stays visible to squeue and scontrol.
     pub min_job_age: u64,
+    pub limits: Limits,
     pub partitions: Vec<PartitionSpec>,
 }
 
@@ -192,6 +228,7 @@ impl Config {
             operators: raw.operators,
             policy,
             min_job_age: raw.min_job_age,
+            limits: raw.limits,
             partitions,
         })
     }

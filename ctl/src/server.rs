@@ -13,19 +13,22 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corral_proto::error_chain as chain;
-use corral_proto::msg::{AgentMsg, CtldMsg, Open, Registration, Request, Response};
+use corral_proto::msg::{
+    AgentMsg, CtldMsg, JobFilter, JobRun, Open, Registration, Request, Response, JOBS_PER_PAGE,
+};
+use corral_proto::ratelimit::LogLimiter;
 use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
-use corral_proto::{now_ms, read_frame, write_frame, WireError};
+use corral_proto::{now_ms, read_frame, warn_limited, write_frame, WireError};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 
 use crate::config::Config;
-use crate::state::Controller;
+use crate::state::{Controller, Selector};
 
 /// Why the controller could not start.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +56,33 @@ pub fn now() -> u64 {
     now_ms() / 1000
 }
 
-type AgentLink = (usize, mpsc::UnboundedSender<CtldMsg>);
+/// What the server keeps of one agent's connection: its id, the sender of
+/// its control stream, and its latest heartbeat.
+#[derive(Debug)]
+struct AgentLink {
+    id: usize,
+    tx: mpsc::UnboundedSender<CtldMsg>,
+    heard: Arc<Heard>,
+}
+
+/// An agent's latest heartbeat, recorded without the controller's lock so
+/// that no request, however slow, can make a live node look silent. The
+/// clock hands it to the controller.
+#[derive(Debug, Default)]
+struct Heard {
+    /// When anything last arrived on the control stream (seconds).
+    at: AtomicU64,
+    /// The runs the latest heartbeat listed, until the clock takes them.
+    running: Mutex<Option<Vec<JobRun>>>,
+}
+
+/// Lines a peer can cause are rate-limited.
+static LOGS: std::sync::LazyLock<LogLimiter> = std::sync::LazyLock::new(LogLimiter::default);
+
+/// Views built per hold of the controller's lock, and jobs looked at: a
+/// large squeue is built in slices with the lock released between them.
+const VIEWS_PER_SLICE: usize = 500;
+const SCAN_PER_SLICE: usize = 20_000;
 
 /// The running controller.
 #[derive(Debug)]
@@ -118,8 +147,8 @@ impl Server {
             let agents = self.agents.lock();
             for (node, msg) in out {
                 match agents.get(&node) {
-                    Some((_, tx)) => {
-                        let _ = tx.send(msg);
+                    Some(link) => {
+                        let _ = link.tx.send(msg);
                     }
                     None => tracing::debug!(%node, "message for a disconnected node dropped"),
                 }
@@ -159,7 +188,25 @@ impl Server {
         let mut every = tokio::time::interval(Duration::from_millis(500));
         loop {
             every.tick().await;
+            let heard: Vec<(String, u64, Option<Vec<JobRun>>)> = self
+                .agents
+                .lock()
+                .iter()
+                .map(|(name, l)| {
+                    (
+                        name.clone(),
+                        l.heard.at.load(Ordering::Relaxed),
+                        l.heard.running.lock().take(),
+                    )
+                })
+                .collect();
             let mut c = self.ctl.lock();
+            for (name, at, running) in heard {
+                match running {
+                    Some(running) => c.heartbeat(&name, at, &running),
+                    None => c.heard(&name, at),
+                }
+            }
             c.tick(now());
             self.finish(c);
         }
@@ -170,7 +217,7 @@ impl Server {
         let conn = match incoming.await {
             Ok(c) => c,
             Err(e) => {
-                tracing::info!(%peer, error = %e, "handshake refused");
+                warn_limited!(LOGS, "handshake", %peer, error = %e, "handshake refused");
                 return;
             }
         };
@@ -207,24 +254,28 @@ impl Server {
         match open {
             Open::Control(reg) => self.control(conn, reg, send, recv).await,
             Open::Request { token, request } => {
-                let resp = self.request(&token, request);
+                let resp = self.request(&token, request).await;
                 let _ = write_frame(&mut send, &resp).await;
                 let _ = send.finish();
             }
         }
     }
 
-    fn request(&self, token: &corral_proto::cred::Token, request: Request) -> Response {
+    async fn request(&self, token: &corral_proto::cred::Token, request: Request) -> Response {
         let now = now();
-        let mut c = self.ctl.lock();
-        let who = match c.authenticate(token, now_ms()) {
+        let who = self.ctl.lock().authenticate(token, now_ms());
+        let who = match who {
             Ok(who) => who,
             Err(e) => {
-                drop(c);
-                tracing::warn!(node = %token.claims.node, error = %e, "credential refused");
+                warn_limited!(LOGS, "credential", node = %token.claims.node, error = %e, "credential refused");
                 return Response::Error(format!("Invalid authentication credential: {e}"));
             }
         };
+        let request = match request {
+            Request::Jobs(f) => return self.jobs(f).await,
+            other => other,
+        };
+        let mut c = self.ctl.lock();
         let resp = match request {
             Request::Submit(spec) => match c.submit(who, spec, now) {
                 Ok(job) => Response::Submitted { job },
@@ -264,6 +315,31 @@ impl Server {
         resp
     }
 
+    /// One page of jobs, built in slices: the filter's sets are made
+    /// before the lock is taken, and the lock is released between slices.
+    async fn jobs(&self, f: JobFilter) -> Response {
+        let mut sel = match Selector::new(f) {
+            Ok(s) => s,
+            Err(e) => return Response::Error(e),
+        };
+        let mut page = Vec::new();
+        loop {
+            let want = (JOBS_PER_PAGE - page.len()).min(VIEWS_PER_SLICE);
+            let (views, next) = self
+                .ctl
+                .lock()
+                .job_views_chunk(&sel, want, SCAN_PER_SLICE, now());
+            page.extend(views);
+            match next {
+                Some(after) if page.len() < JOBS_PER_PAGE => {
+                    sel.after = after;
+                    tokio::task::yield_now().await;
+                }
+                _ => return Response::Jobs(page),
+            }
+        }
+    }
+
     async fn control(
         self: Arc<Self>,
         conn: quinn::Connection,
@@ -291,11 +367,20 @@ impl Server {
             seen_as: conn.remote_address().ip(),
         });
         let link = conn.stable_id();
+        let heard = Arc::new(Heard::default());
+        heard.at.store(now(), Ordering::Relaxed);
         let registered = {
             let mut c = self.ctl.lock();
             let r = c.register(reg, now());
             if r.is_ok() {
-                self.agents.lock().insert(name.clone(), (link, tx));
+                self.agents.lock().insert(
+                    name.clone(),
+                    AgentLink {
+                        id: link,
+                        tx,
+                        heard: heard.clone(),
+                    },
+                );
             }
             self.finish(c);
             r
@@ -315,7 +400,12 @@ impl Server {
         });
         loop {
             match read_frame::<_, AgentMsg>(&mut recv).await {
+                Ok(Some(AgentMsg::Heartbeat { running })) => {
+                    heard.at.store(now(), Ordering::Relaxed);
+                    *heard.running.lock() = Some(running);
+                }
                 Ok(Some(msg)) => {
+                    heard.at.store(now(), Ordering::Relaxed);
                     let mut c = self.ctl.lock();
                     c.agent_message(&name, msg, now());
                     self.finish(c);
@@ -329,7 +419,7 @@ impl Server {
         }
         writer.abort();
         let mut agents = self.agents.lock();
-        if agents.get(&name).is_some_and(|(id, _)| *id == link) {
+        if agents.get(&name).is_some_and(|l| l.id == link) {
             agents.remove(&name);
             drop(agents);
             self.ctl.lock().disconnected(&name);
@@ -347,7 +437,7 @@ async fn refuse(
     logged: &AtomicBool,
 ) {
     if !logged.swap(true, Ordering::Relaxed) {
-        tracing::warn!(peer = %conn.remote_address(), error = %chain(e), "bad frame; closing the stream");
+        warn_limited!(LOGS, "bad frame", peer = %conn.remote_address(), error = %chain(e), "bad frame; closing the stream");
     }
     let _ = recv.stop(1u32.into());
     let _ = write_frame(send, &Response::Error(format!("bad frame: {}", chain(e)))).await;

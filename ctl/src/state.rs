@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use corral_proto::cred::{CredError, Token, Verifier};
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, Dep, ExitStatus, GpuAsk, Ident, JobFilter, JobKind, JobSpec, JobState,
-    JobView, Launch, LaunchKind, NodeUpdate, NodeView, PartitionView, Registration, Stats,
-    StepSpec, JOBS_PER_PAGE,
+    AgentMsg, CtldMsg, Dep, ExitStatus, GpuAsk, Ident, JobFilter, JobKind, JobRun, JobSpec,
+    JobState, JobView, Launch, LaunchKind, NodeUpdate, NodeView, PartitionView, Registration,
+    Stats, StepSpec, JOBS_PER_PAGE,
 };
 use scheduler_core::{
     hostlist, Dependency, GpuRequest, GpuSpec, HoldKind, JobId, JobOutcome, JobRequest, JobStatus,
@@ -22,6 +22,15 @@ use scheduler_core::{
 };
 
 use crate::config::Config;
+
+mod select;
+pub use select::{Selector, MAX_FILTER_ENTRIES};
+
+/// The most GPUs one request may name (per node, per task or in all).
+pub const MAX_GPUS: u32 = 1 << 16;
+
+/// The widest `--nice` (Slurm's range).
+pub const MAX_NICE: u32 = 2_147_483_645;
 
 /// Step id of a batch script (Slurm prints it as `batch`).
 pub const BATCH_STEP: u32 = u32::MAX - 1;
@@ -52,18 +61,40 @@ struct JobRecord {
     /// Nodes that have not yet confirmed the job's processes are gone.
     cleaning: HashSet<String>,
     next_step: u32,
+    /// Times the job was requeued: the number of its current run.
     restarts: u32,
     failure: Option<String>,
+    /// Bytes of script, arguments and environment held for it (counted
+    /// against its user until it is final).
+    bytes: u64,
 }
 
 impl JobRecord {
     /// A finished job keeps what squeue and scontrol show, not its script
     /// and environment (kilobytes each, and finished jobs linger for
-    /// `min_job_age`).
-    fn shed(&mut self) {
+    /// `min_job_age`); what it held no longer counts against its user.
+    fn shed(&mut self, usage: &mut HashMap<u32, Usage>, unfinished: &mut u64) {
+        if self.bytes != u64::MAX {
+            if let Some(u) = usage.get_mut(&self.user.uid) {
+                u.jobs = u.jobs.saturating_sub(1);
+                u.bytes = u.bytes.saturating_sub(self.bytes);
+                if u.jobs == 0 {
+                    usage.remove(&self.user.uid);
+                }
+            }
+            *unfinished = unfinished.saturating_sub(1);
+            self.bytes = u64::MAX;
+        }
         self.spec.env = Vec::new();
         if let JobKind::Batch { script, .. } = &mut self.spec.kind {
             *script = String::new();
+        }
+    }
+
+    fn run(&self) -> JobRun {
+        JobRun {
+            job: self.id,
+            run: self.restarts,
         }
     }
 
@@ -105,6 +136,38 @@ pub struct Controller {
     /// When the scheduler next wants a pass without any event.
     wake_at: Option<u64>,
     stats: Stats,
+    /// Unfinished jobs and their bytes, per user and in all.
+    usage: HashMap<u32, Usage>,
+    unfinished: u64,
+}
+
+/// What one user has queued.
+#[derive(Clone, Copy, Debug, Default)]
+struct Usage {
+    jobs: u64,
+    bytes: u64,
+}
+
+fn spec_bytes(spec: &JobSpec) -> u64 {
+    let env: usize = spec.env.iter().map(|(k, v)| k.len() + v.len() + 16).sum();
+    let kind = match &spec.kind {
+        JobKind::Batch { script, args, .. } => {
+            script.len() + args.iter().map(|a| a.len() + 8).sum::<usize>()
+        }
+        JobKind::Interactive { argv, .. } => argv.iter().map(|a| a.len() + 8).sum(),
+    };
+    (env + kind + spec.work_dir.len() + spec.name.len()) as u64
+}
+
+/// Refuses text with control characters: a job's name and paths reach
+/// other users' terminals through squeue and scontrol.
+fn printable(what: &str, s: &str) -> Result<(), Refusal> {
+    if s.chars().any(char::is_control) {
+        return Err(format!(
+            "Invalid {what}: control characters are not allowed"
+        ));
+    }
+    Ok(())
 }
 
 fn gpu_request(g: GpuAsk) -> GpuRequest {
@@ -144,6 +207,8 @@ impl Controller {
             dirty: false,
             wake_at: None,
             stats: Stats::default(),
+            usage: HashMap::new(),
+            unfinished: 0,
         })
     }
 
@@ -186,51 +251,26 @@ impl Controller {
         self.dirty = true;
         if let Some(n) = self.nodes.get_mut(&reg.name) {
             let id = n.id;
-            let running: HashSet<u64> = reg.running.iter().copied().collect();
+            let running: HashSet<JobRun> = reg.running.iter().copied().collect();
             n.reg = reg;
             n.last_seen = now;
             n.connected = true;
             let was_down = std::mem::replace(&mut n.not_responding, false);
             let name = n.reg.name.clone();
-            // Jobs we think run here that the agent no longer has: the agent
-            // restarted and its tasks died with it.
-            let ours: Vec<u64> = self
-                .jobs
-                .values()
-                .filter(|j| j.state == JobState::Running && j.alloc.iter().any(|(n, _)| *n == name))
-                .map(|j| j.id)
-                .collect();
-            if !was_down && ours.iter().any(|j| !running.contains(j)) {
+            // Runs we think are here that the agent no longer has: the
+            // agent restarted and its tasks died with it.
+            let lost_runs = self.jobs.values().any(|j| {
+                j.state == JobState::Running
+                    && j.alloc.iter().any(|(n, _)| *n == name)
+                    && !running.contains(&j.run())
+            });
+            if !was_down && lost_runs {
                 self.node_lost(now, &name, "Agent restarted");
                 if let Some(n) = self.nodes.get_mut(&name) {
                     n.not_responding = false;
                 }
             }
-            // Jobs the agent runs that we do not place here: end them.
-            for j in &running {
-                let placed = self.jobs.get(j).is_some_and(|r| {
-                    !r.state.is_final() && r.alloc.iter().any(|(n, _)| *n == name)
-                });
-                if !placed {
-                    self.outbox.push((
-                        name.clone(),
-                        CtldMsg::Terminate {
-                            job: *j,
-                            grace_ms: 0,
-                        },
-                    ));
-                }
-            }
-            // Completions waiting on this node for jobs it no longer has.
-            let done: Vec<u64> = self
-                .jobs
-                .values()
-                .filter(|r| r.cleaning.contains(&name) && !running.contains(&r.id))
-                .map(|r| r.id)
-                .collect();
-            for j in done {
-                self.cleaned(now, &name, j);
-            }
+            self.end_strays(now, &name, &running);
             let admin = self.admin_state(&name);
             self.sched
                 .handle_node_admin(now, id, admin)
@@ -277,6 +317,64 @@ impl Controller {
         Ok(())
     }
 
+    /// Ends on `name` the runs its agent has that are not placed there
+    /// (jobs that failed or were requeued while it was silent), and
+    /// completes the clean-ups that waited on runs it no longer has.
+    fn end_strays(&mut self, now: u64, name: &str, running: &HashSet<JobRun>) {
+        for r in running {
+            let placed = self.jobs.get(&r.job).is_some_and(|j| {
+                !j.state.is_final() && j.run() == *r && j.alloc.iter().any(|(n, _)| n == name)
+            });
+            if !placed {
+                self.outbox.push((
+                    name.to_string(),
+                    CtldMsg::Terminate {
+                        job: *r,
+                        grace_ms: 0,
+                    },
+                ));
+            }
+        }
+        let done: Vec<JobRun> = self
+            .jobs
+            .values()
+            .filter(|j| j.cleaning.contains(name) && !running.contains(&j.run()))
+            .map(JobRecord::run)
+            .collect();
+        for r in done {
+            self.cleaned(now, name, r);
+        }
+    }
+
+    /// Something arrived from the agent at `at` (no heartbeat list).
+    pub fn heard(&mut self, name: &str, at: u64) {
+        if let Some(n) = self.nodes.get_mut(name) {
+            n.last_seen = n.last_seen.max(at);
+        }
+    }
+
+    /// An agent's heartbeat, passed on by the server without holding up
+    /// the agent's stream: `at` is when it arrived, `running` the runs it
+    /// listed. A node that was marked not responding while its agent
+    /// stayed connected is back: its stale runs are ended there.
+    pub fn heartbeat(&mut self, name: &str, at: u64, running: &[JobRun]) {
+        let Some(n) = self.nodes.get_mut(name) else {
+            return;
+        };
+        n.last_seen = n.last_seen.max(at);
+        if !(n.not_responding && n.connected) {
+            return;
+        }
+        n.not_responding = false;
+        let id = n.id;
+        tracing::info!(node = %name, "node responding again");
+        let running: HashSet<JobRun> = running.iter().copied().collect();
+        self.end_strays(at, name, &running);
+        let admin = self.admin_state(name);
+        let _ = self.sched.handle_node_admin(at, id, admin);
+        self.dirty = true;
+    }
+
     fn admin_state(&self, name: &str) -> NodeAdmin {
         let Some(n) = self.nodes.get(name) else {
             return NodeAdmin::Down {
@@ -312,7 +410,7 @@ impl Controller {
             n.last_seen = now;
         }
         match msg {
-            AgentMsg::Heartbeat { .. } => {}
+            AgentMsg::Heartbeat { running } => self.heartbeat(node, now, &running),
             AgentMsg::StepExited { job, step, exit } => {
                 self.step_exited(now, node, job, step, exit, None)
             }
@@ -331,15 +429,17 @@ impl Controller {
         &mut self,
         now: u64,
         node: &str,
-        job: u64,
+        run: JobRun,
         step: u32,
         exit: ExitStatus,
         failure: Option<String>,
     ) {
+        let job = run.job;
         let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
-        if j.state != JobState::Running || step != j.primary_step() {
+        // News of an older run (requeued since) is not this run's.
+        if j.run() != run || j.state != JobState::Running || step != j.primary_step() {
             return;
         }
         if !j.primary_left.remove(node) {
@@ -348,8 +448,13 @@ impl Controller {
         if exit.code > j.exit.code || (j.exit.signal.is_none() && exit.signal.is_some()) {
             j.exit = exit;
         }
-        if failure.is_some() && j.failure.is_none() {
-            j.failure = failure;
+        if let (Some(message), None) = (failure, &j.failure) {
+            let what = if step == BATCH_STEP {
+                "batch step".to_string()
+            } else {
+                format!("step {step}")
+            };
+            j.failure = Some(format!("{what} on {node}: {message}"));
         }
         if j.primary_left.is_empty() {
             self.complete(now, job, 0);
@@ -365,9 +470,10 @@ impl Controller {
         j.state = JobState::Completing;
         j.end = Some(now);
         j.cleaning = j.alloc.iter().map(|(n, _)| n.clone()).collect();
+        let run = j.run();
         for (n, _) in &j.alloc {
             self.outbox
-                .push((n.clone(), CtldMsg::Terminate { job, grace_ms }));
+                .push((n.clone(), CtldMsg::Terminate { job: run, grace_ms }));
         }
         // Nodes that cannot answer count as clean.
         let gone: Vec<String> = j
@@ -377,15 +483,20 @@ impl Controller {
             .cloned()
             .collect();
         for n in gone {
-            self.cleaned(now, &n, job);
+            self.cleaned(now, &n, run);
         }
     }
 
-    fn cleaned(&mut self, now: u64, node: &str, job: u64) {
+    fn cleaned(&mut self, now: u64, node: &str, run: JobRun) {
+        let job = run.job;
         let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
-        if j.state != JobState::Completing || !j.cleaning.remove(node) || !j.cleaning.is_empty() {
+        if j.run() != run
+            || j.state != JobState::Completing
+            || !j.cleaning.remove(node)
+            || !j.cleaning.is_empty()
+        {
             return;
         }
         let (state, outcome) = match j.kill {
@@ -402,7 +513,7 @@ impl Controller {
             ),
         };
         j.state = state;
-        j.shed();
+        j.shed(&mut self.usage, &mut self.unfinished);
         let _ = self.sched.handle_job_finished(now, JobId(job), outcome);
         self.stats.finished += 1;
         self.dirty = true;
@@ -471,10 +582,16 @@ impl Controller {
                 continue;
             };
             // The job's other nodes end their part.
+            let run = j.run();
             for (n, _) in &j.alloc {
                 if n != name {
-                    self.outbox
-                        .push((n.clone(), CtldMsg::Terminate { job, grace_ms: 0 }));
+                    self.outbox.push((
+                        n.clone(),
+                        CtldMsg::Terminate {
+                            job: run,
+                            grace_ms: 0,
+                        },
+                    ));
                 }
             }
             j.alloc.clear();
@@ -489,26 +606,98 @@ impl Controller {
             } else {
                 j.state = JobState::NodeFail;
                 j.end = Some(now);
-                j.shed();
+                j.shed(&mut self.usage, &mut self.unfinished);
                 self.stats.finished += 1;
             }
         }
         // Completions that waited on the lost node.
-        let waiting: Vec<u64> = self
+        let waiting: Vec<JobRun> = self
             .jobs
             .values()
             .filter(|j| j.cleaning.contains(name))
-            .map(|j| j.id)
+            .map(JobRecord::run)
             .collect();
-        for job in waiting {
-            self.cleaned(now, name, job);
+        for run in waiting {
+            self.cleaned(now, name, run);
         }
         self.dirty = true;
     }
 
     // ---- requests ----------------------------------------------------
 
+    /// Checks what a submission may ask for and what its user may still
+    /// queue, before the scheduler sees it.
+    fn admit(&self, who: Ident, spec: &JobSpec) -> Result<u64, Refusal> {
+        let privileged = self.privileged(who);
+        printable("job name", &spec.name)?;
+        printable("working directory", &spec.work_dir)?;
+        for p in [&spec.partition, &spec.qos].into_iter().flatten() {
+            printable("partition or QOS name", p)?;
+        }
+        if let JobKind::Batch {
+            script,
+            stdout,
+            stderr,
+            ..
+        } = &spec.kind
+        {
+            for p in [stdout, stderr].into_iter().flatten() {
+                printable("output file name", p)?;
+            }
+            let max = self.cfg.limits.max_script_size;
+            if script.len() as u64 > max {
+                return Err(format!(
+                    "Batch script is too large: {} bytes, the limit is {max}",
+                    script.len()
+                ));
+            }
+        }
+        if let GpuAsk::PerNode(g) | GpuAsk::PerTask(g) | GpuAsk::Total(g) = spec.gpus {
+            if g > MAX_GPUS {
+                return Err(format!(
+                    "Invalid generic resource (gres) specification: {g} GPUs, the most is {MAX_GPUS}"
+                ));
+            }
+        }
+        if spec.nice < 0 && !privileged {
+            return Err(
+                "Access/permission denied: only operators may set a negative nice value".into(),
+            );
+        }
+        if spec.nice.unsigned_abs() > MAX_NICE {
+            return Err(format!(
+                "Invalid nice value: it must be between -{MAX_NICE} and {MAX_NICE}"
+            ));
+        }
+        let limits = &self.cfg.limits;
+        if self.unfinished >= limits.max_job_count {
+            return Err(format!(
+                "Resource temporarily unavailable: the cluster holds its limit of {} jobs",
+                limits.max_job_count
+            ));
+        }
+        let bytes = spec_bytes(spec);
+        let used = self.usage.get(&who.uid).copied().unwrap_or_default();
+        if !privileged && used.jobs >= limits.max_jobs_per_user {
+            return Err(format!(
+                "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits): \
+                 {} unfinished jobs, the limit per user is {}",
+                used.jobs, limits.max_jobs_per_user
+            ));
+        }
+        if !privileged && used.bytes.saturating_add(bytes) > limits.max_bytes_per_user {
+            return Err(format!(
+                "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits): \
+                 unfinished jobs would hold {} bytes of scripts and environment, the limit per user is {}",
+                used.bytes.saturating_add(bytes),
+                limits.max_bytes_per_user
+            ));
+        }
+        Ok(bytes)
+    }
+
     pub fn submit(&mut self, who: Ident, spec: JobSpec, now: u64) -> Result<u64, Refusal> {
+        let bytes = self.admit(who, &spec)?;
         let mut req = JobRequest::new(UserId(who.uid));
         req.name = spec.name.clone();
         req.partition = spec.partition.clone();
@@ -576,8 +765,13 @@ impl Controller {
                 next_step: 0,
                 restarts: 0,
                 failure: None,
+                bytes,
             },
         );
+        let u = self.usage.entry(who.uid).or_default();
+        u.jobs += 1;
+        u.bytes += bytes;
+        self.unfinished += 1;
         // A held job cannot start: no pass needed for it.
         self.dirty |= !held;
         Ok(id)
@@ -648,6 +842,7 @@ impl Controller {
         let time_limit = j.end_by.map(|e| e.saturating_sub(now));
         let base = |a: &NodeAllocation, node_index: u32, first_task: u32, tasks_here: u32| Launch {
             job: j.id,
+            run: j.restarts,
             step: 0,
             name: j.spec.name.clone(),
             user: j.user,
@@ -758,6 +953,7 @@ impl Controller {
             let here = base + u32::from((i as u32) < extra);
             let l = Launch {
                 job: j.id,
+                run: j.restarts,
                 step,
                 name: j.spec.name.clone(),
                 user: j.user,
@@ -787,17 +983,10 @@ impl Controller {
         Ok((s.job, step))
     }
 
-    fn selected(&self, f: &JobFilter) -> Vec<u64> {
-        self.jobs
-            .values()
-            .filter(|j| matches(j, f))
-            .map(|j| j.id)
-            .collect()
-    }
-
     /// Cancels (or signals) jobs. Jobs named by id that do not exist or
-    /// belong to someone else are refused; filters select only what the
-    /// caller may touch.
+    /// belong to someone else are refused before anything is done; jobs of
+    /// others that a filter selects are refused one by one, after the
+    /// caller's own are cancelled, as Slurm's scancel reports them.
     pub fn cancel(
         &mut self,
         who: Ident,
@@ -805,6 +994,7 @@ impl Controller {
         signal: Option<i32>,
         now: u64,
     ) -> Result<Vec<u64>, Refusal> {
+        let sel = Selector::new(f.clone())?;
         let privileged = self.privileged(who);
         for id in &f.ids {
             let j = self.jobs.get(id).ok_or_else(|| {
@@ -821,21 +1011,33 @@ impl Controller {
                 ));
             }
         }
+        let selected: Vec<u64> = self
+            .jobs
+            .values()
+            .filter(|j| {
+                !j.state.is_final()
+                    && sel.matches(j.id, j.user.uid, j.state, &j.partition, &j.spec.name)
+            })
+            .map(|j| j.id)
+            .collect();
         let mut done = Vec::new();
-        for id in self.selected(f) {
+        let mut denied = Vec::new();
+        for id in selected {
             let Some(j) = self.jobs.get(&id) else {
                 continue;
             };
-            if (j.user.uid != who.uid && !privileged) || j.state.is_final() {
+            if j.user.uid != who.uid && !privileged {
+                denied.push(id);
                 continue;
             }
             if let Some(sig) = signal {
                 if j.state == JobState::Running {
+                    let run = j.run();
                     for (n, _) in &j.alloc {
                         self.outbox.push((
                             n.clone(),
                             CtldMsg::Signal {
-                                job: id,
+                                job: run,
                                 step: None,
                                 signal: sig,
                             },
@@ -851,7 +1053,7 @@ impl Controller {
                     if let Some(j) = self.jobs.get_mut(&id) {
                         j.state = JobState::Cancelled;
                         j.end = Some(now);
-                        j.shed();
+                        j.shed(&mut self.usage, &mut self.unfinished);
                     }
                     self.stats.finished += 1;
                     self.dirty = true;
@@ -866,6 +1068,21 @@ impl Controller {
                 _ => continue,
             }
             done.push(id);
+        }
+        if !denied.is_empty() {
+            const SHOWN: usize = 20;
+            let mut lines: Vec<String> = denied
+                .iter()
+                .take(SHOWN)
+                .map(|id| format!("Kill job error on job id {id}: Access/permission denied"))
+                .collect();
+            if denied.len() > SHOWN {
+                lines.push(format!(
+                    "Access/permission denied for {} more jobs",
+                    denied.len() - SHOWN
+                ));
+            }
+            return Err(lines.join("\n"));
         }
         Ok(done)
     }
@@ -919,6 +1136,23 @@ impl Controller {
         if state != NodeUpdate::Resume && reason.as_deref().is_none_or(str::is_empty) {
             return Err("You must specify a reason when DRAINING or DOWNING a node".into());
         }
+        if let Some(r) = &reason {
+            printable("reason", r)?;
+        }
+        // RESUME cannot bring back a node whose agent is gone: say so
+        // rather than report a change that did not happen.
+        if state == NodeUpdate::Resume {
+            if let Some(n) = list
+                .iter()
+                .filter_map(|n| self.nodes.get(n))
+                .find(|n| !n.connected)
+            {
+                return Err(format!(
+                    "Invalid node state transition requested: {} is not responding; it returns when its agent connects again",
+                    n.reg.name
+                ));
+            }
+        }
         for name in list {
             let Some(n) = self.nodes.get_mut(&name) else {
                 continue;
@@ -927,6 +1161,10 @@ impl Controller {
                 NodeUpdate::Resume => None,
                 s => Some((s, reason.clone().unwrap_or_default(), who.uid, now)),
             };
+            if state == NodeUpdate::Resume {
+                // Connected (checked above): it answers.
+                n.not_responding = false;
+            }
             let id = n.id;
             if state == NodeUpdate::Down {
                 self.node_lost(now, &name, reason.as_deref().unwrap_or("down"));
@@ -949,14 +1187,47 @@ impl Controller {
     /// Jobs the filter selects, one page (ids above `f.after`, at most
     /// [`JOBS_PER_PAGE`]) in id order.
     pub fn job_views(&self, f: &JobFilter, now: u64) -> Vec<JobView> {
-        let from = f.after.saturating_add(1);
-        self.jobs
-            .range(from..)
-            .map(|(_, j)| j)
-            .filter(|j| matches(j, f))
-            .take(JOBS_PER_PAGE)
-            .map(|j| self.view(j, now))
-            .collect()
+        let Ok(mut sel) = Selector::new(f.clone()) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        loop {
+            let (views, next) =
+                self.job_views_chunk(&sel, JOBS_PER_PAGE - out.len(), usize::MAX, now);
+            out.extend(views);
+            match next {
+                Some(after) if out.len() < JOBS_PER_PAGE => sel.after = after,
+                _ => return out,
+            }
+        }
+    }
+
+    /// Part of a page: at most `max_views` views of jobs above `sel.after`,
+    /// looking at no more than `max_scan` jobs. Returns the views and, when
+    /// it stopped early, the id to go on after (the caller may release the
+    /// controller between chunks, so a large view never holds it long).
+    pub fn job_views_chunk(
+        &self,
+        sel: &Selector,
+        max_views: usize,
+        max_scan: usize,
+        now: u64,
+    ) -> (Vec<JobView>, Option<u64>) {
+        let from = sel.after.saturating_add(1);
+        let candidates: Box<dyn Iterator<Item = &JobRecord>> = match &sel.ids {
+            Some(ids) => Box::new(ids.range(from..).filter_map(|id| self.jobs.get(id))),
+            None => Box::new(self.jobs.range(from..).map(|(_, j)| j)),
+        };
+        let mut views = Vec::new();
+        for (scanned, j) in candidates.enumerate() {
+            if views.len() >= max_views || scanned >= max_scan {
+                return (views, Some(j.id - 1));
+            }
+            if sel.matches(j.id, j.user.uid, j.state, &j.partition, &j.spec.name) {
+                views.push(self.view(j, now));
+            }
+        }
+        (views, None)
     }
 
     fn view(&self, j: &JobRecord, _now: u64) -> JobView {
@@ -1046,6 +1317,7 @@ impl Controller {
             batch,
             requeue: j.spec.requeue,
             restarts: j.restarts,
+            failure: j.failure.clone(),
         }
     }
 
@@ -1132,14 +1404,6 @@ impl Controller {
             })
             .collect()
     }
-}
-
-fn matches(j: &JobRecord, f: &JobFilter) -> bool {
-    (f.ids.is_empty() || f.ids.contains(&j.id))
-        && (f.users.is_empty() || f.users.contains(&j.user.uid))
-        && (f.states.is_empty() || f.states.contains(&j.state))
-        && (f.partitions.is_empty() || f.partitions.contains(&j.partition))
-        && (f.names.is_empty() || f.names.contains(&j.spec.name))
 }
 
 /// Orders names with numbers by value: worker-2 before worker-10.

@@ -15,8 +15,8 @@ use std::time::Duration;
 use corral_proto::cred::{Minter, DEFAULT_TTL_MS};
 pub use corral_proto::error_chain;
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, Launch, LaunchKind, Open, Registration, Request,
-    Response,
+    AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, JobRun, Launch, LaunchKind, Open, Registration,
+    Request, Response,
 };
 use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
 use corral_proto::{now_ms, read_frame, write_frame, WireError};
@@ -92,9 +92,14 @@ pub fn create_private_dir(dir: &Path) -> Result<(), AgentError> {
     Ok(())
 }
 
-/// This node's processes of one job.
+/// How long a relayed request waits for ctld's answer.
+pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// This node's processes of one job: of its latest run here (a requeued
+/// job's new run replaces the old one's processes).
 #[derive(Debug, Default)]
 struct JobProcs {
+    run: u32,
     /// Running steps and the process groups of their tasks.
     steps: HashMap<u32, Vec<u32>>,
     /// Every process group the job ever had here (for the final kill).
@@ -183,8 +188,13 @@ impl Agent {
         }
     }
 
-    fn running(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = self.jobs.lock().keys().copied().collect();
+    fn running(&self) -> Vec<JobRun> {
+        let mut v: Vec<JobRun> = self
+            .jobs
+            .lock()
+            .iter()
+            .map(|(&job, p)| JobRun { job, run: p.run })
+            .collect();
         v.sort_unstable();
         v
     }
@@ -282,7 +292,7 @@ impl Agent {
                     return;
                 };
                 let jobs = self.jobs.lock();
-                if let Some(j) = jobs.get(&job) {
+                if let Some(j) = jobs.get(&job.job).filter(|j| j.run == job.run) {
                     for (s, groups) in &j.steps {
                         if step.is_none_or(|want| want == *s) {
                             groups.iter().for_each(|&g| signal_group(g, sig));
@@ -295,18 +305,22 @@ impl Agent {
         }
     }
 
-    fn terminate(self: &Arc<Self>, job: u64, grace_ms: u64) {
+    /// Ends a run of a job here. An older run than the one running here
+    /// is already gone (the newer launch replaced it); a newer one takes
+    /// what is here with it.
+    fn terminate(self: &Arc<Self>, job: JobRun, grace_ms: u64) {
         let groups = {
             let mut jobs = self.jobs.lock();
-            let Some(j) = jobs.get_mut(&job) else {
+            let Some(j) = jobs.get_mut(&job.job).filter(|j| j.run <= job.run) else {
                 drop(jobs);
                 self.send_up(AgentMsg::JobCleaned { job });
                 return;
             };
+            j.run = job.run;
             j.terminating = true;
             if j.steps.is_empty() {
                 let groups = std::mem::take(&mut j.groups);
-                jobs.remove(&job);
+                jobs.remove(&job.job);
                 drop(jobs);
                 // Leftovers of ended steps (background processes).
                 groups
@@ -324,18 +338,26 @@ impl Agent {
         let me = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(grace_ms)).await;
-            let alive = me.jobs.lock().get(&job).map(|j| j.groups.clone());
+            let alive = me
+                .jobs
+                .lock()
+                .get(&job.job)
+                .filter(|j| j.run == job.run)
+                .map(|j| j.groups.clone());
             for g in alive.unwrap_or_default() {
                 signal_group(g, Signal::SIGKILL);
             }
         });
     }
 
-    /// Records a step's process groups; false if the job is being ended.
-    pub(crate) fn add_groups(&self, job: u64, step: u32, groups: &[u32]) -> bool {
+    /// Records a step's process groups; false if the run is being ended
+    /// or is no longer the job's latest here.
+    pub(crate) fn add_groups(&self, job: JobRun, step: u32, groups: &[u32]) -> bool {
         let mut jobs = self.jobs.lock();
-        let j = jobs.entry(job).or_default();
-        if j.terminating {
+        let Some(j) = jobs.get_mut(&job.job) else {
+            return false;
+        };
+        if j.terminating || j.run != job.run {
             return false;
         }
         j.steps.entry(step).or_default().extend_from_slice(groups);
@@ -343,20 +365,38 @@ impl Agent {
         true
     }
 
-    fn begin_step(&self, job: u64, step: u32) -> bool {
+    /// Registers a step of a run; false if the run is being ended or an
+    /// newer run of the job is here. A newer run replaces an older one,
+    /// whose processes are killed.
+    fn begin_step(&self, job: JobRun, step: u32) -> bool {
         let mut jobs = self.jobs.lock();
-        let j = jobs.entry(job).or_default();
-        if j.terminating {
+        let j = jobs.entry(job.job).or_insert_with(|| JobProcs {
+            run: job.run,
+            ..JobProcs::default()
+        });
+        if j.run < job.run {
+            let old = std::mem::replace(
+                j,
+                JobProcs {
+                    run: job.run,
+                    ..JobProcs::default()
+                },
+            );
+            old.groups
+                .iter()
+                .for_each(|&g| signal_group(g, Signal::SIGKILL));
+        }
+        if j.terminating || j.run != job.run {
             return false;
         }
         j.steps.entry(step).or_default();
         true
     }
 
-    fn end_step(&self, job: u64, step: u32, exit: Option<ExitStatus>, failure: Option<String>) {
+    fn end_step(&self, job: JobRun, step: u32, exit: Option<ExitStatus>, failure: Option<String>) {
         let cleaned = {
             let mut jobs = self.jobs.lock();
-            let cleaned = match jobs.get_mut(&job) {
+            let cleaned = match jobs.get_mut(&job.job).filter(|j| j.run == job.run) {
                 Some(j) => {
                     j.steps.remove(&step);
                     j.terminating && j.steps.is_empty()
@@ -364,7 +404,7 @@ impl Agent {
                 None => false,
             };
             if cleaned {
-                if let Some(j) = jobs.remove(&job) {
+                if let Some(j) = jobs.remove(&job.job) {
                     j.groups
                         .iter()
                         .for_each(|&g| signal_group(g, Signal::SIGKILL));
@@ -386,7 +426,13 @@ impl Agent {
     }
 
     async fn launch(self: Arc<Self>, l: Launch) {
-        let (job, step) = (l.job, l.step);
+        let (job, step) = (
+            JobRun {
+                job: l.job,
+                run: l.run,
+            },
+            l.step,
+        );
         if !self.begin_step(job, step) {
             self.end_step(job, step, None, Some("job is ending".into()));
             return;
@@ -407,7 +453,7 @@ impl Agent {
         match result {
             Ok(exit) => self.end_step(job, step, Some(exit), None),
             Err(e) => {
-                tracing::warn!(job, step, error = %e, "launch failed");
+                tracing::warn!(job = job.job, run = job.run, step, error = %e, "launch failed");
                 self.end_step(job, step, None, Some(e));
             }
         }
@@ -464,7 +510,11 @@ impl Agent {
         let result = match spawned {
             Ok(mut child) => {
                 if let Some(pid) = child.id() {
-                    if !self.add_groups(l.job, l.step, &[pid]) {
+                    let run = JobRun {
+                        job: l.job,
+                        run: l.run,
+                    };
+                    if !self.add_groups(run, l.step, &[pid]) {
                         signal_group(pid, Signal::SIGKILL);
                     }
                 }
@@ -499,7 +549,13 @@ impl Agent {
             let _ = send.finish();
             read_frame::<_, Response>(&mut recv).await.ok().flatten()
         };
-        exchange.await.unwrap_or_else(unreachable)
+        // A controller that died leaves the connection up until QUIC's
+        // idle timeout: give up sooner, as Slurm's MessageTimeout does.
+        tokio::time::timeout(RELAY_TIMEOUT, exchange)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(unreachable)
     }
 }
 

@@ -472,6 +472,7 @@ pub fn task_env(
     set("SLURM_CPUS_ON_NODE", l.cpus.len().to_string());
     set("SLURM_SUBMIT_DIR", l.work_dir.clone());
     set("SLURM_JOB_PARTITION", l.partition.clone());
+    set("SLURM_RESTART_COUNT", l.run.to_string());
     set("SLURM_JOB_UID", l.user.uid.to_string());
     set("SLURM_JOB_GID", l.user.gid.to_string());
     set("SLURM_JOB_USER", user.to_string());
@@ -642,6 +643,7 @@ mod tests {
     fn launch(gpus_per_task: Option<u32>) -> Launch {
         Launch {
             job: 7,
+            run: 0,
             step: 0,
             name: "n".into(),
             user: Ident { uid: 0, gid: 0 },

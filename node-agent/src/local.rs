@@ -6,10 +6,17 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use corral_proto::frame::{read_body, read_len};
 use corral_proto::msg::{Ident, LocalRequest, Response};
-use corral_proto::{now_ms, read_frame, write_frame};
+use corral_proto::ratelimit::LogLimiter;
+use corral_proto::{now_ms, warn_limited, write_frame};
+use parking_lot::Mutex;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::agent::{error_chain, Agent, AgentError};
 
@@ -29,37 +36,209 @@ pub fn bind(path: &Path) -> Result<UnixListener, AgentError> {
     Ok(l)
 }
 
+/// What the local socket lets one user, and all users together, hold in
+/// the agent: connections (each a descriptor) and bytes of requests not
+/// yet answered. Past a limit a connection is closed or waits; the agent
+/// keeps descriptors in reserve for launches whatever users do.
+#[derive(Clone, Copy, Debug)]
+pub struct LocalLimits {
+    pub conns_per_user: usize,
+    pub conns_total: usize,
+    pub bytes_per_user: usize,
+    pub bytes_total: usize,
+    /// Once a frame has begun, all of it must arrive within this.
+    pub frame_timeout: Duration,
+    /// Requests of one connection relayed at once (a client may pipeline).
+    pub pipeline: usize,
+}
+
+impl LocalLimits {
+    /// Limits for an agent that may have `fd_limit` descriptors open: at
+    /// most half of them for local clients.
+    pub fn for_fd_limit(fd_limit: u64) -> LocalLimits {
+        let total = (fd_limit / 2).clamp(16, 4096) as usize;
+        LocalLimits {
+            conns_per_user: (total / 8).clamp(4, 256),
+            conns_total: total,
+            bytes_per_user: 32 << 20,
+            bytes_total: 256 << 20,
+            frame_timeout: Duration::from_secs(10),
+            pipeline: 16,
+        }
+    }
+}
+
+/// The shares of the local socket in use.
+#[derive(Debug)]
+struct Shares {
+    limits: LocalLimits,
+    users: Mutex<HashMap<u32, UserShare>>,
+    conns: AtomicUsize,
+    bytes: Arc<Semaphore>,
+}
+
+#[derive(Debug)]
+struct UserShare {
+    conns: usize,
+    bytes: Arc<Semaphore>,
+}
+
+/// One connection's place; gives it back when dropped.
+#[derive(Debug)]
+struct Seat {
+    shares: Arc<Shares>,
+    uid: u32,
+    bytes: Arc<Semaphore>,
+}
+
+impl Shares {
+    fn new(limits: LocalLimits) -> Shares {
+        Shares {
+            limits,
+            users: Mutex::new(HashMap::new()),
+            conns: AtomicUsize::new(0),
+            bytes: Arc::new(Semaphore::new(limits.bytes_total)),
+        }
+    }
+
+    fn seat(self: &Arc<Self>, uid: u32) -> Result<Seat, &'static str> {
+        let mut users = self.users.lock();
+        if self.conns.load(Ordering::Relaxed) >= self.limits.conns_total {
+            return Err("too many local connections");
+        }
+        let u = users.entry(uid).or_insert_with(|| UserShare {
+            conns: 0,
+            bytes: Arc::new(Semaphore::new(self.limits.bytes_per_user)),
+        });
+        if u.conns >= self.limits.conns_per_user {
+            return Err("too many local connections from one user");
+        }
+        u.conns += 1;
+        self.conns.fetch_add(1, Ordering::Relaxed);
+        Ok(Seat {
+            shares: self.clone(),
+            uid,
+            bytes: u.bytes.clone(),
+        })
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut users = self.shares.users.lock();
+        if let Some(u) = users.get_mut(&self.uid) {
+            u.conns -= 1;
+            if u.conns == 0 {
+                users.remove(&self.uid);
+            }
+        }
+        self.shares.conns.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Bytes of one request, held from before its body is read until its
+/// answer is ready.
+#[derive(Debug)]
+struct Held {
+    _user: OwnedSemaphorePermit,
+    _all: OwnedSemaphorePermit,
+}
+
+static LOGS: std::sync::LazyLock<LogLimiter> = std::sync::LazyLock::new(LogLimiter::default);
+
 /// Serves CLIs until the listener fails.
-pub async fn serve(agent: Arc<Agent>, listener: UnixListener) {
+pub async fn serve(agent: Arc<Agent>, listener: UnixListener, limits: LocalLimits) {
+    let shares = Arc::new(Shares::new(limits));
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let agent = agent.clone();
-                tokio::spawn(async move { client(agent, stream).await });
+                let shares = shares.clone();
+                tokio::spawn(async move { client(agent, stream, shares).await });
             }
             Err(e) => {
-                tracing::warn!(error = %e, "accept on agent socket");
+                warn_limited!(LOGS, "accept", error = %e, "accept on agent socket");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
     }
 }
 
-async fn client(agent: Arc<Agent>, stream: UnixStream) {
+/// Reads one request within the budgets: the length first, then the
+/// user's and everyone's share of bytes, then the body, all within the
+/// frame timeout once the frame has begun.
+async fn read_request<R: tokio::io::AsyncRead + Unpin>(
+    r: &mut R,
+    seat: &Seat,
+) -> Result<Option<(LocalRequest, Held)>, String> {
+    let limits = seat.shares.limits;
+    let Some(len) = read_len(r).await.map_err(|e| error_chain(&e))? else {
+        return Ok(None);
+    };
+    let within = async {
+        let n = len;
+        let user = seat
+            .bytes
+            .clone()
+            .acquire_many_owned(n.min(limits.bytes_per_user as u32))
+            .await
+            .map_err(|e| e.to_string())?;
+        let all = seat
+            .shares
+            .bytes
+            .clone()
+            .acquire_many_owned(n.min(limits.bytes_total as u32))
+            .await
+            .map_err(|e| e.to_string())?;
+        let req = read_body::<_, LocalRequest>(r, len)
+            .await
+            .map_err(|e| error_chain(&e))?;
+        Ok::<_, String>((
+            req,
+            Held {
+                _user: user,
+                _all: all,
+            },
+        ))
+    };
+    match tokio::time::timeout(limits.frame_timeout, within).await {
+        Ok(r) => r.map(Some),
+        Err(_) => Err(format!(
+            "frame of {len} bytes not complete in {} s",
+            limits.frame_timeout.as_secs()
+        )),
+    }
+}
+
+async fn client(agent: Arc<Agent>, stream: UnixStream, shares: Arc<Shares>) {
     let who = match stream.peer_cred() {
         Ok(c) => Ident {
             uid: c.uid(),
             gid: c.gid(),
         },
         Err(e) => {
-            tracing::warn!(error = %e, "no peer credentials");
+            warn_limited!(LOGS, "peer credentials", error = %e, "no peer credentials");
+            return;
+        }
+    };
+    let seat = match shares.seat(who.uid) {
+        Ok(s) => s,
+        Err(why) => {
+            warn_limited!(LOGS, "over limit", uid = who.uid, "{why}; closing");
+            let mut stream = stream;
+            let _ = write_frame(
+                &mut stream,
+                &Response::Error(format!("corral-agent: {why} (uid {})", who.uid)),
+            )
+            .await;
             return;
         }
     };
     let (mut r, mut w) = stream.into_split();
     // Requests on one connection are relayed concurrently and answered in
-    // order: a client may pipeline.
-    let (tx, mut rx) = mpsc::channel::<tokio::task::JoinHandle<Response>>(256);
+    // order: a client may pipeline, up to a bound.
+    let (tx, mut rx) =
+        mpsc::channel::<tokio::task::JoinHandle<Response>>(shares.limits.pipeline.max(1));
     let writer = tokio::spawn(async move {
         while let Some(h) = rx.recv().await {
             let resp = h
@@ -71,17 +250,17 @@ async fn client(agent: Arc<Agent>, stream: UnixStream) {
         }
     });
     loop {
-        let req = match read_frame::<_, LocalRequest>(&mut r).await {
-            Ok(Some(req)) => req,
+        let (req, held) = match read_request(&mut r, &seat).await {
+            Ok(Some(x)) => x,
             Ok(None) => break,
             Err(e) => {
-                tracing::info!(uid = who.uid, error = %error_chain(&e), "bad frame from local client; closing");
+                warn_limited!(LOGS, "bad local frame", uid = who.uid, error = %e, "bad frame from local client; closing");
                 break;
             }
         };
         let agent = agent.clone();
         let h = tokio::spawn(async move {
-            match req {
+            let resp = match req {
                 LocalRequest::Relay(request) => agent.relay(who, request).await,
                 LocalRequest::Credential => match agent.minter.mint(who, now_ms()) {
                     Ok(t) => Response::Credential(t),
@@ -93,7 +272,9 @@ async fn client(agent: Arc<Agent>, stream: UnixStream) {
                         "Unable to contact slurm controller (connect failure)".into(),
                     ),
                 },
-            }
+            };
+            drop(held);
+            resp
         });
         if tx.send(h).await.is_err() {
             break;
@@ -101,4 +282,5 @@ async fn client(agent: Arc<Agent>, stream: UnixStream) {
     }
     drop(tx);
     let _ = writer.await;
+    drop(seat);
 }

@@ -62,6 +62,23 @@ struct Args {
     no_exec: bool,
 }
 
+/// Raises the soft limit on open descriptors to the hard one and returns
+/// it: the agent holds a descriptor per local client and several per task.
+fn raise_fd_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+                hard
+            } else {
+                soft
+            }
+        }
+        Ok((soft, _)) => soft,
+        Err(_) => 1024,
+    }
+}
+
 fn hostname() -> String {
     nix::unistd::gethostname()
         .ok()
@@ -95,7 +112,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let agent = Agent::new(cfg).context("starting agent")?;
     let listener = local::bind(&args.socket)?;
-    tokio::spawn(local::serve(agent.clone(), listener));
+    let limits = local::LocalLimits::for_fd_limit(raise_fd_limit());
+    tokio::spawn(local::serve(agent.clone(), listener, limits));
     agent.run_control().await?;
     Ok(())
 }

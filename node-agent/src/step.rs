@@ -139,7 +139,11 @@ pub(crate) async fn run(
             }
         }
     }
-    if !agent.add_groups(l.job, l.step, &groups) {
+    let run = corral_proto::msg::JobRun {
+        job: l.job,
+        run: l.run,
+    };
+    if !agent.add_groups(run, l.step, &groups) {
         groups
             .iter()
             .for_each(|&g| signal_group(g, Signal::SIGKILL));

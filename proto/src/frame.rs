@@ -12,7 +12,7 @@ use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The version every frame carries. Bump it when a message changes shape.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// The largest frame accepted (a batch script travels in one).
 pub const MAX_FRAME: u32 = 8 << 20;
@@ -97,6 +97,16 @@ where
     R: AsyncRead + Unpin,
     T: DeserializeOwned,
 {
+    match read_len(r).await? {
+        Some(len) => read_body(r, len).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Reads a frame's length prefix and checks it, before anything is
+/// allocated for the body (a reader with a memory budget takes its share
+/// between the two). `Ok(None)` is a clean end of stream between frames.
+pub async fn read_len<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<u32>, WireError> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -120,6 +130,15 @@ where
     if len < 2 {
         return Err(WireError::Short(len));
     }
+    Ok(Some(len))
+}
+
+/// Reads and decodes the body of a frame whose length [`read_len`] gave.
+pub async fn read_body<R, T>(r: &mut R, len: u32) -> Result<T, WireError>
+where
+    R: AsyncRead + Unpin,
+    T: DeserializeOwned,
+{
     let mut body = vec![0u8; len as usize];
     r.read_exact(&mut body).await.map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -128,7 +147,7 @@ where
             WireError::Io(e)
         }
     })?;
-    decode_body(&body).map(Some)
+    decode_body(&body)
 }
 
 #[cfg(test)]

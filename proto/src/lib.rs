@@ -17,6 +17,7 @@ pub mod msg;
 pub mod tls;
 
 pub use frame::{read_frame, write_frame, WireError, MAX_FRAME, PROTOCOL_VERSION};
+pub mod ratelimit;
 
 /// Milliseconds since the Unix epoch, from the system clock.
 pub fn now_ms() -> u64 {

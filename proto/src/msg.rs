@@ -56,8 +56,8 @@ pub struct Registration {
     /// Key the agent signs credentials with (HMAC-SHA256), sent only over
     /// the mutually authenticated connection.
     pub credential_key: Vec<u8>,
-    /// Jobs the agent still runs (after a reconnect).
-    pub running: Vec<u64>,
+    /// Jobs the agent still runs (after a reconnect), with their runs.
+    pub running: Vec<JobRun>,
     pub agent_version: String,
 }
 
@@ -71,28 +71,37 @@ pub struct GpuInfo {
     pub group: u32,
 }
 
+/// One run of a job: a requeued job runs again with the next number
+/// (`SLURM_RESTART_COUNT`), and every message about a job names its run so
+/// that news of an older run is never credited to a newer one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct JobRun {
+    pub job: u64,
+    pub run: u32,
+}
+
 /// Agent → ctld on the control stream.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum AgentMsg {
     Heartbeat {
-        running: Vec<u64>,
+        running: Vec<JobRun>,
     },
     /// All tasks of a step on this node have ended.
     StepExited {
-        job: u64,
+        job: JobRun,
         step: u32,
         exit: ExitStatus,
     },
     /// A launch failed before any task ran.
     LaunchFailed {
-        job: u64,
+        job: JobRun,
         step: u32,
         message: String,
     },
-    /// Every process of the job on this node is gone (after
+    /// Every process of the job's run on this node is gone (after
     /// [`CtldMsg::Terminate`]).
     JobCleaned {
-        job: u64,
+        job: JobRun,
     },
 }
 
@@ -124,16 +133,16 @@ pub enum CtldMsg {
         reason: String,
     },
     Launch(Launch),
-    /// Deliver a signal to the tasks of a job (one step, or all).
+    /// Deliver a signal to the tasks of a job's run (one step, or all).
     Signal {
-        job: u64,
+        job: JobRun,
         step: Option<u32>,
         signal: i32,
     },
-    /// End the job on this node: SIGTERM, then SIGKILL after the grace,
-    /// then [`AgentMsg::JobCleaned`].
+    /// End the job's run on this node: SIGTERM, then SIGKILL after the
+    /// grace, then [`AgentMsg::JobCleaned`].
     Terminate {
-        job: u64,
+        job: JobRun,
         grace_ms: u64,
     },
 }
@@ -149,6 +158,8 @@ pub struct Ident {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Launch {
     pub job: u64,
+    /// Which run of the job this is (0 first, then one more per requeue).
+    pub run: u32,
     pub step: u32,
     pub name: String,
     pub user: Ident,
@@ -523,6 +534,8 @@ pub struct JobView {
     pub batch: bool,
     pub requeue: bool,
     pub restarts: u32,
+    /// Why the job failed to launch, naming the step and node.
+    pub failure: Option<String>,
 }
 
 /// A node as `sinfo` and `scontrol show node` show it.

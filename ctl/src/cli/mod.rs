@@ -20,9 +20,12 @@ pub mod up;
 /// The commands `corral` answers to by name.
 pub const COMMANDS: [&str; 6] = ["sbatch", "srun", "squeue", "sinfo", "scancel", "scontrol"];
 
-/// Prints `CMD: error: MESSAGE` and gives the exit code 1.
+/// Prints `CMD: error: MESSAGE` (each line of a message of several) and
+/// gives the exit code 1.
 pub fn fail(cmd: &str, msg: impl std::fmt::Display) -> i32 {
-    eprintln!("{cmd}: error: {msg}");
+    for line in msg.to_string().lines() {
+        eprintln!("{cmd}: error: {line}");
+    }
     1
 }
 

@@ -126,32 +126,44 @@ pub fn parse_dependency(s: &str) -> Result<Vec<Dep>, String> {
 fn count(what: &str, s: &str) -> Result<u32, String> {
     // gpu:N, gpu:TYPE:N, TYPE:N or N.
     let n = s.rsplit(':').next().unwrap_or(s);
-    n.parse::<u32>()
-        .map_err(|_| format!("invalid {what} specification: {s}"))
+    gpu_count(n).ok_or_else(|| format!("invalid {what} specification: {s}"))
+}
+
+pub use crate::state::MAX_GPUS;
+
+/// A GPU count: digits only, at most [`MAX_GPUS`].
+fn gpu_count(n: &str) -> Option<u32> {
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse::<u32>().ok().filter(|&g| g <= MAX_GPUS)
 }
 
 /// `--gres=gpu[:TYPE][:N][,...]`: the GPUs per node.
 pub fn parse_gres(s: &str) -> Result<u32, String> {
-    let mut gpus = 0;
+    let mut gpus: u32 = 0;
     for item in s.split(',') {
         if item == "none" || item.is_empty() {
             continue;
         }
         let mut parts = item.split(':');
+        let bad = || format!("Invalid generic resource (gres) specification: {item}");
         if parts.next() != Some("gpu") {
-            return Err(format!(
-                "Invalid generic resource (gres) specification: {item}"
-            ));
+            return Err(bad());
         }
         let rest: Vec<&str> = parts.collect();
-        let bad = || format!("Invalid generic resource (gres) specification: {item}");
-        gpus += match rest.as_slice() {
+        let n = match rest.as_slice() {
             [] => 1,
-            // gpu:N, or gpu:TYPE meaning one of that type.
-            [n] => n.parse::<u32>().unwrap_or(1),
-            [_, n] => n.parse::<u32>().map_err(|_| bad())?,
+            // gpu:N, or gpu:TYPE meaning one of that type. A type name
+            // starts with a letter: `gpu:-1` is a bad count, not a type.
+            [n] if n.starts_with(|c: char| c.is_ascii_alphabetic()) => 1,
+            [n] | [_, n] => gpu_count(n).ok_or_else(bad)?,
             _ => return Err(bad()),
         };
+        gpus = gpus
+            .checked_add(n)
+            .filter(|&g| g <= MAX_GPUS)
+            .ok_or_else(bad)?;
     }
     Ok(gpus)
 }
@@ -321,6 +333,12 @@ mod tests {
         assert_eq!(parse_gres("gpu:h200"), Ok(1));
         assert!(parse_gres("fpga:1").is_err());
         assert!(parse_gres("gpu:a:b").is_err());
+        // Negative and wrapping counts are refused, not read as 1 or 0.
+        assert!(parse_gres("gpu:-1").is_err());
+        assert!(parse_gres("gpu:h200:-1").is_err());
+        assert!(parse_gres("gpu:2147483648,gpu:2147483648").is_err());
+        assert!(parse_gres("gpu:4294967295,gpu:1").is_err());
+        assert_eq!(parse_gres("gpu:1,gpu:2"), Ok(3));
     }
 
     #[test]

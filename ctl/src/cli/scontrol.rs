@@ -47,6 +47,9 @@ pub fn show_job(j: &JobView, now: u64) -> String {
         j.state.name(),
         j.reason
     ));
+    if let Some(f) = &j.failure {
+        s.push_str(&format!("   FailReason={f}\n"));
+    }
     s.push_str(&format!(
         "   Requeue={} Restarts={} BatchFlag={} Reboot=0 ExitCode={}:{}\n",
         u8::from(j.requeue),

@@ -319,6 +319,7 @@ mod tests {
             batch: true,
             requeue: false,
             restarts: 0,
+            failure: None,
         }
     }
 

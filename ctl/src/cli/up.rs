@@ -108,6 +108,23 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> UpError + '_ {
     }
 }
 
+/// A daemon's log: readable by the cluster's owner only (it names users,
+/// jobs and paths), appended to across restarts, never through a link.
+fn private_log(path: &Path) -> Result<std::fs::File, UpError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(io(path))?;
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(io(path))?;
+    Ok(f)
+}
+
 fn mkdir(path: &Path) -> Result<(), UpError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(path).map_err(io(path))?;
@@ -155,7 +172,8 @@ impl Cluster {
 
     /// Creates the directory, certificates and config; starts ctld and
     /// the agents. Does not wait for the nodes (see [`Cluster::wait_idle`]).
-    pub fn start(spec: ClusterSpec) -> Result<Cluster, UpError> {
+    pub fn start(mut spec: ClusterSpec) -> Result<Cluster, UpError> {
+        spec.dir = std::path::absolute(&spec.dir).map_err(io(&spec.dir))?;
         let dir = &spec.dir;
         mkdir(dir)?;
         for sub in ["run", "log", "spool", "bin"] {
@@ -187,6 +205,7 @@ impl Cluster {
         let addr_file = dir.join("ctld.addr");
         let ctld_bin = spec.bin_dir.join("corral-ctld");
         let log = dir.join("log").join("ctld.log");
+        let logf = private_log(&log)?;
         // Daemons get process groups of their own: a Ctrl-C at the terminal
         // is for the command (srun forwards it), not for the cluster.
         let ctld = Command::new(&ctld_bin)
@@ -197,7 +216,7 @@ impl Cluster {
             .arg(&addr_file)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).map_err(io(&log))?)
+            .stderr(logf)
             .spawn()
             .map_err(|source| UpError::Spawn {
                 program: ctld_bin.clone(),
@@ -242,11 +261,7 @@ impl Cluster {
         let dir = &self.spec.dir;
         let bin = self.spec.bin_dir.join("corral-agent");
         let log = dir.join("log").join(format!("{name}.log"));
-        let logf = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .map_err(io(&log))?;
+        let logf = private_log(&log)?;
         Command::new(&bin)
             .process_group(0)
             .args(["--name", &name, "--cluster", "corral-up"])
@@ -376,7 +391,11 @@ pub fn main(args: &[OsString]) -> i32 {
         Err(e) => return fail(CMD, format!("cannot find my own binary: {e}")),
     };
     let temporary = a.dir.is_none();
-    let dir = a.dir.clone().unwrap_or_else(fresh_dir);
+    // Absolute: agents and jobs run in other directories than ours.
+    let dir = match std::path::absolute(a.dir.clone().unwrap_or_else(fresh_dir)) {
+        Ok(d) => d,
+        Err(e) => return fail(CMD, format!("--dir: {e}")),
+    };
     let spec = ClusterSpec {
         nodes: a.nodes,
         gpus_per_node: a.gpus_per_node,

@@ -13,6 +13,11 @@ const BOB: Ident = Ident {
 };
 const ROOT: Ident = Ident { uid: 0, gid: 0 };
 
+/// The first run of a job.
+fn r0(job: u64) -> JobRun {
+    JobRun { job, run: 0 }
+}
+
 fn config() -> Config {
     Config::parse(
         std::path::Path::new("t.toml"),
@@ -98,7 +103,7 @@ fn batch_job_runs_completes_and_frees_its_node() {
     c.agent_message(
         node,
         AgentMsg::StepExited {
-            job: id,
+            job: r0(id),
             step: BATCH_STEP,
             exit: ExitStatus::default(),
         },
@@ -106,8 +111,8 @@ fn batch_job_runs_completes_and_frees_its_node() {
     );
     assert_eq!(state(&c, id), JobState::Completing);
     let terms: Vec<_> = c.take_outbox();
-    assert!(matches!(terms[0].1, CtldMsg::Terminate { job, .. } if job == id));
-    c.agent_message(node, AgentMsg::JobCleaned { job: id }, 12);
+    assert!(matches!(terms[0].1, CtldMsg::Terminate { job, .. } if job == r0(id)));
+    c.agent_message(node, AgentMsg::JobCleaned { job: r0(id) }, 12);
     assert_eq!(state(&c, id), JobState::Completed);
     assert!(c.node_views().iter().all(|n| n.state == "idle"));
 }
@@ -125,13 +130,13 @@ fn failing_exit_is_failed_with_its_code() {
     c.agent_message(
         &node,
         AgentMsg::StepExited {
-            job: id,
+            job: r0(id),
             step: BATCH_STEP,
             exit,
         },
         1,
     );
-    c.agent_message(&node, AgentMsg::JobCleaned { job: id }, 1);
+    c.agent_message(&node, AgentMsg::JobCleaned { job: r0(id) }, 1);
     let v = &c.job_views(&JobFilter::default(), 1)[0];
     assert_eq!((v.state, v.exit.code), (JobState::Failed, 3));
 }
@@ -147,9 +152,15 @@ fn only_owners_and_operators_cancel() {
     let e = c.cancel(ALICE, &f, None, 1).unwrap_err();
     assert!(e.contains("Access/permission denied"), "{e}");
     assert_eq!(state(&c, id), JobState::Pending);
-    // A filter by user selects nothing of someone else's.
+    // A filter that selects someone else's job is refused for that job,
+    // as Slurm's scancel reports it, and cancels nothing of theirs.
     let all = JobFilter::default();
-    assert!(c.cancel(ALICE, &all, None, 1).unwrap().is_empty());
+    let e = c.cancel(ALICE, &all, None, 1).unwrap_err();
+    assert_eq!(
+        e,
+        format!("Kill job error on job id {id}: Access/permission denied")
+    );
+    assert_eq!(state(&c, id), JobState::Pending);
     assert_eq!(c.cancel(ROOT, &f, None, 1).unwrap(), vec![id]);
     assert_eq!(state(&c, id), JobState::Cancelled);
     let e = c.hold(ALICE, &[id], false).unwrap_err();
@@ -181,7 +192,7 @@ fn cancelling_a_running_job_terminates_it_with_grace() {
         CtldMsg::Terminate { grace_ms: 5000, .. }
     ));
     assert_eq!(state(&c, id), JobState::Completing);
-    c.agent_message(&node, AgentMsg::JobCleaned { job: id }, 2);
+    c.agent_message(&node, AgentMsg::JobCleaned { job: r0(id) }, 2);
     assert_eq!(state(&c, id), JobState::Cancelled);
 }
 
@@ -193,13 +204,25 @@ fn time_limit_turns_into_timeout() {
     let id = c.submit(ALICE, spec, 0).unwrap();
     c.schedule(0);
     let (node, _) = launches(&mut c).remove(0);
-    c.agent_message(&node, AgentMsg::Heartbeat { running: vec![id] }, 55);
+    c.agent_message(
+        &node,
+        AgentMsg::Heartbeat {
+            running: vec![r0(id)],
+        },
+        55,
+    );
     c.tick(59);
     assert_eq!(state(&c, id), JobState::Running);
-    c.agent_message(&node, AgentMsg::Heartbeat { running: vec![id] }, 60);
+    c.agent_message(
+        &node,
+        AgentMsg::Heartbeat {
+            running: vec![r0(id)],
+        },
+        60,
+    );
     c.tick(60);
     assert_eq!(state(&c, id), JobState::Completing);
-    c.agent_message(&node, AgentMsg::JobCleaned { job: id }, 61);
+    c.agent_message(&node, AgentMsg::JobCleaned { job: r0(id) }, 61);
     assert_eq!(state(&c, id), JobState::Timeout);
 }
 
@@ -402,4 +425,237 @@ fn a_begin_time_wakes_the_scheduler() {
     assert!(c.take_dirty(), "the begin time asks for a pass");
     assert_eq!(c.schedule(100), 1);
     assert_eq!(state(&c, id), JobState::Running);
+}
+
+fn view(c: &Controller, id: u64) -> JobView {
+    c.job_views(
+        &JobFilter {
+            ids: vec![id],
+            ..Default::default()
+        },
+        0,
+    )
+    .remove(0)
+}
+
+#[test]
+fn a_node_heard_again_comes_back_and_ends_its_stale_runs() {
+    let mut c = cluster(2);
+    let mut spec = batch("x");
+    spec.requeue = true;
+    let id = c.submit(ALICE, spec, 0).unwrap();
+    let plain = c.submit(ALICE, batch("x"), 0).unwrap();
+    c.schedule(0);
+    let l = launches(&mut c);
+    let node = l.iter().find(|(_, l)| l.job == id).unwrap().0.clone();
+    let other = if node == "worker-0" {
+        "worker-1"
+    } else {
+        "worker-0"
+    };
+    // The agent stalls (still connected) past the timeout; the other
+    // node keeps talking.
+    c.agent_message(other, AgentMsg::Heartbeat { running: vec![] }, 11);
+    c.tick(11);
+    let down = c.node_views().into_iter().find(|n| n.name == node).unwrap();
+    assert_eq!(down.state, "down*");
+    assert_eq!(state(&c, id), JobState::Pending);
+    // It is heard again, still running the old run: back in service, and
+    // the old run is ended there.
+    c.take_outbox();
+    c.agent_message(
+        &node,
+        AgentMsg::Heartbeat {
+            running: vec![r0(id)],
+        },
+        12,
+    );
+    let back = c.node_views().into_iter().find(|n| n.name == node).unwrap();
+    assert!(!back.state.ends_with('*'), "{}", back.state);
+    let out = c.take_outbox();
+    assert!(
+        out.iter()
+            .any(|(n, m)| *n == node
+                && matches!(m, CtldMsg::Terminate { job, .. } if *job == r0(id))),
+        "{out:?}"
+    );
+    // The requeued job runs again as run 1; the old run's exit, arriving
+    // late, is not credited to it.
+    c.schedule(12);
+    let l = launches(&mut c);
+    let (new_node, launch) = l.iter().find(|(_, l)| l.job == id).unwrap();
+    assert_eq!(launch.run, 1);
+    let stale = ExitStatus {
+        code: 143,
+        signal: Some(15),
+    };
+    c.agent_message(
+        &node,
+        AgentMsg::StepExited {
+            job: r0(id),
+            step: BATCH_STEP,
+            exit: stale,
+        },
+        13,
+    );
+    c.agent_message(&node, AgentMsg::JobCleaned { job: r0(id) }, 13);
+    assert_eq!(
+        state(&c, id),
+        JobState::Running,
+        "a stale exit ended the new run"
+    );
+    let run1 = JobRun { job: id, run: 1 };
+    c.agent_message(
+        new_node,
+        AgentMsg::StepExited {
+            job: run1,
+            step: BATCH_STEP,
+            exit: ExitStatus::default(),
+        },
+        14,
+    );
+    c.agent_message(new_node, AgentMsg::JobCleaned { job: run1 }, 14);
+    assert_eq!(state(&c, id), JobState::Completed);
+    let _ = plain;
+}
+
+#[test]
+fn resume_of_a_disconnected_node_is_refused_and_of_a_connected_one_works() {
+    let mut c = cluster(2);
+    c.tick(11);
+    assert!(c.node_views().iter().all(|n| n.state == "down*"));
+    c.disconnected("worker-1");
+    let e = c
+        .update_node(ROOT, "worker-1", NodeUpdate::Resume, None, 12)
+        .unwrap_err();
+    assert!(e.contains("worker-1 is not responding"), "{e}");
+    c.update_node(ROOT, "worker-0", NodeUpdate::Resume, None, 12)
+        .unwrap();
+    let w0 = c
+        .node_views()
+        .into_iter()
+        .find(|n| n.name == "worker-0")
+        .unwrap();
+    assert_eq!(w0.state, "idle");
+}
+
+#[test]
+fn negative_nice_is_for_operators_and_the_range_is_bounded() {
+    let mut c = cluster(1);
+    // A job holding the whole node, so the others wait and are ranked.
+    let mut blocker = batch("x");
+    blocker.cpus_per_task = Some(8);
+    c.submit(ALICE, blocker, 0).unwrap();
+    c.schedule(0);
+    let mut s = batch("x");
+    s.nice = -2_147_483_648;
+    let e = c.submit(ALICE, s.clone(), 0).unwrap_err();
+    assert!(e.contains("only operators"), "{e}");
+    let e = c.submit(ROOT, s.clone(), 0).unwrap_err();
+    assert!(e.contains("Invalid nice value"), "{e}");
+    s.nice = -100;
+    let id = c.submit(ROOT, s.clone(), 0).unwrap();
+    assert!(c.submit(ALICE, s, 0).is_err());
+    let mut s = batch("x");
+    s.nice = 2_147_483_645;
+    let low = c.submit(ALICE, s, 0).unwrap();
+    c.schedule(1);
+    let (hi, lo) = (view(&c, id).priority, view(&c, low).priority);
+    assert!(hi > lo && lo > -3_000_000_000, "{hi} {lo}");
+}
+
+#[test]
+fn control_characters_in_names_and_paths_are_refused() {
+    let mut c = cluster(1);
+    for mutate in [
+        (|s: &mut JobSpec| s.name = "evil\u{1b}[2J\nJobId=1 UserId=root(0)".into())
+            as fn(&mut JobSpec),
+        |s| s.work_dir = "/tmp/\n".into(),
+        |s| s.partition = Some("gpu\r".into()),
+        |s| {
+            s.kind = JobKind::Batch {
+                script: "x".into(),
+                args: vec![],
+                stdout: Some("o\u{7}".into()),
+                stderr: None,
+            }
+        },
+    ] {
+        let mut s = batch("x");
+        mutate(&mut s);
+        let e = c.submit(ALICE, s, 0).unwrap_err();
+        assert!(e.contains("control characters"), "{e}");
+    }
+    assert!(c.job_views(&JobFilter::default(), 0).is_empty());
+}
+
+#[test]
+fn per_user_limits_refuse_with_a_reason_and_free_up_as_jobs_end() {
+    let mut cfg = config();
+    cfg.limits.max_jobs_per_user = 3;
+    cfg.limits.max_script_size = 1000;
+    cfg.limits.max_bytes_per_user = 2000;
+    let mut c = Controller::new(cfg).unwrap();
+    c.register(reg("worker-0", 4), 0).unwrap();
+    let e = c.submit(ALICE, batch(&"x".repeat(1001)), 0).unwrap_err();
+    assert!(e.starts_with("Batch script is too large"), "{e}");
+    let held = |n: usize| {
+        let mut s = batch(&"x".repeat(n));
+        s.hold = true;
+        s
+    };
+    let a = c.submit(ALICE, held(10), 0).unwrap();
+    c.submit(ALICE, held(10), 0).unwrap();
+    c.submit(ALICE, held(10), 0).unwrap();
+    let e = c.submit(ALICE, held(10), 0).unwrap_err();
+    assert!(
+        e.contains("job submit limit") && e.contains("limit per user is 3"),
+        "{e}"
+    );
+    // Others are not held to Alice's count; operators not at all.
+    c.submit(BOB, held(10), 0).unwrap();
+    c.submit(ROOT, held(10), 0).unwrap();
+    // A finished job frees its place.
+    c.cancel(
+        ALICE,
+        &JobFilter {
+            ids: vec![a],
+            ..Default::default()
+        },
+        None,
+        1,
+    )
+    .unwrap();
+    c.submit(ALICE, held(10), 1).unwrap();
+    // Bytes: Bob's two large scripts exceed his share.
+    c.submit(BOB, held(990), 1).unwrap();
+    let e = c.submit(BOB, held(990), 1).unwrap_err();
+    assert!(e.contains("bytes"), "{e}");
+}
+
+#[test]
+fn a_launch_failure_names_its_step_and_node() {
+    let mut c = cluster(1);
+    let id = c.submit(ALICE, batch("x"), 0).unwrap();
+    c.schedule(0);
+    let (node, _) = launches(&mut c).remove(0);
+    c.agent_message(
+        &node,
+        AgentMsg::LaunchFailed {
+            job: r0(id),
+            step: BATCH_STEP,
+            message: "chdir /home/alice: Permission denied (os error 13)".into(),
+        },
+        1,
+    );
+    c.agent_message(&node, AgentMsg::JobCleaned { job: r0(id) }, 1);
+    let v = view(&c, id);
+    assert_eq!(
+        (v.state, v.reason.as_str()),
+        (JobState::Failed, "JobLaunchFailure")
+    );
+    assert_eq!(
+        v.failure.as_deref(),
+        Some("batch step on worker-0: chdir /home/alice: Permission denied (os error 13)")
+    );
 }
