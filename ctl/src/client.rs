@@ -28,13 +28,22 @@ pub enum ClientError {
     Wire(#[from] WireError),
     #[error("Unable to contact slurm controller (the local corral-agent closed the connection)")]
     Closed,
-    #[error("Unable to contact slurm controller (no answer in {0} s)")]
+    #[error("Unable to contact slurm controller (no answer from the local corral-agent in {0} s)")]
     Timeout(u64),
 }
 
 /// How long one call may wait for its answer: longer than the agent's own
 /// wait on the controller, so the agent's message wins when it has one.
+/// `CORRAL_TIMEOUT` (seconds) overrides it.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn call_timeout() -> Duration {
+    std::env::var("CORRAL_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .map_or(CALL_TIMEOUT, Duration::from_secs)
+}
 
 /// How long connecting to the local agent may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -132,9 +141,10 @@ impl Client {
                 .await?
                 .ok_or(ClientError::Closed)
         };
-        let resp = tokio::time::timeout(CALL_TIMEOUT, exchange)
+        let limit = call_timeout();
+        let resp = tokio::time::timeout(limit, exchange)
             .await
-            .map_err(|_| ClientError::Timeout(CALL_TIMEOUT.as_secs()))??;
+            .map_err(|_| ClientError::Timeout(limit.as_secs()))??;
         Ok(escaped(resp))
     }
 

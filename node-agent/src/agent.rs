@@ -100,10 +100,12 @@ pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Default)]
 struct JobProcs {
     run: u32,
-    /// Running steps and the process groups of their tasks.
+    /// Running steps and the process groups of their tasks whose leaders
+    /// are still alive. A group leaves this list the moment its leader is
+    /// reaped (its leftovers are killed then), so the root agent never
+    /// signals a group id that the kernel may have handed to someone
+    /// else's process since.
     steps: HashMap<u32, Vec<u32>>,
-    /// Every process group the job ever had here (for the final kill).
-    groups: Vec<u32>,
     terminating: bool,
 }
 
@@ -141,6 +143,12 @@ pub(crate) fn exit_status(st: std::process::ExitStatus) -> ExitStatus {
             code: 1,
             signal: None,
         },
+    }
+}
+
+impl JobProcs {
+    fn groups(&self) -> Vec<u32> {
+        self.steps.values().flatten().copied().collect()
     }
 }
 
@@ -319,17 +327,13 @@ impl Agent {
             j.run = job.run;
             j.terminating = true;
             if j.steps.is_empty() {
-                let groups = std::mem::take(&mut j.groups);
+                // Leftovers of ended steps died with their leaders.
                 jobs.remove(&job.job);
                 drop(jobs);
-                // Leftovers of ended steps (background processes).
-                groups
-                    .iter()
-                    .for_each(|&g| signal_group(g, Signal::SIGKILL));
                 self.send_up(AgentMsg::JobCleaned { job });
                 return;
             }
-            j.groups.clone()
+            j.groups()
         };
         for &g in &groups {
             signal_group(g, Signal::SIGCONT);
@@ -343,7 +347,7 @@ impl Agent {
                 .lock()
                 .get(&job.job)
                 .filter(|j| j.run == job.run)
-                .map(|j| j.groups.clone());
+                .map(JobProcs::groups);
             for g in alive.unwrap_or_default() {
                 signal_group(g, Signal::SIGKILL);
             }
@@ -361,8 +365,37 @@ impl Agent {
             return false;
         }
         j.steps.entry(step).or_default().extend_from_slice(groups);
-        j.groups.extend_from_slice(groups);
         true
+    }
+
+    /// A task's leader was reaped: its group leaves the job's list, then
+    /// whatever it left running in the group is killed (a step ends with
+    /// its task). Call it right after the wait, before anything else can
+    /// signal the group.
+    pub(crate) fn group_exited(&self, job: JobRun, step: u32, pgid: u32) {
+        {
+            let mut jobs = self.jobs.lock();
+            if let Some(groups) = jobs
+                .get_mut(&job.job)
+                .filter(|j| j.run == job.run)
+                .and_then(|j| j.steps.get_mut(&step))
+            {
+                groups.retain(|&g| g != pgid);
+            }
+        }
+        signal_group(pgid, Signal::SIGKILL);
+    }
+
+    /// Delivers a signal to the live task groups of one step.
+    pub(crate) fn signal_step(&self, job: JobRun, step: u32, sig: Signal) {
+        let jobs = self.jobs.lock();
+        if let Some(groups) = jobs
+            .get(&job.job)
+            .filter(|j| j.run == job.run)
+            .and_then(|j| j.steps.get(&step))
+        {
+            groups.iter().for_each(|&g| signal_group(g, sig));
+        }
     }
 
     /// Registers a step of a run; false if the run is being ended or an
@@ -382,7 +415,7 @@ impl Agent {
                     ..JobProcs::default()
                 },
             );
-            old.groups
+            old.groups()
                 .iter()
                 .for_each(|&g| signal_group(g, Signal::SIGKILL));
         }
@@ -405,7 +438,7 @@ impl Agent {
             };
             if cleaned {
                 if let Some(j) = jobs.remove(&job.job) {
-                    j.groups
+                    j.groups()
                         .iter()
                         .for_each(|&g| signal_group(g, Signal::SIGKILL));
                 }
@@ -507,22 +540,23 @@ impl Agent {
             stderr: Io::Path(err_path),
         };
         let spawned = self.cfg.launcher.spawn(spec);
+        let run = JobRun {
+            job: l.job,
+            run: l.run,
+        };
         let result = match spawned {
             Ok(mut child) => {
-                if let Some(pid) = child.id() {
-                    let run = JobRun {
-                        job: l.job,
-                        run: l.run,
-                    };
+                let pid = child.id();
+                if let Some(pid) = pid {
                     if !self.add_groups(run, l.step, &[pid]) {
                         signal_group(pid, Signal::SIGKILL);
                     }
                 }
-                child
-                    .wait()
-                    .await
-                    .map(exit_status)
-                    .map_err(|e| e.to_string())
+                let st = child.wait().await;
+                if let Some(pid) = pid {
+                    self.group_exited(run, l.step, pid);
+                }
+                st.map(exit_status).map_err(|e| e.to_string())
             }
             Err(e) => Err(error_chain(&e)),
         };
@@ -604,8 +638,9 @@ pub enum UnsafeDir {
 
 /// Checks that no one but root (or the agent's own uid) can change `dir`
 /// or any directory above it, so a path under it cannot be swapped by a
-/// user. A root-owned sticky directory above it (`/tmp`) is accepted:
-/// there no one may rename or remove what they do not own.
+/// user. A sticky directory above it (`/tmp`) owned by root or by the
+/// agent's uid is accepted: there no one may rename or remove what they
+/// do not own.
 pub fn check_private_dir(dir: &Path) -> Result<(), UnsafeDir> {
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::geteuid().as_raw();
@@ -627,7 +662,7 @@ pub fn check_private_dir(dir: &Path) -> Result<(), UnsafeDir> {
             });
         }
         let shared = mode & 0o022 != 0;
-        let sticky_root_parent = depth > 0 && owner == 0 && mode & 0o1000 != 0;
+        let sticky_root_parent = depth > 0 && mode & 0o1000 != 0;
         if shared && !sticky_root_parent {
             return Err(UnsafeDir::Writable {
                 path: d.to_path_buf(),

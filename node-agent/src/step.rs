@@ -72,8 +72,11 @@ pub(crate) async fn run(
     });
 
     let user = crate::launch::user_name(l.user.uid);
+    let run = corral_proto::msg::JobRun {
+        job: l.job,
+        run: l.run,
+    };
     let mut stdin0 = None;
-    let mut groups = Vec::new();
     let mut waits = Vec::new();
     for (local, &task) in tasks.iter().enumerate() {
         let spec = TaskSpec {
@@ -87,8 +90,13 @@ pub(crate) async fn run(
         };
         match agent.cfg.launcher.spawn(spec) {
             Ok(mut child) => {
-                if let Some(pid) = child.id() {
-                    groups.push(pid);
+                let pgid = child.id();
+                if let Some(pid) = pgid {
+                    // Recorded before its wait starts, so the exit always
+                    // comes after.
+                    if !agent.add_groups(run, l.step, &[pid]) {
+                        signal_group(pid, Signal::SIGKILL);
+                    }
                 }
                 if task == 0 {
                     stdin0 = child.stdin.take();
@@ -102,7 +110,8 @@ pub(crate) async fn run(
                     .take()
                     .map(|e| tokio::spawn(pump(e, task, true, tx.clone())));
                 let tx = tx.clone();
-                let pgid = child.id();
+                let agent = agent.clone();
+                let step = l.step;
                 waits.push(tokio::spawn(async move {
                     let st = child.wait().await.map(exit_status).unwrap_or(ExitStatus {
                         code: 1,
@@ -111,7 +120,7 @@ pub(crate) async fn run(
                     // A step ends with its task: what it left running in its
                     // process group goes too (and releases the pipes).
                     if let Some(g) = pgid {
-                        signal_group(g, Signal::SIGKILL);
+                        agent.group_exited(run, step, g);
                     }
                     // Output first, then the exit: srun prints in order.
                     for h in [out, err].into_iter().flatten() {
@@ -139,19 +148,11 @@ pub(crate) async fn run(
             }
         }
     }
-    let run = corral_proto::msg::JobRun {
-        job: l.job,
-        run: l.run,
-    };
-    if !agent.add_groups(run, l.step, &groups) {
-        groups
-            .iter()
-            .for_each(|&g| signal_group(g, Signal::SIGKILL));
-    }
     drop(tx);
 
-    // srun → tasks: stdin to task 0, signals to all.
-    let sig_groups = groups.clone();
+    // srun → tasks: stdin to task 0, signals to the live ones.
+    let sig_agent = agent.clone();
+    let step = l.step;
     let reader = tokio::spawn(async move {
         loop {
             match read_frame::<_, StepDown>(&mut recv).await {
@@ -165,7 +166,7 @@ pub(crate) async fn run(
                 Ok(Some(StepDown::StdinEof)) => stdin0 = None,
                 Ok(Some(StepDown::Signal(s))) => {
                     if let Ok(sig) = Signal::try_from(s) {
-                        sig_groups.iter().for_each(|&g| signal_group(g, sig));
+                        sig_agent.signal_step(run, step, sig);
                     }
                 }
                 Ok(None) | Err(_) => return,

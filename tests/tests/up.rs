@@ -9,7 +9,8 @@ use corral_e2e::{bin_dir, is_root, out};
 fn corral_up_runs_a_command_against_a_fresh_cluster_as_a_normal_user() {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    // Like /tmp: anyone may create, only owners may rename or remove.
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
     // The binaries where any user can reach them.
     let bin = tmp.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
@@ -114,4 +115,51 @@ fn ctrl_c_under_corral_up_reaches_the_tasks_not_the_cluster() {
         "srun reports the task's exit: {out}"
     );
     assert_eq!(st.code(), Some(0), "{out}");
+}
+
+/// Runs a batch job to completion inside `corral up`, from a script.
+const BATCH_RUNS: &str = "j=$(sbatch --parsable --wrap 'echo batch ran') || exit 1; \
+    for i in $(seq 200); do s=$(squeue -h -t all -j $j -o %T); \
+    [ \"$s\" = COMPLETED ] && exit 0; [ \"$s\" = FAILED ] && exit 4; sleep 0.1; done; exit 5";
+
+#[test]
+fn a_relative_dir_works_and_the_logs_are_private() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(bin_dir().join("corral"))
+        .args(["up", "--nodes", "1", "--gpus-per-node", "0", "--dir", "cl", "--"])
+        .args(["sh", "-c", BATCH_RUNS])
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    let (code, _, e) = out(o);
+    assert_eq!(code, 0, "the batch job failed under a relative --dir: {e}");
+    let logs = tmp.path().join("cl").join("log");
+    for name in ["ctld.log", "worker-0.log"] {
+        let mode = std::fs::metadata(logs.join(name)).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{name} is readable by others");
+    }
+}
+
+#[test]
+fn a_cluster_directory_others_can_write_is_refused_in_one_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let open = tmp.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let t0 = std::time::Instant::now();
+    let o = Command::new(bin_dir().join("corral"))
+        .args(["up", "--nodes", "1", "--gpus-per-node", "0", "--", "true"])
+        .env("TMPDIR", &open)
+        .output()
+        .unwrap();
+    let (code, _, e) = out(o);
+    assert_eq!(code, 1, "{e}");
+    assert!(e.contains("is writable by others"), "{e}");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(20),
+        "gave up only after {:?}",
+        t0.elapsed()
+    );
 }

@@ -290,6 +290,14 @@ impl Cluster {
             })
     }
 
+    /// Node `i`'s agent's process id.
+    pub fn agent_pid(&self, i: u32) -> Option<u32> {
+        self.agents
+            .get(i as usize)
+            .and_then(Option::as_ref)
+            .map(Child::id)
+    }
+
     /// The controller's process id.
     pub fn ctld_pid(&self) -> Option<u32> {
         self.ctld.as_ref().map(Child::id)
@@ -313,11 +321,41 @@ impl Cluster {
         Ok(())
     }
 
-    /// Waits until `count` nodes are idle, as seen through node 0's agent.
+    /// The first daemon that has exited, with the last line of its log.
+    fn exited(&self) -> Option<String> {
+        use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        let daemons = self
+            .ctld
+            .iter()
+            .map(|c| (c.id(), "ctld".to_string()))
+            .chain(self.agents.iter().enumerate().filter_map(|(i, a)| {
+                a.as_ref().map(|c| (c.id(), Cluster::node_name(i as u32)))
+            }));
+        for (pid, name) in daemons {
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            match waitid(Id::Pid(pid), flags) {
+                Ok(WaitStatus::StillAlive) | Err(_) => continue,
+                Ok(_) => {
+                    let log = self.spec.dir.join("log").join(format!("{name}.log"));
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    let last = text.lines().last().unwrap_or("no output").to_string();
+                    return Some(format!("{name} exited: {last}"));
+                }
+            }
+        }
+        None
+    }
+
+    /// Waits until `count` nodes are idle, as seen through node 0's agent;
+    /// fails at once when a daemon exits.
     pub async fn wait_idle(&self, count: u32, timeout: Duration) -> Result<(), UpError> {
         let t0 = Instant::now();
         let mut last = String::from("no answer");
         while t0.elapsed() < timeout {
+            if let Some(why) = self.exited() {
+                return Err(UpError::Timeout(why));
+            }
             if let Ok(mut c) = Client::connect_to(&self.socket(0)).await {
                 match c.call(Request::Nodes).await {
                     Ok(Response::Nodes(nodes)) => {
