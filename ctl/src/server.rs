@@ -25,7 +25,7 @@ use corral_proto::ratelimit::LogLimiter;
 use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
 use corral_proto::{now_ms, read_frame, warn_limited, write_frame, WireError};
 use parking_lot::{Mutex, MutexGuard};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, Notify, Semaphore};
 
 use crate::config::Config;
 use crate::state::{Controller, Selector};
@@ -76,6 +76,9 @@ struct Heard {
     running: Mutex<Option<Vec<JobRun>>>,
 }
 
+/// Requests of one (unprivileged) user served at once.
+const REQUESTS_PER_USER: usize = 2;
+
 /// Lines a peer can cause are rate-limited.
 static LOGS: std::sync::LazyLock<LogLimiter> = std::sync::LazyLock::new(LogLimiter::default);
 
@@ -90,6 +93,8 @@ pub struct Server {
     ctl: Mutex<Controller>,
     kick: Notify,
     agents: Mutex<HashMap<String, AgentLink>>,
+    /// Each user's turns at the controller (see [`REQUESTS_PER_USER`]).
+    turns: Mutex<HashMap<u32, Arc<Semaphore>>>,
 }
 
 impl Server {
@@ -98,6 +103,7 @@ impl Server {
             ctl: Mutex::new(Controller::new(cfg).map_err(ServerError::State)?),
             kick: Notify::new(),
             agents: Mutex::new(HashMap::new()),
+            turns: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -209,6 +215,10 @@ impl Server {
             }
             c.tick(now());
             self.finish(c);
+            // Forget the turns of users with nothing in flight.
+            self.turns.lock().retain(|_, s| {
+                s.available_permits() < REQUESTS_PER_USER || Arc::strong_count(s) > 1
+            });
         }
     }
 
@@ -263,13 +273,31 @@ impl Server {
 
     async fn request(&self, token: &corral_proto::cred::Token, request: Request) -> Response {
         let now = now();
-        let who = self.ctl.lock().authenticate(token, now_ms());
+        let (who, privileged) = {
+            let mut c = self.ctl.lock();
+            let who = c.authenticate(token, now_ms());
+            let privileged = who.as_ref().is_ok_and(|w| c.is_privileged(*w));
+            (who, privileged)
+        };
         let who = match who {
             Ok(who) => who,
             Err(e) => {
                 warn_limited!(LOGS, "credential", node = %token.claims.node, error = %e, "credential refused");
                 return Response::Error(format!("Invalid authentication credential: {e}"));
             }
+        };
+        // One user's requests are served a few at a time, so a flood of
+        // them queues behind itself rather than ahead of everyone else.
+        let _turn = if privileged {
+            None
+        } else {
+            let sem = self
+                .turns
+                .lock()
+                .entry(who.uid)
+                .or_insert_with(|| Arc::new(Semaphore::new(REQUESTS_PER_USER)))
+                .clone();
+            sem.acquire_owned().await.ok()
         };
         let request = match request {
             Request::Jobs(f) => return self.jobs(f).await,

@@ -231,6 +231,11 @@ impl Controller {
         std::mem::replace(&mut self.dirty, false)
     }
 
+    /// Root and the configured operators.
+    pub fn is_privileged(&self, who: Ident) -> bool {
+        self.privileged(who)
+    }
+
     fn privileged(&self, who: Ident) -> bool {
         who.uid == 0 || self.cfg.operators.contains(&who.uid)
     }

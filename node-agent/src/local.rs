@@ -50,6 +50,9 @@ pub struct LocalLimits {
     pub frame_timeout: Duration,
     /// Requests of one connection relayed at once (a client may pipeline).
     pub pipeline: usize,
+    /// Requests of one user (other than root) relayed at once, over all
+    /// their connections: a flood queues behind itself.
+    pub relays_per_user: usize,
 }
 
 impl LocalLimits {
@@ -63,7 +66,8 @@ impl LocalLimits {
             bytes_per_user: 32 << 20,
             bytes_total: 256 << 20,
             frame_timeout: Duration::from_secs(10),
-            pipeline: 16,
+            pipeline: 64,
+            relays_per_user: 4,
         }
     }
 }
@@ -81,6 +85,7 @@ struct Shares {
 struct UserShare {
     conns: usize,
     bytes: Arc<Semaphore>,
+    relays: Arc<Semaphore>,
 }
 
 /// One connection's place; gives it back when dropped.
@@ -89,6 +94,7 @@ struct Seat {
     shares: Arc<Shares>,
     uid: u32,
     bytes: Arc<Semaphore>,
+    relays: Arc<Semaphore>,
 }
 
 impl Shares {
@@ -109,6 +115,11 @@ impl Shares {
         let u = users.entry(uid).or_insert_with(|| UserShare {
             conns: 0,
             bytes: Arc::new(Semaphore::new(self.limits.bytes_per_user)),
+            relays: Arc::new(Semaphore::new(if uid == 0 {
+                Semaphore::MAX_PERMITS
+            } else {
+                self.limits.relays_per_user
+            })),
         });
         if u.conns >= self.limits.conns_per_user {
             return Err("too many local connections from one user");
@@ -119,6 +130,7 @@ impl Shares {
             shares: self.clone(),
             uid,
             bytes: u.bytes.clone(),
+            relays: u.relays.clone(),
         })
     }
 }
@@ -259,7 +271,9 @@ async fn client(agent: Arc<Agent>, stream: UnixStream, shares: Arc<Shares>) {
             }
         };
         let agent = agent.clone();
+        let relays = seat.relays.clone();
         let h = tokio::spawn(async move {
+            let _turn = relays.acquire_owned().await;
             let resp = match req {
                 LocalRequest::Relay(request) => agent.relay(who, request).await,
                 LocalRequest::Credential => match agent.minter.mint(who, now_ms()) {

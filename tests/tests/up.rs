@@ -127,7 +127,16 @@ fn a_relative_dir_works_and_the_logs_are_private() {
     use std::os::unix::fs::MetadataExt;
     let tmp = tempfile::tempdir().unwrap();
     let o = Command::new(bin_dir().join("corral"))
-        .args(["up", "--nodes", "1", "--gpus-per-node", "0", "--dir", "cl", "--"])
+        .args([
+            "up",
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "0",
+            "--dir",
+            "cl",
+            "--",
+        ])
         .args(["sh", "-c", BATCH_RUNS])
         .current_dir(tmp.path())
         .output()

@@ -325,13 +325,13 @@ impl Cluster {
     fn exited(&self) -> Option<String> {
         use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
         let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-        let daemons = self
-            .ctld
-            .iter()
-            .map(|c| (c.id(), "ctld".to_string()))
-            .chain(self.agents.iter().enumerate().filter_map(|(i, a)| {
-                a.as_ref().map(|c| (c.id(), Cluster::node_name(i as u32)))
-            }));
+        let daemons =
+            self.ctld
+                .iter()
+                .map(|c| (c.id(), "ctld".to_string()))
+                .chain(self.agents.iter().enumerate().filter_map(|(i, a)| {
+                    a.as_ref().map(|c| (c.id(), Cluster::node_name(i as u32)))
+                }));
         for (pid, name) in daemons {
             let pid = nix::unistd::Pid::from_raw(pid as i32);
             match waitid(Id::Pid(pid), flags) {

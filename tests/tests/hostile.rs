@@ -1,0 +1,700 @@
+//! What an unprivileged user tries against a cluster shared with others:
+//! reading past their rights, signalling what is not theirs, stalling the
+//! controller, freezing or exhausting an agent, making a node vanish. Each
+//! test reproduces one attack with bounded loops and asserts the fixed
+//! behaviour. Tests that need other uids need root and say SKIPPED
+//! otherwise. They run one at a time: several assert on timing.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use corral_e2e::{is_root, out, runtime, Env, Opts};
+use corral_proto::msg::{JobFilter, JobState, Request, Response};
+use corral_proto::MAX_FRAME;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const ALICE: u32 = 23_480;
+const BOB: u32 = 23_481;
+const CAROL: u32 = 23_482;
+
+/// One test at a time: they measure latencies and stall daemons.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn skip_unless_root(what: &str) -> bool {
+    if !is_root() {
+        println!("SKIPPED (needs root): {what}");
+        return true;
+    }
+    false
+}
+
+fn as_user(env: &Env, uid: u32, args: &[&str]) -> (i32, String, String) {
+    out(env.cmd_as(uid, args).output().expect("running corral"))
+}
+
+fn chown(p: &Path, uid: u32) {
+    std::os::unix::fs::chown(p, Some(uid), Some(uid)).expect("chown");
+}
+
+fn chmod(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn node_of(env: &Env, job: u64) -> String {
+    env.ok(&["squeue", "-h", "-j", &job.to_string(), "-o", "%N"])
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn a_user_cannot_enter_another_users_directory() {
+    if skip_unless_root("tasks as other uids") {
+        return;
+    }
+    let _one = serial();
+    let env = Env::start(Opts {
+        nodes: 1,
+        ..Opts::default()
+    });
+    let home = env.work.join("alice-home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::write(home.join("secret.txt"), "alice-secret\n").unwrap();
+    chown(&home.join("secret.txt"), ALICE);
+    chown(&home, ALICE);
+    chmod(&home, 0o700);
+    let dir = home.to_str().unwrap();
+
+    // Interactive: the task fails at chdir and prints nothing of hers.
+    let (code, o, e) = as_user(&env, BOB, &["srun", "-D", dir, "cat", "secret.txt"]);
+    assert_ne!(code, 0, "{o}{e}");
+    assert!(!o.contains("alice-secret") && !e.contains("alice-secret"));
+    assert!(
+        e.contains("chdir") && e.contains("Permission denied"),
+        "{e}"
+    );
+
+    // Batch: the job fails, and scontrol says which step failed where.
+    let out_file = env.work.join("bob-%j.out");
+    let (code, o, e) = as_user(
+        &env,
+        BOB,
+        &[
+            "sbatch",
+            "--parsable",
+            "-D",
+            dir,
+            "-o",
+            out_file.to_str().unwrap(),
+            "--wrap",
+            "cat secret.txt",
+        ],
+    );
+    assert_eq!(code, 0, "{e}");
+    let id: u64 = o.trim().parse().unwrap();
+    env.wait_state(id, &["FAILED"], 20);
+    let show = env.ok(&["scontrol", "show", "job", &id.to_string()]);
+    assert!(show.contains("Reason=JobLaunchFailure"), "{show}");
+    assert!(
+        show.contains(&format!("FailReason=batch step on worker-0: chdir {dir}")),
+        "{show}"
+    );
+    assert!(!env.read(&format!("bob-{id}.out")).contains("alice-secret"));
+
+    // Alice herself gets in.
+    let (code, o, e) = as_user(&env, ALICE, &["srun", "-D", dir, "cat", "secret.txt"]);
+    assert_eq!((code, o.as_str()), (0, "alice-secret\n"), "{e}");
+}
+
+/// Makes the next process forked on this machine get `pid`.
+fn next_pid_is(pid: i32) -> bool {
+    std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).is_ok()
+}
+
+#[test]
+fn a_group_id_reused_by_another_user_is_not_signalled() {
+    if skip_unless_root("choosing pids and other uids") {
+        return;
+    }
+    let _one = serial();
+    let env = Env::start(Opts {
+        nodes: 1,
+        ..Opts::default()
+    });
+    // Bob's step: task 0 writes its pid (its process group) and exits,
+    // task 1 keeps the step running.
+    let script = format!(
+        "#!/bin/sh\nsrun -n2 sh -c 'if [ \"$SLURM_PROCID\" = 0 ]; then echo $$ > {}/pg0-$SLURM_JOB_ID; exit 0; fi; sleep 60'\n",
+        env.work.display()
+    );
+    let path = env.work.join("bob.sh");
+    std::fs::write(&path, script).unwrap();
+    chmod(&path, 0o755);
+    let (code, o, e) = as_user(
+        &env,
+        BOB,
+        &[
+            "sbatch",
+            "--parsable",
+            "-o",
+            "/dev/null",
+            path.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{e}");
+    let id: u64 = o.trim().parse().unwrap();
+    let pg_file = env.work.join(format!("pg0-{id}"));
+    let t0 = Instant::now();
+    let pgid: i32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pg_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "task 0 never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Task 0 is gone (reaped by the agent).
+    while Path::new(&format!("/proc/{pgid}")).exists() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "task 0 never ended");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Alice starts a process that leads a group with that very id.
+    let mut victim = None;
+    for _ in 0..500 {
+        if !next_pid_is(pgid) {
+            println!("SKIPPED (cannot choose the next pid here)");
+            return;
+        }
+        let child = {
+            use std::os::unix::process::CommandExt;
+            std::process::Command::new("setsid")
+                .args(["sleep", "60"])
+                .uid(ALICE)
+                .gid(ALICE)
+                .spawn()
+                .unwrap()
+        };
+        if child.id() as i32 == pgid {
+            victim = Some(child);
+            break;
+        }
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut victim = victim.expect("the pid was never handed out again in 500 tries");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(env.state(id), "RUNNING");
+    let (code, _, e) = as_user(&env, BOB, &["scancel", "-s", "USR1", &id.to_string()]);
+    assert_eq!(code, 0, "{e}");
+    std::thread::sleep(Duration::from_secs(1));
+    let st = victim.try_wait().unwrap();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert!(
+        st.is_none(),
+        "alice's process was signalled by bob's scancel: {st:?}"
+    );
+    as_user(&env, BOB, &["scancel", &id.to_string()]);
+}
+
+#[test]
+fn hostile_filters_neither_stall_the_controller_nor_take_nodes_down() {
+    let _one = serial();
+    let env = Env::start(Opts {
+        nodes: 2,
+        heartbeat_timeout: 3,
+        ..Opts::default()
+    });
+    let sock = env.cluster.socket(0);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // A deep queue of held jobs.
+    let jobs: Vec<Request> = (0..20_000)
+        .map(|_| Request::Submit(corral_e2e::tiny_job(&env.work, true)))
+        .collect();
+    let answers = rt
+        .block_on(corral_ctl::client::pipeline_to(&sock, jobs))
+        .unwrap();
+    assert!(answers
+        .iter()
+        .all(|r| matches!(r, Response::Submitted { .. })));
+    // Filters far past the bound are refused at once.
+    let huge = JobFilter {
+        states: vec![JobState::Running; 2_000_000],
+        ..JobFilter::default()
+    };
+    let refused = rt
+        .block_on(corral_ctl::client::pipeline_to(
+            &sock,
+            vec![Request::Jobs(huge.clone()); 4],
+        ))
+        .unwrap();
+    for r in &refused {
+        assert!(
+            matches!(r, Response::Error(e) if e.starts_with("Too many states")),
+            "{r:?}"
+        );
+    }
+    // Then the stock squeue, 150 at a time with 128 KB user lists, as
+    // another user, for five seconds, while a third asks for their jobs.
+    let list: Vec<String> = (1_000_000..1_016_000).map(|u| u.to_string()).collect();
+    let list = list.join(",");
+    let flooder = if is_root() {
+        BOB
+    } else {
+        nix::unistd::getuid().as_raw()
+    };
+    let flood = {
+        let work = env.work.clone();
+        let make = {
+            let envs = env.cluster.env();
+            let bin = env.cmd_as(flooder, &["squeue"]).get_program().to_owned();
+            move || {
+                use std::os::unix::process::CommandExt;
+                let mut c = std::process::Command::new(&bin);
+                c.args(["squeue", "-h", "-u", &list])
+                    .envs(envs.clone())
+                    .current_dir(&work)
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null());
+                if is_root() {
+                    c.uid(flooder).gid(flooder);
+                }
+                c
+            }
+        };
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut rounds = 0;
+            while t0.elapsed() < Duration::from_secs(5) {
+                let mut kids: Vec<_> = (0..150).filter_map(|_| make().spawn().ok()).collect();
+                for k in &mut kids {
+                    let _ = k.wait();
+                }
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    drop(rt);
+    let mut worst = Duration::ZERO;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        let t = Instant::now();
+        let (code, _, e) = as_user_or_self(&env, CAROL, &["squeue", "-h", "-u", "23482"]);
+        assert_eq!(code, 0, "{e}");
+        worst = worst.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let rounds = flood.join().unwrap();
+    println!("{rounds} rounds of 150 hostile queries; the other user's worst wait {worst:?}");
+    assert!(rounds >= 1);
+    assert!(
+        worst < Duration::from_secs(1),
+        "another user waited {worst:?} for squeue during the flood"
+    );
+    let nodes = env.ok(&["sinfo", "-N", "-h"]);
+    assert!(!nodes.contains("down"), "{nodes}");
+}
+
+/// As another uid when root, else as ourselves (the latency is the point).
+fn as_user_or_self(env: &Env, uid: u32, args: &[&str]) -> (i32, String, String) {
+    if is_root() {
+        as_user(env, uid, args)
+    } else {
+        env.run(args)
+    }
+}
+
+#[test]
+fn a_fifo_as_output_fails_only_its_job() {
+    let _one = serial();
+    let env = Env::start(Opts {
+        nodes: 1,
+        heartbeat_timeout: 5,
+        ..Opts::default()
+    });
+    let fifo = env.work.join("ff");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let ids: Vec<u64> = (0..2)
+        .map(|_| {
+            env.ok(&["sbatch", "--parsable", "-o", "ff", "--wrap", "true"])
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    for id in &ids {
+        env.wait_state(*id, &["FAILED"], 20);
+        let show = env.ok(&["scontrol", "show", "job", &id.to_string()]);
+        assert!(
+            show.contains("is not a regular file or a terminal"),
+            "{show}"
+        );
+    }
+    // The node still runs jobs, well past the heartbeat timeout.
+    std::thread::sleep(Duration::from_secs(6));
+    let id: u64 = env
+        .ok(&["sbatch", "--parsable", "--wrap", "echo fine"])
+        .trim()
+        .parse()
+        .unwrap();
+    env.wait_state(id, &["COMPLETED"], 20);
+    assert_eq!(env.read(&format!("slurm-{id}.out")), "fine\n");
+    assert!(!env.ok(&["sinfo", "-N", "-h"]).contains("down"));
+}
+
+#[test]
+fn the_agents_memory_is_bounded_and_half_frames_are_closed() {
+    let _one = serial();
+    let env = Env::start(Opts {
+        nodes: 1,
+        ..Opts::default()
+    });
+    let pid = env.cluster.agent_pid(0).unwrap();
+    let before = rss_kb(pid);
+    let sock = env.cluster.socket(0);
+    // 150 connections, each sending a frame of 8 MiB less one byte as fast
+    // as the agent takes it.
+    let len = MAX_FRAME - 1;
+    let senders: Vec<_> = (0..150)
+        .map(|_| {
+            let sock = sock.clone();
+            std::thread::spawn(move || {
+                let Ok(mut s) = UnixStream::connect(&sock) else {
+                    return;
+                };
+                let _ = s.set_write_timeout(Some(Duration::from_secs(3)));
+                let mut frame = len.to_be_bytes().to_vec();
+                frame.extend(1u16.to_be_bytes());
+                let _ = s.write_all(&frame);
+                let chunk = vec![0u8; 1 << 20];
+                let mut sent = 0usize;
+                while sent < len as usize - 2 {
+                    let n = chunk.len().min(len as usize - 2 - sent);
+                    if s.write_all(&chunk[..n]).is_err() {
+                        break;
+                    }
+                    sent += n;
+                }
+                std::thread::sleep(Duration::from_secs(2));
+            })
+        })
+        .collect();
+    // One more that sends half a frame and stalls.
+    let mut half = UnixStream::connect(&sock).unwrap();
+    let mut frame = 1000u32.to_be_bytes().to_vec();
+    frame.extend([0, 2, 7, 7]);
+    half.write_all(&frame).unwrap();
+    let t_half = Instant::now();
+    let mut peak = 0;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(4) {
+        peak = peak.max(rss_kb(pid));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for s in senders {
+        let _ = s.join();
+    }
+    let grown_mb = peak.saturating_sub(before) / 1024;
+    assert!(
+        grown_mb < 150,
+        "the agent grew by {grown_mb} MB (from {} MB)",
+        before / 1024
+    );
+    // The node still serves.
+    env.ok(&["squeue"]);
+    // The stalled half frame is closed once the frame timeout passes.
+    half.set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = half.read(&mut buf).unwrap_or(usize::MAX);
+    assert_eq!(n, 0, "the half frame's connection stayed open");
+    let waited = t_half.elapsed();
+    assert!(waited < Duration::from_secs(14), "{waited:?}");
+}
+
+#[test]
+fn one_users_idle_connections_do_not_lock_out_others() {
+    if skip_unless_root("other uids") {
+        return;
+    }
+    let _one = serial();
+    let env = Env::start(Opts {
+        nodes: 1,
+        ..Opts::default()
+    });
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, hard.min(8192), hard).unwrap();
+    let sock = env.cluster.socket(0);
+    let mut held = Vec::new();
+    let mut refused = None;
+    for _ in 0..2_000 {
+        match UnixStream::connect(&sock) {
+            Ok(s) => held.push(s),
+            Err(_) => break,
+        }
+    }
+    // Past this uid's share, a connection is answered with why and closed.
+    for s in held.iter_mut().rev().take(50) {
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        if let Ok(Some(Response::Error(e))) = runtime().block_on(async {
+            let mut t = tokio::net::UnixStream::from_std({
+                let c = s.try_clone().unwrap();
+                c.set_nonblocking(true).unwrap();
+                c
+            })
+            .unwrap();
+            tokio::time::timeout(
+                Duration::from_secs(2),
+                corral_proto::read_frame::<_, Response>(&mut t),
+            )
+            .await
+            .unwrap_or(Ok(None))
+        }) {
+            refused = Some(e);
+            break;
+        }
+    }
+    let refused = refused.expect("2,000 connections of one uid were all kept");
+    assert!(refused.contains("too many local connections"), "{refused}");
+    // Another user is served and can run a job on the node.
+    let (code, o, e) = as_user(&env, CAROL, &["sbatch", "--parsable", "--wrap", "true"]);
+    assert_eq!(code, 0, "{e}");
+    let id = o.trim().to_string();
+    let t0 = Instant::now();
+    loop {
+        let (code, o, e) = as_user(
+            &env,
+            CAROL,
+            &["squeue", "-h", "-t", "all", "-j", &id, "-o", "%T"],
+        );
+        assert_eq!(code, 0, "{e}");
+        if o.trim() == "COMPLETED" {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "carol's job is {o}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(held);
+}
+
+#[test]
+fn a_stalled_agents_node_returns_and_its_stale_exit_is_ignored() {
+    let _one = serial();
+    let mut env = Env::start(Opts {
+        nodes: 2,
+        heartbeat_timeout: 3,
+        ..Opts::default()
+    });
+    // Run 0 fails after 5 s; run 1 (after the requeue) succeeds after 6 s.
+    let id = env.sbatch(
+        &["--requeue", "-o", "/dev/null"],
+        "#!/bin/sh\nif [ \"$SLURM_RESTART_COUNT\" = 0 ]; then sleep 5; exit 3; fi\nsleep 6\n",
+    );
+    env.wait_state(id, &["RUNNING"], 20);
+    let node = node_of(&env, id);
+    let i: u32 = node.trim_start_matches("worker-").parse().unwrap();
+    let pid = Pid::from_raw(env.cluster.agent_pid(i).unwrap() as i32);
+    // The agent stops past the heartbeat timeout, its connection open.
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let t0 = Instant::now();
+    env.wait_sinfo(
+        "the stopped node marked down",
+        |s| s.lines().any(|l| l.contains(&node) && l.contains("down*")),
+        15,
+    );
+    // The job runs again elsewhere while the agent is stopped; run 0's
+    // task ends (exit 3) while nobody is watching.
+    std::thread::sleep(Duration::from_secs(7).saturating_sub(t0.elapsed()));
+    kill(pid, Signal::SIGCONT).unwrap();
+    // Heard from again, the node comes back by itself.
+    env.wait_sinfo(
+        "the node back in service",
+        |s| s.lines().any(|l| l.contains(&node) && !l.contains("down")),
+        10,
+    );
+    // The stale exit 3 of run 0 is not credited to run 1.
+    env.wait_state(id, &["COMPLETED", "FAILED"], 30);
+    let show = env.ok(&["scontrol", "show", "job", &id.to_string()]);
+    assert!(show.contains("JobState=COMPLETED"), "{show}");
+    assert!(show.contains("Restarts=1"), "{show}");
+    let _ = &mut env;
+}
+
+#[test]
+fn odd_and_oversized_submissions_get_one_line_each() {
+    if skip_unless_root("other uids") {
+        return;
+    }
+    let _one = serial();
+    let env = Env::start(Opts {
+        nodes: 1,
+        ..Opts::default()
+    });
+    let refused = |args: &[&str], want: &str| {
+        let (code, o, e) = as_user(&env, BOB, args);
+        assert_eq!(code, 1, "{args:?} accepted: {o}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(e.contains(want), "{args:?}: {e}");
+    };
+    refused(
+        &["sbatch", "--nice=-2147483648", "--wrap", "true"],
+        "only operators may set a negative nice",
+    );
+    refused(
+        &[
+            "sbatch",
+            "-J",
+            "evil\u{1b}[2J\nJobId=1 UserId=root(0)",
+            "--wrap",
+            "true",
+        ],
+        "control characters",
+    );
+    refused(&["sbatch", "--gres=gpu:-1", "--wrap", "true"], "gres");
+    refused(
+        &[
+            "sbatch",
+            "--gres=gpu:2147483648,gpu:2147483648",
+            "--wrap",
+            "true",
+        ],
+        "gres",
+    );
+    let big = env.work.join("big.sh");
+    let mut script = String::from("#!/bin/sh\n");
+    script.push_str(&"# padding padding padding padding padding padding\n".repeat(110_000));
+    std::fs::write(&big, script).unwrap();
+    refused(
+        &["sbatch", "-H", big.to_str().unwrap()],
+        "Batch script is too large",
+    );
+    // Alice's job is hers: bob's filters report it and leave it alone.
+    let (code, o, e) = as_user(
+        &env,
+        ALICE,
+        &["sbatch", "--parsable", "-H", "-J", "mine", "--wrap", "true"],
+    );
+    assert_eq!(code, 0, "{e}");
+    let id = o.trim().to_string();
+    for args in [
+        vec!["scancel", "-u", "23480"],
+        vec!["scancel", "-n", "mine"],
+        vec!["scancel", "-t", "PENDING"],
+        vec!["scancel", "-p", "gpu"],
+    ] {
+        let (code, _, e) = as_user(&env, BOB, &args);
+        assert_eq!(code, 1, "{args:?}");
+        assert!(
+            e.contains(&format!(
+                "Kill job error on job id {id}: Access/permission denied"
+            )),
+            "{args:?}: {e}"
+        );
+    }
+    assert_eq!(env.state(id.parse().unwrap()), "PENDING");
+}
+
+#[test]
+fn commands_give_up_on_a_stopped_agent_or_controller() {
+    let _one = serial();
+    let env = Env::start(Opts {
+        nodes: 1,
+        heartbeat_timeout: 60,
+        ..Opts::default()
+    });
+    // A stopped agent: the command's own bound (CORRAL_TIMEOUT).
+    let agent = Pid::from_raw(env.cluster.agent_pid(0).unwrap() as i32);
+    kill(agent, Signal::SIGSTOP).unwrap();
+    let t0 = Instant::now();
+    let (code, _, e) = out(env
+        .cmd(&["squeue"])
+        .env("CORRAL_TIMEOUT", "2")
+        .output()
+        .unwrap());
+    kill(agent, Signal::SIGCONT).unwrap();
+    assert_eq!(code, 1);
+    assert!(
+        e.starts_with("squeue: error: Unable to contact slurm controller"),
+        "{e}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+    env.ok(&["squeue"]);
+    // A stopped controller: the agent's bound on its relay.
+    let ctld = Pid::from_raw(env.cluster.ctld_pid().unwrap() as i32);
+    kill(ctld, Signal::SIGSTOP).unwrap();
+    let t0 = Instant::now();
+    let (code, _, e) = env.run(&["sinfo"]);
+    kill(ctld, Signal::SIGCONT).unwrap();
+    assert_eq!(code, 1);
+    assert!(
+        e.contains("Unable to contact slurm controller (connect failure)"),
+        "{e}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    env.ok(&["sinfo"]);
+}
+
+#[test]
+fn a_full_spool_fails_one_job_and_leaves_nothing_behind() {
+    if skip_unless_root("mounting a small tmpfs") {
+        return;
+    }
+    let _one = serial();
+    let env = Env::start(Opts {
+        nodes: 1,
+        ..Opts::default()
+    });
+    let spool = env.cluster.spec.dir.join("spool").join("worker-0");
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m,mode=0755", "corral-test"])
+        .arg(&spool)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount tmpfs");
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&spool);
+    let mut script = String::from("#!/bin/sh\n");
+    script.push_str(&"# 2 MB of comments to fill a 1 MB spool .................\n".repeat(36_000));
+    let id = env.sbatch(&["-o", "/dev/null"], &script);
+    env.wait_state(id, &["FAILED"], 20);
+    let show = env.ok(&["scontrol", "show", "job", &id.to_string()]);
+    assert!(show.contains("No space left on device"), "{show}");
+    let left: Vec<_> = std::fs::read_dir(&spool).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    // The next job on the node runs.
+    let id = env.sbatch(&[], "#!/bin/sh\necho after\n");
+    env.wait_state(id, &["COMPLETED"], 20);
+    assert_eq!(env.read(&format!("slurm-{id}.out")), "after\n");
+}
