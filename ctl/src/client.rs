@@ -201,3 +201,23 @@ pub async fn pipeline_to(
     let _ = writer.await;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_become_visible_escapes() {
+        let mut s = "evil\u{1b}[2J\nJobId=1 UserId=root(0)\t\u{7}".to_string();
+        escape_controls(&mut s);
+        assert_eq!(s, "evil\\x1b[2J\\nJobId=1 UserId=root(0)\\t\\x07");
+        let mut plain = "train-π".to_string();
+        escape_controls(&mut plain);
+        assert_eq!(plain, "train-π");
+        // A refusal keeps its lines; each line is escaped.
+        match escaped(Response::Error("a\u{1b}\nb".into())) {
+            Response::Error(e) => assert_eq!(e, "a\\x1b\nb"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

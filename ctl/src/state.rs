@@ -116,6 +116,9 @@ struct NodeRecord {
     not_responding: bool,
     /// An operator's drain or down: (state, reason, by, at).
     admin: Option<(NodeUpdate, String, u32, u64)>,
+    /// The agent's own word that it cannot take work: (why, since). The
+    /// node drains for it and comes back when the agent says it is well.
+    problem: Option<(String, u64)>,
 }
 
 /// A refusal to show the user.
@@ -260,6 +263,7 @@ impl Controller {
             n.reg = reg;
             n.last_seen = now;
             n.connected = true;
+            n.problem = None;
             let was_down = std::mem::replace(&mut n.not_responding, false);
             let name = n.reg.name.clone();
             // Runs we think are here that the agent no longer has: the
@@ -313,6 +317,7 @@ impl Controller {
                 connected: true,
                 not_responding: false,
                 admin: None,
+                problem: None,
             },
         );
         for job in running {
@@ -398,7 +403,12 @@ impl Controller {
             Some((NodeUpdate::Down, reason, _, _)) => NodeAdmin::Down {
                 reason: reason.clone(),
             },
-            _ => NodeAdmin::Up,
+            _ => match &n.problem {
+                Some((why, _)) => NodeAdmin::Drain {
+                    reason: format!("Agent unhealthy: {why}"),
+                },
+                None => NodeAdmin::Up,
+            },
         }
     }
 
@@ -427,7 +437,27 @@ impl Controller {
                 self.step_exited(now, node, job, step, exit, Some(message));
             }
             AgentMsg::JobCleaned { job } => self.cleaned(now, node, job),
+            AgentMsg::Health { problem } => self.health(node, problem, now),
         }
+    }
+
+    /// The agent says whether it can take work.
+    fn health(&mut self, node: &str, problem: Option<String>, now: u64) {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return;
+        };
+        if n.problem.as_ref().map(|(p, _)| p) == problem.as_ref() {
+            return;
+        }
+        match &problem {
+            Some(p) => tracing::warn!(%node, problem = %p, "node unhealthy; draining it"),
+            None => tracing::info!(%node, "node healthy again"),
+        }
+        n.problem = problem.map(|p| (p, now));
+        let id = n.id;
+        let admin = self.admin_state(node);
+        let _ = self.sched.handle_node_admin(now, id, admin);
+        self.dirty = true;
     }
 
     fn step_exited(
@@ -1353,7 +1383,14 @@ impl Controller {
                         Some(0),
                         Some(n.last_seen),
                     ),
-                    _ => (None, None, None),
+                    (None, false) => match &n.problem {
+                        Some((why, since)) => (
+                            Some(format!("Agent unhealthy: {why}")),
+                            Some(0),
+                            Some(*since),
+                        ),
+                        None => (None, None, None),
+                    },
                 };
                 Some(NodeView {
                     name: n.reg.name.clone(),

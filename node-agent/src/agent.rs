@@ -125,6 +125,21 @@ pub struct Agent {
     seen_as: Mutex<Option<std::net::IpAddr>>,
 }
 
+/// Descriptors the agent keeps free for launches (a task needs several
+/// while it starts: pipes, output files, the exec error pipe).
+pub const FD_RESERVE: u64 = 64;
+
+/// Why this agent cannot take more work, if it cannot: today, running
+/// short of file descriptors (a node that cannot launch would otherwise
+/// fail every job sent to it).
+pub fn health() -> Option<String> {
+    let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map(|(soft, _)| soft)
+        .ok()?;
+    let open = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+    (open + FD_RESERVE > limit).then(|| format!("too many open files: {open} of {limit} in use"))
+}
+
 /// Sends a signal to a whole process group; a group already gone is fine.
 pub(crate) fn signal_group(pgid: u32, sig: Signal) {
     let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid as i32), sig);
@@ -267,6 +282,8 @@ impl Agent {
             }
         });
         let mut tick = tokio::time::interval(heartbeat);
+        // ctld forgets a node's health when it registers: tell it again.
+        let mut told: Option<Option<String>> = None;
         let result = loop {
             tokio::select! {
                 r = &mut reader => break Err(r.unwrap_or(AgentError::Closed)),
@@ -280,6 +297,17 @@ impl Agent {
                     let hb = AgentMsg::Heartbeat { running: self.running() };
                     if let Err(e) = write_frame(&mut send, &hb).await {
                         break Err(e.into());
+                    }
+                    let problem = health();
+                    if told.as_ref() != Some(&problem) {
+                        if let Some(p) = &problem {
+                            tracing::warn!(problem = %p, "node unhealthy");
+                        }
+                        let msg = AgentMsg::Health { problem: problem.clone() };
+                        if let Err(e) = write_frame(&mut send, &msg).await {
+                            break Err(e.into());
+                        }
+                        told = Some(problem);
                     }
                 }
             }

@@ -103,6 +103,12 @@ pub enum AgentMsg {
     JobCleaned {
         job: JobRun,
     },
+    /// The agent's own health changed: `Some` says why it cannot run more
+    /// work (ctld drains the node for it), `None` that it can again. Sent
+    /// after each registration too.
+    Health {
+        problem: Option<String>,
+    },
 }
 
 /// How a step ended on one node: the highest exit code of its tasks, and

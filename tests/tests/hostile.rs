@@ -698,3 +698,48 @@ fn a_full_spool_fails_one_job_and_leaves_nothing_behind() {
     env.wait_state(id, &["COMPLETED"], 20);
     assert_eq!(env.read(&format!("slurm-{id}.out")), "after\n");
 }
+
+fn set_soft_nofile(pid: u32, soft: u64) {
+    let st = std::process::Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--nofile={soft}:"))
+        .status()
+        .expect("prlimit");
+    assert!(st.success(), "prlimit");
+}
+
+#[test]
+fn an_agent_short_of_descriptors_drains_its_node_until_it_recovers() {
+    let _one = serial();
+    let env = Env::start(Opts {
+        nodes: 1,
+        heartbeat_timeout: 3,
+        ..Opts::default()
+    });
+    let pid = env.cluster.agent_pid(0).unwrap();
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as u64;
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let soft: u64 = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    // Nearly out of descriptors: the node stops taking work, and says why.
+    set_soft_nofile(pid, open + 20);
+    env.wait_sinfo("the node drained", |s| s.contains("drain"), 10);
+    let why = env.ok(&["scontrol", "show", "node", "worker-0"]);
+    assert!(
+        why.contains("Agent unhealthy: too many open files"),
+        "{why}"
+    );
+    let id = env.sbatch(&["-o", "/dev/null"], "#!/bin/sh\ntrue\n");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(env.state(id), "PENDING");
+    // Descriptors again: back in service by itself, and the job runs.
+    set_soft_nofile(pid, soft);
+    env.wait_state(id, &["COMPLETED"], 20);
+    assert!(env.ok(&["sinfo", "-N", "-h"]).contains("idle"));
+}

@@ -659,3 +659,27 @@ fn a_launch_failure_names_its_step_and_node() {
         Some("batch step on worker-0: chdir /home/alice: Permission denied (os error 13)")
     );
 }
+
+#[test]
+fn an_unhealthy_agent_drains_its_node_until_it_is_well() {
+    let mut c = cluster(1);
+    c.agent_message(
+        "worker-0",
+        AgentMsg::Health {
+            problem: Some("too many open files: 1000 of 1024 in use".into()),
+        },
+        5,
+    );
+    let n = c.node_views().remove(0);
+    assert_eq!(n.state, "drained");
+    assert_eq!(
+        n.reason.as_deref(),
+        Some("Agent unhealthy: too many open files: 1000 of 1024 in use")
+    );
+    let id = c.submit(ALICE, batch("x"), 5).unwrap();
+    assert_eq!(c.schedule(5), 0, "a drained node takes no work");
+    c.agent_message("worker-0", AgentMsg::Health { problem: None }, 6);
+    assert_eq!(c.node_views()[0].state, "idle");
+    assert_eq!(c.schedule(6), 1);
+    assert_eq!(state(&c, id), JobState::Running);
+}
