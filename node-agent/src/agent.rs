@@ -553,7 +553,8 @@ impl Agent {
             Some(p) => cwd.join(expand_pattern(p, &vars)),
             None => out_path.clone(),
         };
-        let path = self.cfg.spool.join(format!("job{}.sh", l.job));
+        // Per run: an older run ending late removes only its own script.
+        let path = self.cfg.spool.join(format!("job{}.{}.sh", l.job, l.run));
         write_script(&path, script, l.user)
             .map_err(|e| format!("writing the script {}: {e}", path.display()))?;
         let spec = TaskSpec {

@@ -52,6 +52,8 @@ pub struct Env {
     pub cluster: Cluster,
     /// A directory every uid may write (job submit dir).
     pub work: PathBuf,
+    /// Which node's agent the commands talk to.
+    via: std::cell::Cell<u32>,
     _tmp: tempfile::TempDir,
 }
 
@@ -116,15 +118,32 @@ impl Env {
         Env {
             cluster,
             work,
+            via: std::cell::Cell::new(0),
             _tmp: tmp,
         }
+    }
+
+    /// Sends later commands through node `i`'s agent (node 0's at first).
+    pub fn use_node(&self, i: u32) {
+        self.via.set(i);
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        let mut env = self.cluster.env();
+        let socket = self.cluster.socket(self.via.get());
+        for (k, v) in &mut env {
+            if k == "CORRAL_AGENT_SOCKET" {
+                *v = socket.to_string_lossy().into_owned();
+            }
+        }
+        env
     }
 
     /// A Slurm command, as the test's own user, in the work directory.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(bin_dir().join("corral"));
         c.args(args)
-            .envs(self.cluster.env())
+            .envs(self.env())
             .current_dir(&self.work)
             .stdin(Stdio::null());
         c
@@ -145,7 +164,7 @@ impl Env {
         }
         let mut c = Command::new(copy);
         c.args(args)
-            .envs(self.cluster.env())
+            .envs(self.env())
             .current_dir(&self.work)
             .stdin(Stdio::null())
             .uid(uid)

@@ -27,6 +27,16 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A cluster of `nodes` nodes whose agents are DOWN after
+/// `heartbeat_timeout` seconds of silence.
+fn cluster(nodes: u32, heartbeat_timeout: u64) -> Env {
+    Env::start(Opts {
+        nodes,
+        heartbeat_timeout,
+        ..Opts::default()
+    })
+}
+
 fn skip_unless_root(what: &str) -> bool {
     if !is_root() {
         println!("SKIPPED (needs root): {what}");
@@ -70,10 +80,7 @@ fn a_user_cannot_enter_another_users_directory() {
         return;
     }
     let _one = serial();
-    let env = Env::start(Opts {
-        nodes: 1,
-        ..Opts::default()
-    });
+    let env = cluster(1, 30);
     let home = env.work.join("alice-home");
     std::fs::create_dir(&home).unwrap();
     std::fs::write(home.join("secret.txt"), "alice-secret\n").unwrap();
@@ -134,10 +141,7 @@ fn a_group_id_reused_by_another_user_is_not_signalled() {
         return;
     }
     let _one = serial();
-    let env = Env::start(Opts {
-        nodes: 1,
-        ..Opts::default()
-    });
+    let env = cluster(1, 30);
     // Bob's step: task 0 writes its pid (its process group) and exits,
     // task 1 keeps the step running.
     let script = format!(
@@ -220,11 +224,7 @@ fn a_group_id_reused_by_another_user_is_not_signalled() {
 #[test]
 fn hostile_filters_neither_stall_the_controller_nor_take_nodes_down() {
     let _one = serial();
-    let env = Env::start(Opts {
-        nodes: 2,
-        heartbeat_timeout: 3,
-        ..Opts::default()
-    });
+    let env = cluster(2, 3);
     let sock = env.cluster.socket(0);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -333,11 +333,7 @@ fn as_user_or_self(env: &Env, uid: u32, args: &[&str]) -> (i32, String, String) 
 #[test]
 fn a_fifo_as_output_fails_only_its_job() {
     let _one = serial();
-    let env = Env::start(Opts {
-        nodes: 1,
-        heartbeat_timeout: 5,
-        ..Opts::default()
-    });
+    let env = cluster(1, 5);
     let fifo = env.work.join("ff");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
     let ids: Vec<u64> = (0..2)
@@ -371,10 +367,7 @@ fn a_fifo_as_output_fails_only_its_job() {
 #[test]
 fn the_agents_memory_is_bounded_and_half_frames_are_closed() {
     let _one = serial();
-    let env = Env::start(Opts {
-        nodes: 1,
-        ..Opts::default()
-    });
+    let env = cluster(1, 30);
     let pid = env.cluster.agent_pid(0).unwrap();
     let before = rss_kb(pid);
     let sock = env.cluster.socket(0);
@@ -444,10 +437,7 @@ fn one_users_idle_connections_do_not_lock_out_others() {
         return;
     }
     let _one = serial();
-    let env = Env::start(Opts {
-        nodes: 1,
-        ..Opts::default()
-    });
+    let env = cluster(1, 30);
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
     setrlimit(Resource::RLIMIT_NOFILE, hard.min(8192), hard).unwrap();
@@ -507,44 +497,43 @@ fn one_users_idle_connections_do_not_lock_out_others() {
 #[test]
 fn a_stalled_agents_node_returns_and_its_stale_exit_is_ignored() {
     let _one = serial();
-    let mut env = Env::start(Opts {
-        nodes: 2,
-        heartbeat_timeout: 3,
-        ..Opts::default()
-    });
-    // Run 0 fails after 5 s; run 1 (after the requeue) succeeds after 6 s.
+    let env = cluster(2, 3);
+    // The job may run on worker-1 only; commands go through worker-0.
+    // Run 0 would run for a minute; run 1 (after the requeue) succeeds.
     let id = env.sbatch(
-        &["--requeue", "-o", "/dev/null"],
-        "#!/bin/sh\nif [ \"$SLURM_RESTART_COUNT\" = 0 ]; then sleep 5; exit 3; fi\nsleep 6\n",
+        &["--requeue", "-w", "worker-1", "-o", "/dev/null"],
+        "#!/bin/sh\nif [ \"$SLURM_RESTART_COUNT\" = 0 ]; then sleep 60; exit 3; fi\nsleep 2\n",
     );
     env.wait_state(id, &["RUNNING"], 20);
-    let node = node_of(&env, id);
-    let i: u32 = node.trim_start_matches("worker-").parse().unwrap();
-    let pid = Pid::from_raw(env.cluster.agent_pid(i).unwrap() as i32);
-    // The agent stops past the heartbeat timeout, its connection open.
+    let pid = Pid::from_raw(env.cluster.agent_pid(1).unwrap() as i32);
+    // The agent stops past the heartbeat timeout, its connection open:
+    // the node is marked down and the job requeued.
     kill(pid, Signal::SIGSTOP).unwrap();
-    let t0 = Instant::now();
     env.wait_sinfo(
         "the stopped node marked down",
-        |s| s.lines().any(|l| l.contains(&node) && l.contains("down*")),
+        |s| {
+            s.lines()
+                .any(|l| l.contains("worker-1") && l.contains("down*"))
+        },
         15,
     );
-    // The job runs again elsewhere while the agent is stopped; run 0's
-    // task ends (exit 3) while nobody is watching.
-    std::thread::sleep(Duration::from_secs(7).saturating_sub(t0.elapsed()));
+    env.wait_state(id, &["PENDING"], 10);
     kill(pid, Signal::SIGCONT).unwrap();
-    // Heard from again, the node comes back by itself.
+    // Heard from again, the node comes back by itself; run 0 is ended
+    // there and run 1 starts there. The end of run 0 (killed) reaches ctld
+    // after run 1 started and must not be credited to it.
     env.wait_sinfo(
         "the node back in service",
-        |s| s.lines().any(|l| l.contains(&node) && !l.contains("down")),
+        |s| {
+            s.lines()
+                .any(|l| l.contains("worker-1") && !l.contains("down"))
+        },
         10,
     );
-    // The stale exit 3 of run 0 is not credited to run 1.
     env.wait_state(id, &["COMPLETED", "FAILED"], 30);
     let show = env.ok(&["scontrol", "show", "job", &id.to_string()]);
     assert!(show.contains("JobState=COMPLETED"), "{show}");
     assert!(show.contains("Restarts=1"), "{show}");
-    let _ = &mut env;
 }
 
 #[test]
@@ -553,10 +542,7 @@ fn odd_and_oversized_submissions_get_one_line_each() {
         return;
     }
     let _one = serial();
-    let env = Env::start(Opts {
-        nodes: 1,
-        ..Opts::default()
-    });
+    let env = cluster(1, 30);
     let refused = |args: &[&str], want: &str| {
         let (code, o, e) = as_user(&env, BOB, args);
         assert_eq!(code, 1, "{args:?} accepted: {o}");
@@ -624,11 +610,7 @@ fn odd_and_oversized_submissions_get_one_line_each() {
 #[test]
 fn commands_give_up_on_a_stopped_agent_or_controller() {
     let _one = serial();
-    let env = Env::start(Opts {
-        nodes: 1,
-        heartbeat_timeout: 60,
-        ..Opts::default()
-    });
+    let env = cluster(1, 60);
     // A stopped agent: the command's own bound (CORRAL_TIMEOUT).
     let agent = Pid::from_raw(env.cluster.agent_pid(0).unwrap() as i32);
     kill(agent, Signal::SIGSTOP).unwrap();
@@ -667,10 +649,7 @@ fn a_full_spool_fails_one_job_and_leaves_nothing_behind() {
         return;
     }
     let _one = serial();
-    let env = Env::start(Opts {
-        nodes: 1,
-        ..Opts::default()
-    });
+    let env = cluster(1, 30);
     let spool = env.cluster.spec.dir.join("spool").join("worker-0");
     let st = std::process::Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=1m,mode=0755", "corral-test"])
@@ -711,11 +690,7 @@ fn set_soft_nofile(pid: u32, soft: u64) {
 #[test]
 fn an_agent_short_of_descriptors_drains_its_node_until_it_recovers() {
     let _one = serial();
-    let env = Env::start(Opts {
-        nodes: 1,
-        heartbeat_timeout: 3,
-        ..Opts::default()
-    });
+    let env = cluster(1, 3);
     let pid = env.cluster.agent_pid(0).unwrap();
     let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
