@@ -68,12 +68,6 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn node_of(env: &Env, job: u64) -> String {
-    env.ok(&["squeue", "-h", "-j", &job.to_string(), "-o", "%N"])
-        .trim()
-        .to_string()
-}
-
 #[test]
 fn a_user_cannot_enter_another_users_directory() {
     if skip_unless_root("tasks as other uids") {
