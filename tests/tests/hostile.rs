@@ -408,6 +408,11 @@ fn the_agents_memory_is_bounded_and_half_frames_are_closed() {
         let _ = s.join();
     }
     let grown_mb = peak.saturating_sub(before) / 1024;
+    println!(
+        "agent RSS {} MB before, {} MB at peak under 150 frames of 8 MiB",
+        before / 1024,
+        peak / 1024
+    );
     assert!(
         grown_mb < 150,
         "the agent grew by {grown_mb} MB (from {} MB)",
