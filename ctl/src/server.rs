@@ -275,16 +275,21 @@ impl Server {
         let now = now();
         let (who, privileged) = {
             let mut c = self.ctl.lock();
-            let who = c.authenticate(token, now_ms());
-            let privileged = who.as_ref().is_ok_and(|w| c.is_privileged(*w));
-            (who, privileged)
-        };
-        let who = match who {
-            Ok(who) => who,
-            Err(e) => {
-                warn_limited!(LOGS, "credential", node = %token.claims.node, error = %e, "credential refused");
-                return Response::Error(format!("Invalid authentication credential: {e}"));
+            let who = match c.authenticate(token, now_ms()) {
+                Ok(who) => who,
+                Err(e) => {
+                    drop(c);
+                    warn_limited!(LOGS, "credential", node = %token.claims.node, error = %e, "credential refused");
+                    return Response::Error(format!("Invalid authentication credential: {e}"));
+                }
+            };
+            // Operators' requests other than job views are served in the
+            // same hold of the lock (the path of pipelined submissions).
+            let privileged = c.is_privileged(who);
+            if privileged && !matches!(request, Request::Jobs(_)) {
+                return self.serve(c, who, request, now);
             }
+            (who, privileged)
         };
         // One user's requests are served a few at a time, so a flood of
         // them queues behind itself rather than ahead of everyone else.
@@ -303,7 +308,17 @@ impl Server {
             Request::Jobs(f) => return self.jobs(f).await,
             other => other,
         };
-        let mut c = self.ctl.lock();
+        self.serve(self.ctl.lock(), who, request, now)
+    }
+
+    /// Carries out an authenticated request under the controller's lock.
+    fn serve(
+        &self,
+        mut c: MutexGuard<'_, Controller>,
+        who: corral_proto::msg::Ident,
+        request: Request,
+        now: u64,
+    ) -> Response {
         let resp = match request {
             Request::Submit(spec) => match c.submit(who, spec, now) {
                 Ok(job) => Response::Submitted { job },

@@ -50,8 +50,9 @@ pub struct LocalLimits {
     pub frame_timeout: Duration,
     /// Requests of one connection relayed at once (a client may pipeline).
     pub pipeline: usize,
-    /// Requests of one user (other than root) relayed at once, over all
-    /// their connections: a flood queues behind itself.
+    /// Requests of one user (other than root) relayed or answered but
+    /// not yet read, over all their connections: a flood queues behind
+    /// itself, and unread answers cannot pile up.
     pub relays_per_user: usize,
 }
 
@@ -66,7 +67,7 @@ impl LocalLimits {
             bytes_per_user: 32 << 20,
             bytes_total: 256 << 20,
             frame_timeout: Duration::from_secs(10),
-            pipeline: 64,
+            pipeline: 256,
             relays_per_user: 4,
         }
     }
@@ -147,6 +148,9 @@ impl Drop for Seat {
         self.shares.conns.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+/// An answer, with the user's relay turn it holds until it is written.
+type Answer = (Response, Option<OwnedSemaphorePermit>);
 
 /// Bytes of one request, held from before its body is read until its
 /// answer is ready.
@@ -250,12 +254,14 @@ async fn client(agent: Arc<Agent>, stream: UnixStream, shares: Arc<Shares>) {
     // Requests on one connection are relayed concurrently and answered in
     // order: a client may pipeline, up to a bound.
     let (tx, mut rx) =
-        mpsc::channel::<tokio::task::JoinHandle<Response>>(shares.limits.pipeline.max(1));
+        mpsc::channel::<tokio::task::JoinHandle<Answer>>(shares.limits.pipeline.max(1));
     let writer = tokio::spawn(async move {
         while let Some(h) = rx.recv().await {
-            let resp = h
+            // The user's turn is given back once the answer is written, so
+            // answers a client does not read count against its share.
+            let (resp, _turn) = h
                 .await
-                .unwrap_or_else(|e| Response::Error(format!("agent: {e}")));
+                .unwrap_or_else(|e| (Response::Error(format!("agent: {e}")), None));
             if write_frame(&mut w, &resp).await.is_err() {
                 return;
             }
@@ -273,7 +279,7 @@ async fn client(agent: Arc<Agent>, stream: UnixStream, shares: Arc<Shares>) {
         let agent = agent.clone();
         let relays = seat.relays.clone();
         let h = tokio::spawn(async move {
-            let _turn = relays.acquire_owned().await;
+            let turn = relays.acquire_owned().await.ok();
             let resp = match req {
                 LocalRequest::Relay(request) => agent.relay(who, request).await,
                 LocalRequest::Credential => match agent.minter.mint(who, now_ms()) {
@@ -288,7 +294,7 @@ async fn client(agent: Arc<Agent>, stream: UnixStream, shares: Arc<Shares>) {
                 },
             };
             drop(held);
-            resp
+            (resp, turn)
         });
         if tx.send(h).await.is_err() {
             break;
