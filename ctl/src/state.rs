@@ -235,11 +235,7 @@ impl Controller {
     }
 
     /// Root and the configured operators.
-    pub fn is_privileged(&self, who: Ident) -> bool {
-        self.privileged(who)
-    }
-
-    fn privileged(&self, who: Ident) -> bool {
+    pub fn privileged(&self, who: Ident) -> bool {
         who.uid == 0 || self.cfg.operators.contains(&who.uid)
     }
 

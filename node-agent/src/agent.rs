@@ -327,14 +327,7 @@ impl Agent {
                 let Ok(sig) = Signal::try_from(signal) else {
                     return;
                 };
-                let jobs = self.jobs.lock();
-                if let Some(j) = jobs.get(&job.job).filter(|j| j.run == job.run) {
-                    for (s, groups) in &j.steps {
-                        if step.is_none_or(|want| want == *s) {
-                            groups.iter().for_each(|&g| signal_group(g, sig));
-                        }
-                    }
-                }
+                self.signal(job, step, sig);
             }
             CtldMsg::Terminate { job, grace_ms } => self.terminate(job, grace_ms),
             CtldMsg::Welcome { .. } | CtldMsg::Refused { .. } => {}
@@ -414,15 +407,17 @@ impl Agent {
         signal_group(pgid, Signal::SIGKILL);
     }
 
-    /// Delivers a signal to the live task groups of one step.
-    pub(crate) fn signal_step(&self, job: JobRun, step: u32, sig: Signal) {
+    /// Delivers a signal to the live task groups of a run: of one step,
+    /// or of all its steps.
+    pub(crate) fn signal(&self, job: JobRun, step: Option<u32>, sig: Signal) {
         let jobs = self.jobs.lock();
-        if let Some(groups) = jobs
-            .get(&job.job)
-            .filter(|j| j.run == job.run)
-            .and_then(|j| j.steps.get(&step))
-        {
-            groups.iter().for_each(|&g| signal_group(g, sig));
+        let Some(j) = jobs.get(&job.job).filter(|j| j.run == job.run) else {
+            return;
+        };
+        for (s, groups) in &j.steps {
+            if step.is_none_or(|want| want == *s) {
+                groups.iter().for_each(|&g| signal_group(g, sig));
+            }
         }
     }
 
@@ -487,13 +482,7 @@ impl Agent {
     }
 
     async fn launch(self: Arc<Self>, l: Launch) {
-        let (job, step) = (
-            JobRun {
-                job: l.job,
-                run: l.run,
-            },
-            l.step,
-        );
+        let (job, step) = (l.job_run(), l.step);
         if !self.begin_step(job, step) {
             self.end_step(job, step, None, Some("job is ending".into()));
             return;
@@ -569,10 +558,7 @@ impl Agent {
             stderr: Io::Path(err_path),
         };
         let spawned = self.cfg.launcher.spawn(spec);
-        let run = JobRun {
-            job: l.job,
-            run: l.run,
-        };
+        let run = l.job_run();
         let result = match spawned {
             Ok(mut child) => {
                 let pid = child.id();

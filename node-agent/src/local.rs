@@ -89,6 +89,14 @@ struct UserShare {
     relays: Arc<Semaphore>,
 }
 
+impl UserShare {
+    /// Whether requests of this user still hold bytes or turns (their
+    /// connection may be gone while the relay runs on).
+    fn in_use(&self) -> bool {
+        Arc::strong_count(&self.bytes) > 1 || Arc::strong_count(&self.relays) > 1
+    }
+}
+
 /// One connection's place; gives it back when dropped.
 #[derive(Debug)]
 struct Seat {
@@ -110,6 +118,11 @@ impl Shares {
 
     fn seat(self: &Arc<Self>, uid: u32) -> Result<Seat, &'static str> {
         let mut users = self.users.lock();
+        // Shares of users with no connection left whose last requests
+        // have finished too.
+        if users.len() > self.limits.conns_total {
+            users.retain(|_, u| u.conns > 0 || !u.in_use());
+        }
         if self.conns.load(Ordering::Relaxed) >= self.limits.conns_total {
             return Err("too many local connections");
         }
@@ -141,7 +154,12 @@ impl Drop for Seat {
         let mut users = self.shares.users.lock();
         if let Some(u) = users.get_mut(&self.uid) {
             u.conns -= 1;
-            if u.conns == 0 {
+            // Forgotten only when nothing of it is in flight: a user who
+            // closes and reconnects must not get a fresh budget while the
+            // old requests still hold theirs.
+            // (Two holders when nothing is: the table and this seat.)
+            let idle = Arc::strong_count(&u.bytes) <= 2 && Arc::strong_count(&u.relays) <= 2;
+            if u.conns == 0 && idle {
                 users.remove(&self.uid);
             }
         }
@@ -303,4 +321,50 @@ async fn client(agent: Arc<Agent>, stream: UnixStream, shares: Arc<Shares>) {
     drop(tx);
     let _ = writer.await;
     drop(seat);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> LocalLimits {
+        LocalLimits {
+            conns_per_user: 2,
+            conns_total: 3,
+            ..LocalLimits::for_fd_limit(1024)
+        }
+    }
+
+    #[test]
+    fn connections_are_capped_per_user_and_in_all() {
+        let shares = Arc::new(Shares::new(limits()));
+        let a1 = shares.seat(1000).unwrap();
+        let _a2 = shares.seat(1000).unwrap();
+        assert_eq!(
+            shares.seat(1000).unwrap_err(),
+            "too many local connections from one user"
+        );
+        let _b = shares.seat(1001).unwrap();
+        assert_eq!(shares.seat(1002).unwrap_err(), "too many local connections");
+        drop(a1);
+        shares.seat(1002).unwrap();
+    }
+
+    #[test]
+    fn reconnecting_does_not_renew_a_budget_still_in_use() {
+        let shares = Arc::new(Shares::new(limits()));
+        let seat = shares.seat(1000).unwrap();
+        let held = seat.bytes.clone().try_acquire_many_owned(30 << 20).unwrap();
+        drop(seat);
+        // The request goes on after its connection closed: a new
+        // connection of the same user sees what it still holds.
+        let seat = shares.seat(1000).unwrap();
+        assert_eq!(seat.bytes.available_permits(), 2 << 20);
+        drop(held);
+        drop(seat);
+        assert!(
+            shares.users.lock().is_empty(),
+            "an idle user's share is forgotten"
+        );
+    }
 }

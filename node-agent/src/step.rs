@@ -72,10 +72,7 @@ pub(crate) async fn run(
     });
 
     let user = crate::launch::user_name(l.user.uid);
-    let run = corral_proto::msg::JobRun {
-        job: l.job,
-        run: l.run,
-    };
+    let run = l.job_run();
     let mut stdin0 = None;
     let mut waits = Vec::new();
     for (local, &task) in tasks.iter().enumerate() {
@@ -166,7 +163,7 @@ pub(crate) async fn run(
                 Ok(Some(StepDown::StdinEof)) => stdin0 = None,
                 Ok(Some(StepDown::Signal(s))) => {
                     if let Ok(sig) = Signal::try_from(s) {
-                        sig_agent.signal_step(run, step, sig);
+                        sig_agent.signal(run, Some(step), sig);
                     }
                 }
                 Ok(None) | Err(_) => return,

@@ -198,6 +198,16 @@ pub struct Launch {
     pub what: LaunchKind,
 }
 
+impl Launch {
+    /// The job and run this launch belongs to.
+    pub fn job_run(&self) -> JobRun {
+        JobRun {
+            job: self.job,
+            run: self.run,
+        }
+    }
+}
+
 /// What a step runs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum LaunchKind {
