@@ -36,6 +36,25 @@
 //! s.handle_job_finished(600, JobId(1), JobOutcome::Completed).unwrap();
 //! ```
 //!
+//! # Names
+//!
+//! Events that happened outside are `handle_*` (`handle_node_added`,
+//! `handle_job_finished`); what a user or operator asks for is a plain verb
+//! (`submit`, `cancel`, `hold`, `release`, `add_partition`); `schedule` runs
+//! a pass; queries are nouns (`job_status`, `node_info`, `reservation`).
+//!
+//! # Where things live
+//!
+//! The [`Scheduler`] is one type whose `impl` is split by concern:
+//! `scheduler/mod.rs` (the state, control and status), `nodes.rs`
+//! (partitions and the node registry), `admission.rs` (a request becomes an
+//! admitted job or a [`SubmitError`]), `ranking.rs` (who goes first, and
+//! why a job waits), `pass.rs` (the pass: classes, keeping the previous
+//! plan, committing), `search.rs` (one job's earliest start) and
+//! `audit.rs`. With the `testing` feature, `testing` holds the operation
+//! vocabulary, driver and invariant checks that the property tests, the
+//! fuzz target and the scenario harness share.
+//!
 //! # Policy
 //!
 //! - Priority: multifactor (age, size, partition tier, QOS, fair-share with
@@ -56,6 +75,8 @@ mod placement;
 mod priority;
 mod quad_heap;
 mod scheduler;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod timeline;
 
 pub use error::{ControlError, SubmitError};

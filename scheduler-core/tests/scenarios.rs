@@ -276,9 +276,9 @@ fn fair_share_puts_the_light_user_first() {
     let heavy = sim.submit(job().user(1).gpus(8).time(100));
     let light = sim.submit(job().user(2).gpus(8).time(100));
     sim.pass();
-    assert_eq!(sim.start(light), Some(sim.now));
+    assert_eq!(sim.start(light), Some(sim.d.now));
     assert_eq!(sim.reason(heavy), PendingReason::Resources);
-    let Some(JobStatus::Pending { priority, .. }) = sim.s.job_status(heavy) else {
+    let Some(JobStatus::Pending { priority, .. }) = sim.d.s.job_status(heavy) else {
         panic!("heavy user's job waits")
     };
     assert!(
@@ -316,7 +316,7 @@ fn usage_decays_with_the_half_life() {
         let one = sim.submit(job().user(1));
         let two = sim.submit(job().user(2));
         sim.pass();
-        let prio = |j| match sim.s.job_status(j) {
+        let prio = |j| match sim.d.s.job_status(j) {
             Some(JobStatus::Pending { priority, .. }) => priority,
             other => panic!("{other:?}"),
         };
@@ -332,9 +332,10 @@ fn a_drained_node_gets_no_new_work_but_keeps_its_jobs() {
     let running = sim.submit(job().tasks(2).time(100).nodelist(&["node-0"]));
     sim.pass();
     let n0 = sim.node("node-0");
-    sim.s
+    sim.d
+        .s
         .handle_node_admin(
-            sim.now,
+            sim.d.now,
             n0,
             NodeAdmin::Drain {
                 reason: "bad fan".into(),
@@ -342,7 +343,7 @@ fn a_drained_node_gets_no_new_work_but_keeps_its_jobs() {
         )
         .expect("drain");
     assert_eq!(
-        sim.s.node_info(n0).map(|n| n.state),
+        sim.d.s.node_info(n0).map(|n| n.state),
         Some(NodeState::Draining)
     );
     let next: Vec<JobId> = (0..3)
@@ -358,14 +359,15 @@ fn a_drained_node_gets_no_new_work_but_keeps_its_jobs() {
     sim.run_until_idle();
     assert_eq!(sim.run(running).end, 100, "the running job was left alone");
     assert_eq!(
-        sim.s.node_info(n0).map(|n| n.state),
+        sim.d.s.node_info(n0).map(|n| n.state),
         Some(NodeState::Drained)
     );
-    sim.s
-        .handle_node_admin(sim.now, n0, NodeAdmin::Up)
+    sim.d
+        .s
+        .handle_node_admin(sim.d.now, n0, NodeAdmin::Up)
         .expect("resume");
     sim.pass();
-    assert_eq!(sim.start(pinned), Some(sim.now));
+    assert_eq!(sim.start(pinned), Some(sim.d.now));
 }
 
 #[test]
@@ -376,6 +378,7 @@ fn a_lost_node_reports_its_jobs_and_requeues_those_that_asked() {
     sim.pass();
     let n0 = sim.node("node-0");
     let mut lost = sim
+        .d
         .s
         .handle_node_admin(
             5,
@@ -390,16 +393,16 @@ fn a_lost_node_reports_its_jobs_and_requeues_those_that_asked() {
     });
     assert_eq!(lost, [LostJob::Failed(plain), LostJob::Requeued(requeue)]);
     assert_eq!(
-        sim.s.job_status(plain),
+        sim.d.s.job_status(plain),
         Some(JobStatus::Finished(JobOutcome::NodeFail))
     );
-    sim.s.audit().expect("consistent after loss");
-    sim.now = 5;
+    sim.d.s.audit().expect("consistent after loss");
+    sim.d.now = 5;
     sim.pass();
     assert_eq!(sim.reason(requeue), PendingReason::ReqNodeNotAvail);
-    let removed = sim.s.handle_node_removed(6, n0).expect("remove");
+    let removed = sim.d.s.handle_node_removed(6, n0).expect("remove");
     assert!(removed.is_empty());
-    assert!(sim.s.node_info(n0).is_none());
+    assert!(sim.d.s.node_info(n0).is_none());
 }
 
 #[test]
@@ -451,7 +454,7 @@ fn impossible_requests_are_refused_at_submit() {
         "{msg}"
     );
     assert_eq!(
-        sim.s.pending_count(),
+        sim.d.s.pending_count(),
         0,
         "nothing refused sits in the queue"
     );
@@ -463,20 +466,24 @@ fn reasons_for_held_begin_and_partition_limit() {
     let held = sim.submit(job().held());
     let later = sim.submit(job().begin(500));
     let long = sim.submit(job().time(50_000));
-    sim.s
+    sim.d
+        .s
         .update_partition_limits("batch", None, Some(1000), 1)
         .expect("update");
     sim.pass();
     assert_eq!(sim.reason(held), PendingReason::JobHeldUser);
     assert_eq!(sim.reason(later), PendingReason::BeginTime);
     assert_eq!(sim.reason(long), PendingReason::PartitionTimeLimit);
-    assert_eq!(sim.s.next_wakeup(sim.now), Some(500));
-    sim.s.hold(held, HoldKind::Admin).expect("admin hold");
+    assert_eq!(sim.d.s.next_wakeup(sim.d.now), Some(500));
+    sim.d.s.hold(held, HoldKind::Admin).expect("admin hold");
     assert_eq!(
-        sim.s.release(held, HoldKind::User),
+        sim.d.s.release(held, HoldKind::User),
         Err(ControlError::AdminHold(held))
     );
-    sim.s.release(held, HoldKind::Admin).expect("admin release");
+    sim.d
+        .s
+        .release(held, HoldKind::Admin)
+        .expect("admin release");
     sim.advance_to(500);
     sim.pass();
     assert_eq!(sim.start(held), Some(500));
@@ -490,14 +497,15 @@ fn a_hold_shows_as_the_reason_before_any_pass() {
     assert_eq!(sim.reason(held), PendingReason::JobHeldUser);
     let other = sim.submit(job().begin(500));
     assert_eq!(sim.reason(other), PendingReason::None);
-    sim.s.hold(other, HoldKind::Admin).expect("admin hold");
+    sim.d.s.hold(other, HoldKind::Admin).expect("admin hold");
     assert_eq!(sim.reason(other), PendingReason::JobHeldAdmin);
 }
 
 #[test]
 fn behind_a_job_without_a_time_limit_the_reason_is_resources() {
     let mut sim = Sim::new().nodes(1, cpus(4));
-    sim.s
+    sim.d
+        .s
         .update_partition_limits("batch", None, None, 1)
         .expect("unlimited partition");
     let mut forever = job().tasks(4);
@@ -519,20 +527,21 @@ fn cancel_removes_pending_and_asks_the_driver_to_kill_running() {
     let run = sim.submit(job().tasks(4));
     let wait = sim.submit(job().tasks(4));
     sim.pass();
-    assert_eq!(sim.s.cancel(wait), Ok(Cancelled::Pending));
+    assert_eq!(sim.d.s.cancel(wait), Ok(Cancelled::Pending));
     assert_eq!(
-        sim.s.job_status(wait),
+        sim.d.s.job_status(wait),
         Some(JobStatus::Finished(JobOutcome::Cancelled))
     );
-    let Ok(Cancelled::Running(alloc)) = sim.s.cancel(run) else {
+    let Ok(Cancelled::Running(alloc)) = sim.d.s.cancel(run) else {
         panic!("running job")
     };
     assert_eq!(alloc[0].cpus, [0, 1, 2, 3]);
-    sim.s
+    sim.d
+        .s
         .handle_job_finished(3, run, JobOutcome::Cancelled)
         .expect("finish");
     assert_eq!(
-        sim.s.cancel(JobId(77)),
+        sim.d.s.cancel(JobId(77)),
         Err(ControlError::UnknownJob(JobId(77)))
     );
 }

@@ -3,8 +3,7 @@
 //! `sim.run_until_idle()`, then ask when and where each job ran.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
-
+use scheduler_core::testing::{Driver, JobPlan, Run, Runtime};
 use scheduler_core::*;
 
 /// A node template.
@@ -145,22 +144,8 @@ impl JobDef {
     }
 }
 
-/// Where and when a job ran.
-#[derive(Clone, Debug)]
-pub struct Run {
-    pub start: Secs,
-    pub end: Secs,
-    pub nodes: Vec<NodeAllocation>,
-}
-
 pub struct Sim {
-    pub s: Scheduler,
-    pub now: Secs,
-    next_id: u64,
-    next_node: usize,
-    defs: BTreeMap<JobId, JobDef>,
-    pub runs: BTreeMap<JobId, Run>,
-    running: BTreeMap<JobId, Secs>,
+    pub d: Driver,
 }
 
 impl Sim {
@@ -184,45 +169,39 @@ impl Sim {
     }
 
     pub fn with(cfg: SchedulerConfig) -> Self {
-        let mut s = Scheduler::new(cfg);
         let mut p = PartitionSpec::new("batch", "ALL");
-        p.is_default = true;
         p.max_time = Some(100_000);
-        s.add_partition(p).expect("partition");
         Sim {
-            s,
-            now: 0,
-            next_id: 1,
-            next_node: 0,
-            defs: BTreeMap::new(),
-            runs: BTreeMap::new(),
-            running: BTreeMap::new(),
+            d: Driver::new(cfg, p),
         }
     }
 
     /// Adds `n` nodes named `node-<i>`.
     pub fn nodes(mut self, n: usize, kind: Kind) -> Self {
         for _ in 0..n {
-            let name = format!("node-{}", self.next_node);
-            self.next_node += 1;
+            let name = format!("node-{}", self.d.s.node_ids().count());
             let spec = NodeSpec::new(name, kind.cpus, kind.mem)
                 .with_gpus(kind.gpus, kind.per_group)
                 .with_features(kind.features.clone());
-            self.s.handle_node_added(spec).expect("node");
+            self.d.add_named(spec);
         }
         self
     }
 
     pub fn node(&self, name: &str) -> NodeId {
-        self.s.node_id(name).expect("known node")
+        self.d.s.node_id(name).expect("known node")
     }
 
     pub fn try_submit(&mut self, def: JobDef) -> Result<JobId, SubmitError> {
-        let id = JobId(self.next_id);
-        self.s.submit(self.now, id, def.req.clone())?;
-        self.next_id += 1;
-        self.defs.insert(id, def);
-        Ok(id)
+        self.d.submit(JobPlan {
+            req: def.req,
+            runtime: def.runtime.map_or(Runtime::Limit, Runtime::Secs),
+            outcome: if def.fails {
+                JobOutcome::Failed { exit_code: 1 }
+            } else {
+                JobOutcome::Completed
+            },
+        })
     }
 
     pub fn submit(&mut self, def: JobDef) -> JobId {
@@ -231,80 +210,29 @@ impl Sim {
 
     /// One scheduling pass at the current time.
     pub fn pass(&mut self) -> Vec<StartDecision> {
-        let starts = self.s.schedule(self.now);
-        self.s.audit().expect("audit after pass");
-        for d in &starts {
-            let def = &self.defs[&d.job];
-            let limit = d.end_by - self.now;
-            let runtime = def.runtime.unwrap_or(limit).min(limit);
-            self.running.insert(d.job, self.now + runtime);
-            self.runs.insert(
-                d.job,
-                Run {
-                    start: self.now,
-                    end: self.now + runtime,
-                    nodes: d.nodes.clone(),
-                },
-            );
-        }
-        starts
+        self.d.pass().expect("the pass keeps every invariant")
     }
 
     /// Moves the clock to `t`, ending the jobs whose run is over by then.
     pub fn advance_to(&mut self, t: Secs) {
-        loop {
-            let next = self.running.values().copied().min();
-            match next {
-                Some(end) if end <= t => {
-                    self.now = end;
-                    self.finish_due();
-                    self.pass();
-                }
-                _ => break,
-            }
-        }
-        self.now = t;
-    }
-
-    fn finish_due(&mut self) {
-        let due: Vec<JobId> = self
-            .running
-            .iter()
-            .filter(|(_, &e)| e <= self.now)
-            .map(|(&j, _)| j)
-            .collect();
-        for id in due {
-            self.running.remove(&id);
-            let outcome = if self.defs[&id].fails {
-                JobOutcome::Failed { exit_code: 1 }
-            } else {
-                JobOutcome::Completed
-            };
-            self.s
-                .handle_job_finished(self.now, id, outcome)
-                .expect("finish");
-        }
+        self.d
+            .advance_to(t)
+            .expect("the passes keep every invariant");
     }
 
     /// Passes and job ends until nothing more can happen.
     pub fn run_until_idle(&mut self) {
-        self.pass();
-        let mut guard = 0;
-        while let Some(end) = self.running.values().copied().min() {
-            self.now = end;
-            self.finish_due();
-            self.pass();
-            guard += 1;
-            assert!(guard < 100_000, "simulation does not settle");
-        }
+        self.d
+            .run_until_idle()
+            .expect("the passes keep every invariant");
     }
 
     pub fn start(&self, id: JobId) -> Option<Secs> {
-        self.runs.get(&id).map(|r| r.start)
+        self.d.runs.get(&id).map(|r| r.start)
     }
 
     pub fn run(&self, id: JobId) -> &Run {
-        self.runs.get(&id).expect("job ran")
+        self.d.runs.get(&id).expect("job ran")
     }
 
     /// Names of the nodes a job ran on.
@@ -312,19 +240,19 @@ impl Sim {
         self.run(id)
             .nodes
             .iter()
-            .map(|a| self.s.node_info(a.node).expect("node").name)
+            .map(|a| self.d.s.node_info(a.node).expect("node").name)
             .collect()
     }
 
     pub fn reason(&self, id: JobId) -> PendingReason {
-        match self.s.job_status(id) {
+        match self.d.s.job_status(id) {
             Some(JobStatus::Pending { reason, .. }) => reason,
             other => panic!("job {id} is not pending: {other:?}"),
         }
     }
 
     pub fn expected(&self, id: JobId) -> Option<Secs> {
-        match self.s.job_status(id) {
+        match self.d.s.job_status(id) {
             Some(JobStatus::Pending { expected_start, .. }) => expected_start,
             other => panic!("job {id} is not pending: {other:?}"),
         }

@@ -1,0 +1,296 @@
+//! Admission: a [`JobRequest`] becomes an admitted job with a fixed
+//! shape, or a typed [`SubmitError`] saying why it never could run.
+
+use super::{Job, Scheduler, State};
+
+use crate::error::SubmitError;
+use crate::model::{
+    Dependency, GpuRequest, HoldKind, JobId, JobRequest, NodeId, PartitionId, PendingReason, Secs,
+    INFINITE,
+};
+use crate::placement::Shape;
+
+impl Scheduler {
+    /// Accepts a job into the queue, or says why it never could run.
+    pub fn submit(&mut self, now: Secs, id: JobId, req: JobRequest) -> Result<(), SubmitError> {
+        if self.jobs.contains_key(&id) || self.finished.contains_key(&id) {
+            return Err(SubmitError::DuplicateJob(id));
+        }
+        let job = self.validate(now, req)?;
+        self.jobs.insert(id, job);
+        Ok(())
+    }
+
+    pub(super) fn validate(&self, now: Secs, req: JobRequest) -> Result<Job, SubmitError> {
+        let invalid = |s: &str| Err(SubmitError::Invalid(s.to_string()));
+        let pid = match &req.partition {
+            Some(name) => self
+                .partition_id(name)
+                .ok_or_else(|| SubmitError::UnknownPartition(name.clone()))?,
+            None => self
+                .partitions
+                .iter()
+                .position(|p| p.spec.is_default)
+                .map(|i| PartitionId(i as u32))
+                .ok_or(SubmitError::NoDefaultPartition)?,
+        };
+        let part = &self.partitions[pid.0 as usize];
+        let qos_name = req.qos.as_deref().unwrap_or("normal");
+        let qos = self
+            .cfg
+            .qos
+            .iter()
+            .find(|(n, _)| n == qos_name)
+            .map(|&(_, p)| p)
+            .ok_or_else(|| SubmitError::UnknownQos(qos_name.to_string()))?;
+        if req.cpus_per_task == 0 {
+            return invalid("cpus per task must be at least 1");
+        }
+        if req.nodes == Some(0) || req.ntasks == Some(0) || req.ntasks_per_node == Some(0) {
+            return invalid("node and task counts must be at least 1");
+        }
+        let max_time = part.spec.max_time.unwrap_or(INFINITE);
+        let limit = match req.time_limit {
+            Some(0) => return invalid("time limit must be at least one second"),
+            Some(t) => t.min(INFINITE),
+            None => part.spec.default_time.unwrap_or(max_time),
+        };
+        if limit > max_time {
+            return Err(SubmitError::TimeLimit {
+                partition: part.spec.name.clone(),
+                limit,
+                max: max_time,
+            });
+        }
+        let resolve = |names: &[String]| -> Result<Vec<NodeId>, SubmitError> {
+            let mut ids = Vec::with_capacity(names.len());
+            for name in names {
+                let id = self
+                    .node_id(name)
+                    .ok_or_else(|| SubmitError::UnknownNode(name.clone()))?;
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            ids.sort_unstable();
+            Ok(ids)
+        };
+        let required = resolve(&req.nodelist)?;
+        let exclude = resolve(&req.exclude)?;
+        if required.iter().any(|r| exclude.contains(r)) {
+            return invalid("a node is both required and excluded");
+        }
+        if let Some(r) = required.iter().find(|r| !part.members.contains(r)) {
+            return Err(SubmitError::NodeConfigUnavailable(format!(
+                "node {} is not in partition {}",
+                self.slot(*r).map_or("?", |n| n.name.as_str()),
+                part.spec.name
+            )));
+        }
+        let mut features: Vec<String> = req
+            .features
+            .iter()
+            .filter(|f| !f.is_empty())
+            .cloned()
+            .collect();
+        features.sort();
+        features.dedup();
+        for d in &req.dependencies {
+            let target = match *d {
+                Dependency::After(j)
+                | Dependency::AfterOk(j)
+                | Dependency::AfterNotOk(j)
+                | Dependency::AfterAny(j) => j,
+                Dependency::Singleton => continue,
+            };
+            if !self.jobs.contains_key(&target) && !self.finished.contains_key(&target) {
+                return Err(SubmitError::UnknownDependency(target));
+            }
+        }
+
+        // Nodes this job could ever use, whatever their state.
+        let usable = || {
+            part.members
+                .iter()
+                .filter(|m| !exclude.contains(m))
+                .filter_map(|&m| self.slot(m))
+                .filter(|n| features.iter().all(|f| n.features.contains(f)))
+        };
+        let most_gpus = || usable().map(|n| n.gpu_count).max().unwrap_or(0);
+        let shape = self.shape(&req, &part.spec.name, most_gpus, required.len())?;
+        // Stop looking as soon as enough nodes could hold it.
+        let mut fits: Vec<u32> = Vec::new();
+        let mut units = 0u64;
+        for n in usable() {
+            let k = shape.tasks_fit(n.cap.whole(), &n.cap);
+            if k == 0 {
+                continue;
+            }
+            fits.push(k);
+            units += u64::from(k);
+            let count = fits.len();
+            let done = if shape.uniform() {
+                count >= shape.nodes_min as usize
+            } else {
+                count >= shape.nodes_min as usize
+                    && count <= shape.nodes_max as usize
+                    && units >= u64::from(shape.tasks)
+            };
+            if done {
+                break;
+            }
+        }
+        let enough = if shape.uniform() {
+            fits.len() >= shape.nodes_min as usize
+        } else {
+            fits.sort_unstable_by(|a, b| b.cmp(a));
+            let most: u64 = fits
+                .iter()
+                .take(shape.nodes_max as usize)
+                .map(|&k| u64::from(k))
+                .sum();
+            fits.len() >= shape.nodes_min as usize && most >= u64::from(shape.tasks)
+        };
+        if !enough {
+            return Err(SubmitError::NodeConfigUnavailable(if fits.is_empty() {
+                format!(
+                    "no node in partition {} can hold one task ({} CPUs, {} GPUs, {} MB per node{})",
+                    part.spec.name,
+                    shape.cpus_per_task,
+                    shape.gpus_per_task + shape.gpus_per_node,
+                    shape.mem_per_node,
+                    if shape.exclusive { ", exclusive" } else { "" }
+                )
+            } else {
+                format!(
+                    "partition {} has {} nodes that fit, the job needs {} nodes for {} tasks",
+                    part.spec.name,
+                    fits.len(),
+                    shape.nodes_min,
+                    shape.tasks
+                )
+            }));
+        }
+        Ok(Job {
+            name: req.name,
+            user: req.user,
+            account: req.account,
+            partition: pid,
+            shape,
+            limit,
+            required,
+            exclude,
+            features,
+            qos,
+            nice: req.nice,
+            hold: req.hold.then_some(HoldKind::User),
+            begin: req.begin_time.unwrap_or(now),
+            deps: req.dependencies,
+            requeue: req.requeue,
+            submit: now,
+            priority: 0,
+            state: State::Pending {
+                // A hold is known now; everything else waits for a pass.
+                reason: if req.hold {
+                    PendingReason::JobHeldUser
+                } else {
+                    PendingReason::None
+                },
+                plan: None,
+            },
+        })
+    }
+
+    /// Turns the request's node, task and GPU counts into a shape.
+    pub(super) fn shape(
+        &self,
+        req: &JobRequest,
+        partition: &str,
+        most_gpus: impl FnOnce() -> u32,
+        required: usize,
+    ) -> Result<Shape, SubmitError> {
+        let invalid = |s: String| Err(SubmitError::Invalid(s));
+        let (mut nodes_min, mut nodes_max, mut tasks, mut tasks_per_node) =
+            match (req.nodes, req.ntasks, req.ntasks_per_node) {
+                (Some(n), Some(t), Some(tpn)) if u64::from(n) * u64::from(tpn) < u64::from(t) => {
+                    return invalid(format!(
+                        "{t} tasks do not fit {n} nodes at {tpn} tasks per node"
+                    ));
+                }
+                (n, t, Some(tpn)) => {
+                    let n = n.unwrap_or(1).max(t.map_or(1, |t| t.div_ceil(tpn)));
+                    (n, n, n.saturating_mul(tpn), Some(tpn))
+                }
+                (Some(n), Some(t), None) if t < n => {
+                    return invalid(format!("{t} tasks cannot cover {n} nodes"));
+                }
+                (Some(n), Some(t), None) => (n, n, t, None),
+                (Some(n), None, None) => (n, n, n, Some(1)),
+                (None, Some(t), None) => (1, t, t, None),
+                (None, None, None) => (1, 1, 1, Some(1)),
+            };
+        let (mut gpus_per_node, gpus_per_task) = match req.gpus {
+            GpuRequest::None | GpuRequest::Total(_) => (0, 0),
+            GpuRequest::PerNode(g) => (g, 0),
+            GpuRequest::PerTask(g) => (0, g),
+        };
+        if let GpuRequest::Total(total) = req.gpus {
+            // The node count is fixed by -N or --ntasks-per-node; otherwise
+            // the fewest nodes over which the GPUs divide evenly.
+            let fixed = req.nodes.is_some() || req.ntasks_per_node.is_some();
+            let n = if fixed {
+                nodes_min
+            } else {
+                let most = most_gpus();
+                if most == 0 {
+                    return Err(SubmitError::NodeConfigUnavailable(format!(
+                        "partition {partition} has no GPUs"
+                    )));
+                }
+                let mut n = total.div_ceil(most).max(1);
+                while total % n != 0 {
+                    n += 1;
+                }
+                n
+            };
+            if total % n != 0 {
+                return invalid(format!(
+                    "--gpus={total} does not divide evenly over {n} nodes"
+                ));
+            }
+            if !fixed {
+                if req.ntasks.is_some_and(|t| t < n) {
+                    return invalid(format!(
+                        "{tasks} tasks cannot cover the {n} nodes --gpus={total} needs"
+                    ));
+                }
+                if req.ntasks.is_none() {
+                    tasks = n;
+                    tasks_per_node = Some(1);
+                }
+                nodes_min = n;
+                nodes_max = n;
+            }
+            gpus_per_node = total / n;
+        }
+        if (required as u32) > nodes_max {
+            return invalid(format!(
+                "{required} required nodes exceed the {nodes_max} nodes asked for"
+            ));
+        }
+        let exclusive = req.exclusive;
+        // Exclusive jobs hold the whole node's memory whatever they ask.
+        let mem_per_node = req.memory_per_node_mb.unwrap_or(0);
+        Ok(Shape {
+            nodes_min,
+            nodes_max,
+            tasks,
+            tasks_per_node,
+            cpus_per_task: req.cpus_per_task,
+            gpus_per_task,
+            gpus_per_node,
+            mem_per_node,
+            exclusive,
+        })
+    }
+}

@@ -1,0 +1,88 @@
+//! The audit: the scheduler checks its own bookkeeping.
+
+use super::{Scheduler, State};
+use std::collections::HashSet;
+
+use crate::timeline::Free;
+
+impl Scheduler {
+    /// Checks the scheduler's bookkeeping: no CPU or GPU held twice, no node
+    /// over capacity, exclusive jobs alone, free counts matching the
+    /// allocations. Cheap enough for tests and fuzzing, not for every call.
+    pub fn audit(&self) -> Result<(), String> {
+        for (i, node) in self.nodes.iter().enumerate() {
+            let Some(node) = node else { continue };
+            let mut cpus_seen: HashSet<u32> = HashSet::new();
+            let mut gpus_seen = 0u64;
+            let (mut cpus, mut mem) = (0u32, 0u64);
+            for job in &node.jobs {
+                let j = self
+                    .jobs
+                    .get(job)
+                    .ok_or(format!("node {} lists unknown job {job}", node.name))?;
+                let State::Running { alloc, .. } = &j.state else {
+                    return Err(format!(
+                        "node {} lists job {job} that is not running",
+                        node.name
+                    ));
+                };
+                if j.shape.exclusive && node.jobs.len() != 1 {
+                    return Err(format!("exclusive job {job} shares node {}", node.name));
+                }
+                let a = alloc
+                    .iter()
+                    .find(|a| a.node.0 as usize == i)
+                    .ok_or(format!("job {job} has no allocation on {}", node.name))?;
+                for &c in &a.cpus {
+                    if c >= node.cap.cpus || !cpus_seen.insert(c) {
+                        return Err(format!(
+                            "CPU {c} of {} given twice or out of range",
+                            node.name
+                        ));
+                    }
+                }
+                for &g in &a.gpus {
+                    let bit = 1u64 << g;
+                    if node.cap.gpus & bit == 0 || gpus_seen & bit != 0 {
+                        return Err(format!("GPU {g} of {} given twice or missing", node.name));
+                    }
+                    gpus_seen |= bit;
+                }
+                cpus += a.cpus.len() as u32;
+                mem += a.memory_mb;
+            }
+            if cpus > node.cap.cpus || mem > node.cap.mem {
+                return Err(format!("node {} over capacity", node.name));
+            }
+            let expect = Free {
+                cpus: node.cap.cpus - cpus,
+                mem: node.cap.mem - mem,
+                gpus: node.cap.gpus & !gpus_seen,
+            };
+            if node.free != expect {
+                return Err(format!(
+                    "node {} free {:?} != {:?}",
+                    node.name, node.free, expect
+                ));
+            }
+            let free_bits: u32 = node.cpu_free.iter().map(|w| w.count_ones()).sum();
+            if free_bits != node.free.cpus {
+                return Err(format!(
+                    "node {} CPU bitmap disagrees with free count",
+                    node.name
+                ));
+            }
+        }
+        for (id, j) in &self.jobs {
+            if let State::Running { alloc, .. } = &j.state {
+                for a in alloc {
+                    let on = self.slot(a.node).is_some_and(|n| n.jobs.contains(id));
+                    if !on {
+                        return Err(format!("running job {id} missing from node {}", a.node));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

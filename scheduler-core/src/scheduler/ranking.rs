@@ -1,0 +1,182 @@
+//! Ranking and pending reasons: which jobs a pass considers, in what
+//! order, and why each waiting job waits.
+
+use super::{Job, Scheduler, State};
+use std::collections::{BTreeSet, HashMap};
+
+use crate::hash::FastMap;
+use crate::model::{
+    AccountId, Dependency, HoldKind, JobId, JobOutcome, PartitionId, PendingReason, Secs, UserId,
+    INFINITE,
+};
+use crate::priority::{priority, Factors};
+
+impl Scheduler {
+    /// Sets reasons on pending jobs that cannot be considered, and returns
+    /// the others in priority order.
+    pub(super) fn rank(&mut self, now: Secs) -> Vec<JobId> {
+        let (mut total_cpus, mut total_gpus) = (0u64, 0u64);
+        for n in self.nodes.iter().flatten() {
+            total_cpus += u64::from(n.cap.cpus);
+            total_gpus += u64::from(n.gpu_count);
+        }
+        let max_tier = self
+            .partitions
+            .iter()
+            .map(|p| p.spec.priority_tier)
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let max_qos = self.cfg.qos.iter().map(|q| q.1).max().unwrap_or(0).max(1);
+        let mut users: BTreeSet<UserId> = self.fairshare.known_users().collect();
+        let mut any_singleton = false;
+        for j in self.jobs.values() {
+            users.insert(j.user);
+            any_singleton |= j.deps.contains(&Dependency::Singleton);
+        }
+        // The first job (running first, then lowest id) of each user and
+        // name, only when some job waits on it.
+        let mut first_of_name: HashMap<(UserId, String), JobId> = HashMap::new();
+        if any_singleton {
+            for (&id, j) in &self.jobs {
+                let e = first_of_name.entry((j.user, j.name.clone())).or_insert(id);
+                if matches!(j.state, State::Running { .. }) {
+                    *e = id;
+                }
+            }
+        }
+        let parties = users.len();
+        let mut fs_cache: FastMap<(UserId, AccountId), f64> = FastMap::default();
+        // One walk in id order decides each pending job: blocked (with a
+        // reason) or ranked (with a priority); a second walk writes back.
+        let mut order: Vec<(i64, Secs, JobId)> = Vec::new();
+        let mut verdicts: Vec<Result<i64, PendingReason>> = Vec::new();
+        for (&id, j) in &self.jobs {
+            if !j.is_pending() {
+                continue;
+            }
+            let part = &self.partitions[j.partition.0 as usize].spec;
+            let blocked = if let Some(h) = j.hold {
+                Some(match h {
+                    HoldKind::User => PendingReason::JobHeldUser,
+                    HoldKind::Admin => PendingReason::JobHeldAdmin,
+                })
+            } else if j.begin > now {
+                Some(PendingReason::BeginTime)
+            } else if j.limit > part.max_time.unwrap_or(INFINITE) {
+                Some(PendingReason::PartitionTimeLimit)
+            } else if j.deps.is_empty() {
+                None
+            } else {
+                self.dependency_reason(id, j, &first_of_name)
+            };
+            if let Some(reason) = blocked {
+                verdicts.push(Err(reason));
+                continue;
+            }
+            let fs = *fs_cache
+                .entry((j.user, j.account))
+                .or_insert_with(|| self.fairshare.factor(now, j.user, j.account, parties));
+            let size = if j.shape.total_gpus() > 0 && total_gpus > 0 {
+                f64::from(j.shape.total_gpus()) / total_gpus as f64
+            } else {
+                f64::from(j.shape.tasks.saturating_mul(j.shape.cpus_per_task))
+                    / total_cpus.max(1) as f64
+            };
+            let p = priority(
+                &self.cfg.weights,
+                Factors {
+                    age: now.saturating_sub(j.submit),
+                    size,
+                    partition: f64::from(part.priority_tier) / f64::from(max_tier),
+                    qos: f64::from(j.qos) / f64::from(max_qos),
+                    fairshare: fs,
+                    nice: j.nice,
+                },
+            );
+            verdicts.push(Ok(p));
+            order.push((p, j.submit, id));
+        }
+        let mut verdict = verdicts.into_iter();
+        for j in self.jobs.values_mut().filter(|j| j.is_pending()) {
+            match verdict.next() {
+                Some(Ok(p)) => j.priority = p,
+                Some(Err(reason)) => j.set_pending(reason, None),
+                None => break,
+            }
+        }
+        order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        order.into_iter().map(|(_, _, id)| id).collect()
+    }
+
+    pub(super) fn dependency_reason(
+        &self,
+        id: JobId,
+        job: &Job,
+        first_of_name: &HashMap<(UserId, String), JobId>,
+    ) -> Option<PendingReason> {
+        let mut waiting = false;
+        for d in &job.deps {
+            let state = |j: JobId| -> (Option<JobOutcome>, bool) {
+                let started = self
+                    .jobs
+                    .get(&j)
+                    .is_some_and(|j| matches!(j.state, State::Running { .. }));
+                (self.finished.get(&j).copied(), started)
+            };
+            let ok = match *d {
+                Dependency::After(j) => {
+                    let (fin, started) = state(j);
+                    Some(fin.is_some() || started || !self.jobs.contains_key(&j))
+                }
+                Dependency::AfterOk(j) => match state(j).0 {
+                    Some(o) if o.succeeded() => Some(true),
+                    Some(_) => None,
+                    None => Some(false),
+                },
+                Dependency::AfterNotOk(j) => match state(j).0 {
+                    Some(o) if !o.succeeded() => Some(true),
+                    Some(_) => None,
+                    None => Some(false),
+                },
+                Dependency::AfterAny(j) => Some(state(j).0.is_some()),
+                Dependency::Singleton => Some(
+                    first_of_name
+                        .get(&(job.user, job.name.clone()))
+                        .is_none_or(|&first| first == id),
+                ),
+            };
+            match ok {
+                None => return Some(PendingReason::DependencyNeverSatisfied),
+                Some(false) => waiting = true,
+                Some(true) => {}
+            }
+        }
+        waiting.then_some(PendingReason::Dependency)
+    }
+}
+
+/// Which partitions' first blocked job has been seen in this pass. The
+/// first job that cannot start in a partition waits for `Resources`; the
+/// ones ranked behind it wait for `Priority`, as in Slurm.
+pub(super) struct Blocked {
+    seen: Vec<bool>,
+}
+
+impl Blocked {
+    pub(super) fn new(partitions: usize) -> Self {
+        Blocked {
+            seen: vec![false; partitions],
+        }
+    }
+
+    /// The reason for the next blocked job of `partition`, in rank order.
+    pub(super) fn reason(&mut self, partition: PartitionId) -> PendingReason {
+        let seen = std::mem::replace(&mut self.seen[partition.0 as usize], true);
+        if seen {
+            PendingReason::Priority
+        } else {
+            PendingReason::Resources
+        }
+    }
+}
