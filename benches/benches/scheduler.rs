@@ -6,7 +6,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use corral_sim::synthetic::{busy_cluster_with_queue, single_gpu_stream};
+use corral_replay::synthetic::{busy_cluster_with_queue, single_gpu_stream};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use scheduler_core::{Scheduler, SchedulerConfig, Secs};
 

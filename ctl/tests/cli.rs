@@ -17,16 +17,6 @@ fn corral(args: &[&str]) -> (i32, String, String) {
 }
 
 #[test]
-fn sim_replays_like_corral_sim() {
-    let (code, out, err) = corral(&["sim", "ml-mix:300", "--nodes", "8", "--json", "-q"]);
-    assert_eq!(code, 0, "{err}");
-    assert!(out.contains("\"jobs\":300"), "{out}");
-    let (code, _, err) = corral(&["sim", "/no/such/trace.swf"]);
-    assert_eq!(code, 1);
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-}
-
-#[test]
 fn certs_init_and_issue() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();

@@ -98,7 +98,7 @@ fn plan(j: &Job) -> JobPlan {
 fn op(o: &RawOp) -> Op {
     match o {
         RawOp::Submit(j) => Op::Submit {
-            job: plan(j),
+            job: Box::new(plan(j)),
             dep: j.dep,
         },
         RawOp::Cancel(k) => Op::Cancel(*k),

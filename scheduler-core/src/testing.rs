@@ -82,7 +82,7 @@ pub enum Op {
     /// Submits a job; `dep` = (kind, pick) makes it depend on an active
     /// job: kind % 5 is after, afterok, afternotok, afterany, singleton.
     Submit {
-        job: JobPlan,
+        job: Box<JobPlan>,
         dep: Option<(u8, u8)>,
     },
     Cancel(u8),
@@ -192,7 +192,7 @@ impl Driver {
     pub fn apply(&mut self, op: &Op) -> Result<(), String> {
         match op {
             Op::Submit { job, dep } => {
-                let mut job = job.clone();
+                let mut job = JobPlan::clone(job);
                 if let Some((kind, k)) = *dep {
                     if let Some(t) = self.pick_job(k) {
                         job.req.dependencies.push(match kind % 5 {
@@ -277,7 +277,7 @@ impl Driver {
             let outcome = self
                 .jobs
                 .get(&j)
-                .map_or(JobOutcome::Completed, |p| p.outcome.clone());
+                .map_or(JobOutcome::Completed, |p| p.outcome);
             self.s
                 .handle_job_finished(now, j, outcome)
                 .map_err(|e| format!("finishing job {j}: {e}"))?;

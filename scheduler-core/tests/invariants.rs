@@ -71,7 +71,7 @@ fn job_gen() -> impl Strategy<Value = JobPlan> {
 fn op_gen() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => (job_gen(), proptest::option::weighted(0.15, (0u8..5, any::<u8>())))
-            .prop_map(|(job, dep)| Op::Submit { job, dep }),
+            .prop_map(|(job, dep)| Op::Submit { job: Box::new(job), dep }),
         1 => any::<u8>().prop_map(Op::Cancel),
         1 => any::<u8>().prop_map(Op::Hold),
         1 => any::<u8>().prop_map(Op::Release),
@@ -159,7 +159,7 @@ proptest! {
         );
         for job in &jobs {
             let job = JobPlan { runtime: Runtime::Limit, ..job.clone() };
-            w.apply(&Op::Submit { job, dep: None }).map_err(TestCaseError::fail)?;
+            w.apply(&Op::Submit { job: Box::new(job), dep: None }).map_err(TestCaseError::fail)?;
         }
         let first = w.pass().map_err(TestCaseError::fail)?;
         let mut promised = BTreeMap::new();

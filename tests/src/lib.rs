@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use corral_ctl::cli::up::{Cluster, ClusterSpec};
 
-/// Builds corral, corral-ctld and corral-agent once per test binary (in
+/// Builds corral, corral-ctld, corral-agent and corral-sim once per test binary (in
 /// the profile the tests run in) and returns the directory holding them.
 pub fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -36,7 +36,8 @@ pub fn bin_dir() -> &'static Path {
             }
         }
         cmd.current_dir(&root)
-            .args(["build", "--bins", "-p", "corral-ctl", "-p", "corral-agent"]);
+            .args(["build", "--bins", "-p", "corral-ctl", "-p", "corral-agent"])
+            .args(["-p", "corral-replay"]);
         if dir.file_name().is_some_and(|p| p == "release") {
             cmd.arg("--release");
         }

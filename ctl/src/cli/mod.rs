@@ -127,6 +127,27 @@ fn usage() -> i32 {
     2
 }
 
+/// `corral sim ARGS` runs `corral-sim ARGS`, found beside this binary or
+/// on `PATH`. The replay (charts, trace decoding) stays out of the binary
+/// every `sbatch` starts, which keeps its start-up small.
+fn sim(args: &[OsString]) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("corral-sim")))
+        .filter(|p| p.is_file());
+    let program = beside.unwrap_or_else(|| "corral-sim".into());
+    let err = std::process::Command::new(&program)
+        .arg0("corral sim")
+        .args(&args[1..])
+        .exec();
+    eprintln!(
+        "corral sim: error: cannot run {}: {err} (build it with `cargo build -p corral-replay`)",
+        program.display()
+    );
+    1
+}
+
 /// Entry point of the multi-call binary; returns the exit code.
 pub fn main(argv: Vec<OsString>) -> i32 {
     let prog = argv
@@ -151,20 +172,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         "scontrol" => scontrol::main(&args),
         "up" => up::main(&args),
         "certs" => certs::main(&args),
-        "sim" => {
-            let mut a = args.clone();
-            a[0] = "corral sim".into();
-            match parse::<corral_sim::cli::Args>("corral sim", &a) {
-                Ok(a) => match corral_sim::cli::run(&a) {
-                    Ok(()) => 0,
-                    Err(e) => {
-                        eprintln!("{e:#}");
-                        1
-                    }
-                },
-                Err(code) => code,
-            }
-        }
+        "sim" => sim(&args),
         "-h" | "--help" | "help" => {
             usage();
             0

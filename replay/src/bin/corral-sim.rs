@@ -2,7 +2,7 @@
 //! virtual time and report waits, slowdown, utilisation and pass times.
 
 use clap::Parser;
-use corral_sim::cli::{run, Args};
+use corral_replay::cli::{run, Args};
 
 fn main() {
     let args = Args::parse();

@@ -5,7 +5,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-use corral_sim::synthetic::{cluster, mixed_job, Rng};
+use corral_replay::synthetic::{cluster, mixed_job, Rng};
 use scheduler_core::{JobId, SchedulerConfig};
 
 struct Counting;

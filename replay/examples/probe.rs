@@ -1,8 +1,8 @@
 //! Times single passes of the bench workloads without criterion's
-//! repetitions: `cargo run --release -p benches --example probe -- NODES JOBS`.
+//! repetitions: `cargo run --release -p corral-replay --example probe -- NODES JOBS`.
 use std::time::Instant;
 
-use corral_sim::synthetic::{busy_cluster_with_queue, single_gpu_stream};
+use corral_replay::synthetic::{busy_cluster_with_queue, single_gpu_stream};
 use scheduler_core::SchedulerConfig;
 
 fn main() {

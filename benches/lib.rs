@@ -1,0 +1,2 @@
+//! Criterion benches only; see `benches/`. The workloads they use live in
+//! `corral-replay` (`corral_replay::synthetic`).
