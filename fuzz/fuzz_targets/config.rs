@@ -2,7 +2,7 @@
 //! panics.
 #![no_main]
 
-use corral_ctl::config::Config;
+use corral_ctl::ctld::config::Config;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

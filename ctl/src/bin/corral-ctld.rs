@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use corral_ctl::config::Config;
-use corral_ctl::server::Server;
+use corral_ctl::ctld::config::Config;
+use corral_ctl::ctld::server::Server;
 
 /// Corral's controller.
 #[derive(Debug, Parser)]

@@ -129,7 +129,7 @@ fn count(what: &str, s: &str) -> Result<u32, String> {
     gpu_count(n).ok_or_else(|| format!("invalid {what} specification: {s}"))
 }
 
-pub use crate::state::MAX_GPUS;
+pub use crate::ctld::MAX_GPUS;
 
 /// A GPU count: digits only, at most [`MAX_GPUS`].
 fn gpu_count(n: &str) -> Option<u32> {

@@ -11,7 +11,7 @@ use scheduler_core::hostlist;
 
 use super::{block_on, fail, group_name, parse_ids, user_name};
 use crate::client::Client;
-use crate::server::now;
+use crate::ctld::server::now;
 use crate::timefmt::{limit, timestamp};
 
 const CMD: &str = "scontrol";

@@ -8,7 +8,7 @@ use scheduler_core::hostlist;
 
 use super::{block_on, fail, parse, parse_ids, parse_user, user_name};
 use crate::client::Client;
-use crate::server::now;
+use crate::ctld::server::now;
 use crate::timefmt::{elapsed, limit, timestamp};
 
 const CMD: &str = "squeue";

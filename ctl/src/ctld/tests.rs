@@ -1,7 +1,10 @@
 //! The controller's state machine, driven without a network.
 
 use super::*;
-use corral_proto::msg::{GpuInfo, StepIo};
+use corral_proto::msg::{
+    AgentMsg, CtldMsg, ExitStatus, GpuAsk, GpuInfo, Ident, JobFilter, JobKind, JobRun, JobSpec,
+    JobState, JobView, Launch, NodeUpdate, Registration, StepIo, StepSpec, JOBS_PER_PAGE,
+};
 
 const ALICE: Ident = Ident {
     uid: 1000,

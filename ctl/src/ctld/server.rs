@@ -27,8 +27,8 @@ use corral_proto::{now_ms, read_frame, warn_limited, write_frame, WireError};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify, Semaphore};
 
-use crate::config::Config;
-use crate::state::{Controller, Selector};
+use crate::ctld::config::Config;
+use crate::ctld::{Controller, Selector};
 
 /// Why the controller could not start.
 #[derive(Debug, thiserror::Error)]

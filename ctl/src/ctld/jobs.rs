@@ -1,0 +1,358 @@
+//! The job lifecycle: submission, the messages agents send about a job's
+//! processes, completion and clean-up, time limits, cancel and hold.
+
+use super::wire::job_request;
+use super::{capitalise, Controller, JobRecord, Kill, Refusal, Selector, BATCH_STEP};
+use std::collections::HashSet;
+
+use corral_proto::msg::{
+    AgentMsg, CtldMsg, ExitStatus, Ident, JobFilter, JobRun, JobSpec, JobState,
+};
+use scheduler_core::{HoldKind, JobId, JobOutcome};
+
+impl Controller {
+    /// A message from an agent on its control stream.
+    pub fn agent_message(&mut self, node: &str, msg: AgentMsg, now: u64) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.last_seen = now;
+        }
+        match msg {
+            AgentMsg::Heartbeat { running } => self.heartbeat(node, now, &running),
+            AgentMsg::StepExited { job, step, exit } => {
+                self.step_exited(now, node, job, step, exit, None)
+            }
+            AgentMsg::LaunchFailed { job, step, message } => {
+                let exit = ExitStatus {
+                    code: 1,
+                    signal: None,
+                };
+                self.step_exited(now, node, job, step, exit, Some(message));
+            }
+            AgentMsg::JobCleaned { job } => self.cleaned(now, node, job),
+            AgentMsg::Health { problem } => self.health(node, problem, now),
+        }
+    }
+
+    pub(super) fn step_exited(
+        &mut self,
+        now: u64,
+        node: &str,
+        run: JobRun,
+        step: u32,
+        exit: ExitStatus,
+        failure: Option<String>,
+    ) {
+        let job = run.job;
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        // News of an older run (requeued since) is not this run's.
+        if j.run() != run || j.state != JobState::Running || step != j.primary_step() {
+            return;
+        }
+        if !j.primary_left.remove(node) {
+            return;
+        }
+        if exit.code > j.exit.code || (j.exit.signal.is_none() && exit.signal.is_some()) {
+            j.exit = exit;
+        }
+        if let (Some(message), None) = (failure, &j.failure) {
+            let what = if step == BATCH_STEP {
+                "batch step".to_string()
+            } else {
+                format!("step {step}")
+            };
+            j.failure = Some(format!("{what} on {node}: {message}"));
+        }
+        if j.primary_left.is_empty() {
+            self.complete(now, job, 0);
+        }
+    }
+
+    /// The job's work is over (or it is being ended): COMPLETING until
+    /// every node confirms its processes are gone.
+    pub(super) fn complete(&mut self, now: u64, job: u64, grace_ms: u64) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        j.state = JobState::Completing;
+        j.end = Some(now);
+        j.cleaning = j.alloc.iter().map(|(n, _)| n.clone()).collect();
+        let run = j.run();
+        for (n, _) in &j.alloc {
+            self.outbox
+                .push((n.clone(), CtldMsg::Terminate { job: run, grace_ms }));
+        }
+        // Nodes that cannot answer count as clean.
+        let gone: Vec<String> = j
+            .cleaning
+            .iter()
+            .filter(|n| self.nodes.get(*n).is_none_or(|r| r.not_responding))
+            .cloned()
+            .collect();
+        for n in gone {
+            self.cleaned(now, &n, run);
+        }
+    }
+
+    pub(super) fn cleaned(&mut self, now: u64, node: &str, run: JobRun) {
+        let job = run.job;
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if j.run() != run
+            || j.state != JobState::Completing
+            || !j.cleaning.remove(node)
+            || !j.cleaning.is_empty()
+        {
+            return;
+        }
+        let (state, outcome) = match j.kill {
+            Some(Kill::Cancelled) => (JobState::Cancelled, JobOutcome::Cancelled),
+            Some(Kill::Timeout) => (JobState::Timeout, JobOutcome::Timeout),
+            None if j.exit.success() && j.failure.is_none() => {
+                (JobState::Completed, JobOutcome::Completed)
+            }
+            None => (
+                JobState::Failed,
+                JobOutcome::Failed {
+                    exit_code: j.exit.code.max(1),
+                },
+            ),
+        };
+        j.state = state;
+        j.shed(&mut self.usage, &mut self.unfinished);
+        let _ = self.sched.handle_job_finished(now, JobId(job), outcome);
+        self.stats.finished += 1;
+        self.dirty = true;
+    }
+
+    /// A clock tick: silent agents go DOWN, jobs past their limit time out,
+    /// old finished jobs are forgotten.
+    pub fn tick(&mut self, now: u64) {
+        let timeout = self.cfg.heartbeat_timeout;
+        let silent: Vec<String> = self
+            .nodes
+            .values()
+            .filter(|n| !n.not_responding && now.saturating_sub(n.last_seen) > timeout)
+            .map(|n| n.reg.name.clone())
+            .collect();
+        for name in silent {
+            tracing::warn!(node = %name, "node not responding; marking it DOWN");
+            self.node_lost(now, &name, "Not responding");
+        }
+        // The scheduler holds each running job's limit; a job already
+        // completing is being ended and is not timed out again.
+        let overdue: Vec<u64> = self
+            .sched
+            .overdue_jobs(now)
+            .into_iter()
+            .map(|id| id.0)
+            .filter(|id| self.jobs.get(id).is_some_and(|j| j.state == JobState::Running))
+            .collect();
+        for job in overdue {
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.kill = Some(Kill::Timeout);
+            }
+            let grace = self.cfg.kill_wait * 1000;
+            self.complete(now, job, grace);
+        }
+        let age = self.cfg.min_job_age;
+        self.jobs.retain(|_, j| {
+            !(j.state.is_final() && j.end.is_some_and(|e| now.saturating_sub(e) > age))
+        });
+        // A begin time or a reservation's end came: a pass may start jobs.
+        if self.wake_at.is_some_and(|w| w <= now) {
+            self.dirty = true;
+        }
+        self.wake_at = self.sched.next_wakeup(now);
+    }
+
+    pub fn submit(&mut self, who: Ident, mut spec: JobSpec, now: u64) -> Result<u64, Refusal> {
+        let bytes = self.admit(who, &spec)?;
+        // Normalised once: everything after reads the value the job has.
+        spec.cpus_per_task = Some(spec.cpus_per_task.unwrap_or(1).max(1));
+        let req = job_request(who, &spec);
+        let id = self.next_job;
+        let held = req.hold;
+        self.sched
+            .submit(now, JobId(id), req)
+            .map_err(|e| capitalise(&e.to_string()))?;
+        self.next_job += 1;
+        self.stats.submitted += 1;
+        let partition = spec
+            .partition
+            .clone()
+            .or_else(|| {
+                self.cfg
+                    .partitions
+                    .iter()
+                    .find(|p| p.is_default)
+                    .map(|p| p.name.clone())
+            })
+            .unwrap_or_default();
+        self.jobs.insert(
+            id,
+            JobRecord {
+                id,
+                user: who,
+                spec,
+                partition,
+                submit: now,
+                state: JobState::Pending,
+                start: None,
+                end: None,
+                end_by: None,
+                alloc: Vec::new(),
+                exit: ExitStatus::default(),
+                kill: None,
+                primary_left: HashSet::new(),
+                cleaning: HashSet::new(),
+                next_step: 0,
+                restarts: 0,
+                failure: None,
+                bytes,
+            },
+        );
+        let u = self.usage.entry(who.uid).or_default();
+        u.jobs += 1;
+        u.bytes += bytes;
+        self.unfinished += 1;
+        // A held job cannot start: no pass needed for it.
+        self.dirty |= !held;
+        Ok(id)
+    }
+
+    /// Cancels (or signals) jobs. Jobs named by id that do not exist or
+    /// belong to someone else are refused before anything is done; jobs of
+    /// others that a filter selects are refused one by one, after the
+    /// caller's own are cancelled, as Slurm's scancel reports them.
+    pub fn cancel(
+        &mut self,
+        who: Ident,
+        f: &JobFilter,
+        signal: Option<i32>,
+        now: u64,
+    ) -> Result<Vec<u64>, Refusal> {
+        let sel = Selector::new(f.clone())?;
+        let privileged = self.privileged(who);
+        for id in &f.ids {
+            let j = self.jobs.get(id).ok_or_else(|| {
+                format!("Kill job error on job id {id}: Invalid job id specified")
+            })?;
+            if j.user.uid != who.uid && !privileged {
+                return Err(format!(
+                    "Kill job error on job id {id}: Access/permission denied"
+                ));
+            }
+            if j.state.is_final() {
+                return Err(format!(
+                    "Kill job error on job id {id}: Job/step already completing or completed"
+                ));
+            }
+        }
+        let selected: Vec<u64> = self
+            .jobs
+            .values()
+            .filter(|j| {
+                !j.state.is_final()
+                    && sel.matches(j.id, j.user.uid, j.state, &j.partition, &j.spec.name)
+            })
+            .map(|j| j.id)
+            .collect();
+        let mut done = Vec::new();
+        let mut denied = Vec::new();
+        for id in selected {
+            let Some(j) = self.jobs.get(&id) else {
+                continue;
+            };
+            if j.user.uid != who.uid && !privileged {
+                denied.push(id);
+                continue;
+            }
+            if let Some(sig) = signal {
+                if j.state == JobState::Running {
+                    let run = j.run();
+                    for (n, _) in &j.alloc {
+                        self.outbox.push((
+                            n.clone(),
+                            CtldMsg::Signal {
+                                job: run,
+                                step: None,
+                                signal: sig,
+                            },
+                        ));
+                    }
+                    done.push(id);
+                }
+                continue;
+            }
+            match j.state {
+                JobState::Pending => {
+                    let _ = self.sched.cancel(JobId(id));
+                    if let Some(j) = self.jobs.get_mut(&id) {
+                        j.state = JobState::Cancelled;
+                        j.end = Some(now);
+                        j.shed(&mut self.usage, &mut self.unfinished);
+                    }
+                    self.stats.finished += 1;
+                    self.dirty = true;
+                }
+                JobState::Running => {
+                    if let Some(j) = self.jobs.get_mut(&id) {
+                        j.kill = Some(Kill::Cancelled);
+                    }
+                    let grace = self.cfg.kill_wait * 1000;
+                    self.complete(now, id, grace);
+                }
+                _ => continue,
+            }
+            done.push(id);
+        }
+        if !denied.is_empty() {
+            const SHOWN: usize = 20;
+            let mut lines: Vec<String> = denied
+                .iter()
+                .take(SHOWN)
+                .map(|id| format!("Kill job error on job id {id}: Access/permission denied"))
+                .collect();
+            if denied.len() > SHOWN {
+                lines.push(format!(
+                    "Access/permission denied for {} more jobs",
+                    denied.len() - SHOWN
+                ));
+            }
+            return Err(lines.join("\n"));
+        }
+        Ok(done)
+    }
+
+    /// Holds (`release == false`) or releases jobs.
+    pub fn hold(&mut self, who: Ident, ids: &[u64], release: bool) -> Result<Vec<u64>, Refusal> {
+        let privileged = self.privileged(who);
+        let kind = if privileged {
+            HoldKind::Admin
+        } else {
+            HoldKind::User
+        };
+        for id in ids {
+            let j = self
+                .jobs
+                .get(id)
+                .ok_or_else(|| format!("Invalid job id specified: {id}"))?;
+            if j.user.uid != who.uid && !privileged {
+                return Err(format!("Access/permission denied for job {id}"));
+            }
+        }
+        for id in ids {
+            let r = if release {
+                self.sched.release(JobId(*id), kind)
+            } else {
+                self.sched.hold(JobId(*id), kind)
+            };
+            r.map_err(|e| capitalise(&e.to_string()))?;
+        }
+        self.dirty = true;
+        Ok(ids.to_vec())
+    }
+}

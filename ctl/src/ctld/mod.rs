@@ -1,0 +1,276 @@
+//! corral-ctld: the controller's state, every change to it, and the
+//! service around it.
+//!
+//! [`Controller`] owns the scheduler, the job table and the node registry.
+//! Each input (a request, an agent's message, a clock tick) is one method
+//! call that changes state and queues the messages agents must receive in
+//! an outbox the caller drains. Nothing in it does I/O or reads a clock:
+//! `now` comes in, so every path is testable without a network, and making
+//! state durable (a later issue) means journaling these calls, here only.
+//!
+//! Its `impl` is split by concern: `nodes` (registration, heartbeats,
+//! health, node loss, operators' node updates), `jobs` (submission and
+//! the job lifecycle: step exits, completion, clean-up, time limits,
+//! cancel, hold), `admission` (what a user may submit), `launch` (the
+//! `Launch` messages for batch jobs and steps, built in one place),
+//! `views` (squeue, sinfo, scontrol), `wire` (where wire types meet the
+//! core's). [`server`] is the async service around it; [`config`] its
+//! checked configuration.
+
+mod admission;
+pub mod config;
+mod jobs;
+mod launch;
+mod nodes;
+mod select;
+pub mod server;
+mod views;
+mod wire;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use corral_proto::cred::{CredError, Token, Verifier};
+use corral_proto::msg::{
+    CtldMsg, ExitStatus, Ident, JobKind, JobRun, JobSpec, JobState, NodeUpdate, Registration, Stats,
+};
+use scheduler_core::{NodeAllocation, Scheduler, SchedulerConfig};
+
+use crate::ctld::config::Config;
+
+pub use select::{Selector, MAX_FILTER_ENTRIES};
+pub use views::natural;
+
+/// The most GPUs one request may name (per node, per task or in all).
+pub const MAX_GPUS: u32 = 1 << 16;
+
+/// The widest `--nice` (Slurm's range).
+pub const MAX_NICE: u32 = 2_147_483_645;
+
+/// Step id of a batch script (Slurm prints it as `batch`).
+pub const BATCH_STEP: u32 = u32::MAX - 1;
+
+/// Why a job is being ended before its own exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kill {
+    Cancelled,
+    Timeout,
+}
+
+#[derive(Debug)]
+struct JobRecord {
+    id: u64,
+    user: Ident,
+    spec: JobSpec,
+    partition: String,
+    submit: u64,
+    state: JobState,
+    start: Option<u64>,
+    end: Option<u64>,
+    end_by: Option<u64>,
+    alloc: Vec<(String, NodeAllocation)>,
+    exit: ExitStatus,
+    kill: Option<Kill>,
+    /// Nodes still running the job's first step (batch or srun's).
+    primary_left: HashSet<String>,
+    /// Nodes that have not yet confirmed the job's processes are gone.
+    cleaning: HashSet<String>,
+    next_step: u32,
+    /// Times the job was requeued: the number of its current run.
+    restarts: u32,
+    failure: Option<String>,
+    /// Bytes of script, arguments and environment held for it (counted
+    /// against its user until it is final).
+    bytes: u64,
+}
+
+impl JobRecord {
+    /// A finished job keeps what squeue and scontrol show, not its script
+    /// and environment (kilobytes each, and finished jobs linger for
+    /// `min_job_age`); what it held no longer counts against its user.
+    fn shed(&mut self, usage: &mut HashMap<u32, Usage>, unfinished: &mut u64) {
+        if self.bytes != u64::MAX {
+            if let Some(u) = usage.get_mut(&self.user.uid) {
+                u.jobs = u.jobs.saturating_sub(1);
+                u.bytes = u.bytes.saturating_sub(self.bytes);
+                if u.jobs == 0 {
+                    usage.remove(&self.user.uid);
+                }
+            }
+            *unfinished = unfinished.saturating_sub(1);
+            self.bytes = u64::MAX;
+        }
+        self.spec.env = Vec::new();
+        if let JobKind::Batch { script, .. } = &mut self.spec.kind {
+            *script = String::new();
+        }
+    }
+
+    fn run(&self) -> JobRun {
+        JobRun {
+            job: self.id,
+            run: self.restarts,
+        }
+    }
+
+    /// CPUs per task, normalised at submit.
+    fn cpus_per_task(&self) -> u32 {
+        self.spec.cpus_per_task.unwrap_or(1)
+    }
+
+    fn primary_step(&self) -> u32 {
+        match self.spec.kind {
+            JobKind::Batch { .. } => BATCH_STEP,
+            JobKind::Interactive { .. } => 0,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct NodeRecord {
+    id: scheduler_core::NodeId,
+    reg: Registration,
+    boot: u64,
+    last_seen: u64,
+    connected: bool,
+    not_responding: bool,
+    /// An operator's drain or down: (state, reason, by, at).
+    admin: Option<(NodeUpdate, String, u32, u64)>,
+    /// The agent's own word that it cannot take work: (why, since). The
+    /// node drains for it and comes back when the agent says it is well.
+    problem: Option<(String, u64)>,
+}
+
+/// A refusal to show the user.
+pub type Refusal = String;
+
+/// The controller's state.
+#[derive(Debug)]
+pub struct Controller {
+    cfg: Config,
+    sched: Scheduler,
+    jobs: BTreeMap<u64, JobRecord>,
+    next_job: u64,
+    nodes: BTreeMap<String, NodeRecord>,
+    verifier: Verifier,
+    outbox: Vec<(String, CtldMsg)>,
+    /// Set by any change a pass might act on.
+    dirty: bool,
+    /// When the scheduler next wants a pass without any event.
+    wake_at: Option<u64>,
+    stats: Stats,
+    /// Unfinished jobs and their bytes, per user and in all.
+    usage: HashMap<u32, Usage>,
+    unfinished: u64,
+}
+
+/// What one user has queued.
+#[derive(Clone, Copy, Debug, Default)]
+struct Usage {
+    jobs: u64,
+    bytes: u64,
+}
+
+fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
+
+impl Controller {
+    pub fn new(cfg: Config) -> Result<Controller, Refusal> {
+        let mut sched = Scheduler::new(SchedulerConfig {
+            policy: cfg.policy,
+            ..SchedulerConfig::default()
+        });
+        for p in &cfg.partitions {
+            sched.add_partition(p.clone()).map_err(|e| e.to_string())?;
+        }
+        Ok(Controller {
+            cfg,
+            sched,
+            jobs: BTreeMap::new(),
+            next_job: 1,
+            nodes: BTreeMap::new(),
+            verifier: Verifier::default(),
+            outbox: Vec::new(),
+            dirty: false,
+            wake_at: None,
+            stats: Stats::default(),
+            usage: HashMap::new(),
+            unfinished: 0,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Messages for agents queued by the calls so far.
+    pub fn take_outbox(&mut self) -> Vec<(String, CtldMsg)> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Whether a pass may start something.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Whether a pass may start something (and clears the flag).
+    pub fn take_dirty(&mut self) -> bool {
+        std::mem::replace(&mut self.dirty, false)
+    }
+
+    /// Root and the configured operators.
+    pub fn privileged(&self, who: Ident) -> bool {
+        who.uid == 0 || self.cfg.operators.contains(&who.uid)
+    }
+
+    /// Checks a credential: who the request is for.
+    pub fn authenticate(&mut self, token: &Token, now_ms: u64) -> Result<Ident, CredError> {
+        self.verifier.verify(token, now_ms)
+    }
+
+    // ---- scheduling --------------------------------------------------
+
+    /// Counts for `sdiag`-style monitoring.
+    pub fn stats(&self) -> Stats {
+        let mut s = self.stats;
+        s.pending = 0;
+        s.running = 0;
+        s.completing = 0;
+        for j in self.jobs.values() {
+            match j.state {
+                JobState::Pending => s.pending += 1,
+                JobState::Running => s.running += 1,
+                JobState::Completing => s.completing += 1,
+                _ => {}
+            }
+        }
+        s
+    }
+
+    /// Records how long the last pass took (measured by the driver).
+    pub fn record_pass(&mut self, micros: u64) {
+        self.stats.passes += 1;
+        self.stats.last_pass_us = micros;
+    }
+
+    /// Runs a scheduling pass and queues the launches it decides.
+    pub fn schedule(&mut self, now: u64) -> usize {
+        let starts = self.sched.schedule(now);
+        let n = starts.len();
+        for d in starts {
+            self.start(now, d);
+        }
+        n
+    }
+
+    pub(super) fn node_name(&self, id: scheduler_core::NodeId) -> String {
+        self.sched.node_info(id).map(|i| i.name).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,320 @@
+//! The node registry: agents register, beat, report their health and
+//! vanish; operators drain, down and resume nodes.
+
+use super::admission::printable;
+use super::wire::node_spec;
+use super::{Controller, JobRecord, NodeRecord, Refusal};
+use std::collections::HashSet;
+
+use corral_proto::msg::{CtldMsg, ExitStatus, Ident, JobRun, JobState, NodeUpdate, Registration};
+use scheduler_core::{hostlist, LostJob, NodeAdmin};
+
+impl Controller {
+    // ---- nodes -------------------------------------------------------
+
+    /// An agent registers (its certificate already checked for the name).
+    pub fn register(&mut self, reg: Registration, now: u64) -> Result<(), Refusal> {
+        if reg.name.is_empty() || reg.name.len() > 256 {
+            return Err("invalid node name".into());
+        }
+        self.verifier.register(&reg.name, &reg.credential_key);
+        self.dirty = true;
+        if let Some(n) = self.nodes.get_mut(&reg.name) {
+            let id = n.id;
+            let running: HashSet<JobRun> = reg.running.iter().copied().collect();
+            n.reg = reg;
+            n.last_seen = now;
+            n.connected = true;
+            n.problem = None;
+            let was_down = std::mem::replace(&mut n.not_responding, false);
+            let name = n.reg.name.clone();
+            // Runs we think are here that the agent no longer has: the
+            // agent restarted and its tasks died with it.
+            let lost_runs = self.jobs.values().any(|j| {
+                j.state == JobState::Running
+                    && j.alloc.iter().any(|(n, _)| *n == name)
+                    && !running.contains(&j.run())
+            });
+            if !was_down && lost_runs {
+                self.node_lost(now, &name, "Agent restarted");
+                if let Some(n) = self.nodes.get_mut(&name) {
+                    n.not_responding = false;
+                }
+            }
+            self.end_strays(now, &name, &running);
+            let admin = self.admin_state(&name);
+            self.sched
+                .handle_node_admin(now, id, admin)
+                .map_err(|e| e.to_string())?;
+            return Ok(());
+        }
+        let spec = node_spec(&reg);
+        let id = self
+            .sched
+            .handle_node_added(spec)
+            .map_err(|e| e.to_string())?;
+        let running = reg.running.clone();
+        let name = reg.name.clone();
+        self.nodes.insert(
+            name.clone(),
+            NodeRecord {
+                id,
+                reg,
+                boot: now,
+                last_seen: now,
+                connected: true,
+                not_responding: false,
+                admin: None,
+                problem: None,
+            },
+        );
+        for job in running {
+            self.outbox
+                .push((name.clone(), CtldMsg::Terminate { job, grace_ms: 0 }));
+        }
+        Ok(())
+    }
+
+    /// Ends on `name` the runs its agent has that are not placed there
+    /// (jobs that failed or were requeued while it was silent), and
+    /// completes the clean-ups that waited on runs it no longer has.
+    pub(super) fn end_strays(&mut self, now: u64, name: &str, running: &HashSet<JobRun>) {
+        for r in running {
+            let placed = self.jobs.get(&r.job).is_some_and(|j| {
+                !j.state.is_final() && j.run() == *r && j.alloc.iter().any(|(n, _)| n == name)
+            });
+            if !placed {
+                self.outbox.push((
+                    name.to_string(),
+                    CtldMsg::Terminate {
+                        job: *r,
+                        grace_ms: 0,
+                    },
+                ));
+            }
+        }
+        let done: Vec<JobRun> = self
+            .jobs
+            .values()
+            .filter(|j| j.cleaning.contains(name) && !running.contains(&j.run()))
+            .map(JobRecord::run)
+            .collect();
+        for r in done {
+            self.cleaned(now, name, r);
+        }
+    }
+
+    /// Something arrived from the agent at `at` (no heartbeat list).
+    pub fn heard(&mut self, name: &str, at: u64) {
+        if let Some(n) = self.nodes.get_mut(name) {
+            n.last_seen = n.last_seen.max(at);
+        }
+    }
+
+    /// An agent's heartbeat, passed on by the server without holding up
+    /// the agent's stream: `at` is when it arrived, `running` the runs it
+    /// listed. A node that was marked not responding while its agent
+    /// stayed connected is back: its stale runs are ended there.
+    pub fn heartbeat(&mut self, name: &str, at: u64, running: &[JobRun]) {
+        let Some(n) = self.nodes.get_mut(name) else {
+            return;
+        };
+        n.last_seen = n.last_seen.max(at);
+        if !(n.not_responding && n.connected) {
+            return;
+        }
+        n.not_responding = false;
+        let id = n.id;
+        tracing::info!(node = %name, "node responding again");
+        let running: HashSet<JobRun> = running.iter().copied().collect();
+        self.end_strays(at, name, &running);
+        let admin = self.admin_state(name);
+        let _ = self.sched.handle_node_admin(at, id, admin);
+        self.dirty = true;
+    }
+
+    pub(super) fn admin_state(&self, name: &str) -> NodeAdmin {
+        let Some(n) = self.nodes.get(name) else {
+            return NodeAdmin::Down {
+                reason: "Unknown".into(),
+            };
+        };
+        if n.not_responding {
+            return NodeAdmin::Down {
+                reason: "Not responding".into(),
+            };
+        }
+        match &n.admin {
+            Some((NodeUpdate::Drain, reason, _, _)) => NodeAdmin::Drain {
+                reason: reason.clone(),
+            },
+            Some((NodeUpdate::Down, reason, _, _)) => NodeAdmin::Down {
+                reason: reason.clone(),
+            },
+            _ => match &n.problem {
+                Some((why, _)) => NodeAdmin::Drain {
+                    reason: format!("Agent unhealthy: {why}"),
+                },
+                None => NodeAdmin::Up,
+            },
+        }
+    }
+
+    /// The agent's connection ended (it may come back).
+    pub fn disconnected(&mut self, name: &str) {
+        if let Some(n) = self.nodes.get_mut(name) {
+            n.connected = false;
+        }
+    }
+
+    /// The agent says whether it can take work.
+    pub(super) fn health(&mut self, node: &str, problem: Option<String>, now: u64) {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return;
+        };
+        if n.problem.as_ref().map(|(p, _)| p) == problem.as_ref() {
+            return;
+        }
+        match &problem {
+            Some(p) => tracing::warn!(%node, problem = %p, "node unhealthy; draining it"),
+            None => tracing::info!(%node, "node healthy again"),
+        }
+        n.problem = problem.map(|p| (p, now));
+        let id = n.id;
+        let admin = self.admin_state(node);
+        let _ = self.sched.handle_node_admin(now, id, admin);
+        self.dirty = true;
+    }
+
+    pub(super) fn node_lost(&mut self, now: u64, name: &str, reason: &str) {
+        let Some(n) = self.nodes.get_mut(name) else {
+            return;
+        };
+        n.not_responding = true;
+        let id = n.id;
+        let lost = self
+            .sched
+            .handle_node_admin(
+                now,
+                id,
+                NodeAdmin::Down {
+                    reason: reason.into(),
+                },
+            )
+            .unwrap_or_default();
+        for l in lost {
+            let (job, requeued) = match l {
+                LostJob::Failed(j) => (j.0, false),
+                LostJob::Requeued(j) => (j.0, true),
+            };
+            let Some(j) = self.jobs.get_mut(&job) else {
+                continue;
+            };
+            // The job's other nodes end their part.
+            let run = j.run();
+            for (n, _) in &j.alloc {
+                if n != name {
+                    self.outbox.push((
+                        n.clone(),
+                        CtldMsg::Terminate {
+                            job: run,
+                            grace_ms: 0,
+                        },
+                    ));
+                }
+            }
+            j.alloc.clear();
+            j.primary_left.clear();
+            j.cleaning.clear();
+            if requeued {
+                j.state = JobState::Pending;
+                j.start = None;
+                j.end_by = None;
+                j.exit = ExitStatus::default();
+                j.restarts += 1;
+            } else {
+                j.state = JobState::NodeFail;
+                j.end = Some(now);
+                j.shed(&mut self.usage, &mut self.unfinished);
+                self.stats.finished += 1;
+            }
+        }
+        // Completions that waited on the lost node.
+        let waiting: Vec<JobRun> = self
+            .jobs
+            .values()
+            .filter(|j| j.cleaning.contains(name))
+            .map(JobRecord::run)
+            .collect();
+        for run in waiting {
+            self.cleaned(now, name, run);
+        }
+        self.dirty = true;
+    }
+
+    /// `scontrol update NodeName=… State=…`.
+    pub fn update_node(
+        &mut self,
+        who: Ident,
+        names: &str,
+        state: NodeUpdate,
+        reason: Option<String>,
+        now: u64,
+    ) -> Result<(), Refusal> {
+        if !self.privileged(who) {
+            return Err("Access/permission denied".into());
+        }
+        let list =
+            hostlist::expand(names).map_err(|e| format!("Invalid node name specified: {e}"))?;
+        if let Some(bad) = list.iter().find(|n| !self.nodes.contains_key(*n)) {
+            return Err(format!("Invalid node name specified: {bad}"));
+        }
+        if state != NodeUpdate::Resume && reason.as_deref().is_none_or(str::is_empty) {
+            return Err("You must specify a reason when DRAINING or DOWNING a node".into());
+        }
+        if let Some(r) = &reason {
+            printable("reason", r)?;
+        }
+        // RESUME cannot bring back a node whose agent is gone: say so
+        // rather than report a change that did not happen.
+        if state == NodeUpdate::Resume {
+            if let Some(n) = list
+                .iter()
+                .filter_map(|n| self.nodes.get(n))
+                .find(|n| !n.connected)
+            {
+                return Err(format!(
+                    "Invalid node state transition requested: {} is not responding; it returns when its agent connects again",
+                    n.reg.name
+                ));
+            }
+        }
+        for name in list {
+            let Some(n) = self.nodes.get_mut(&name) else {
+                continue;
+            };
+            n.admin = match state {
+                NodeUpdate::Resume => None,
+                s => Some((s, reason.clone().unwrap_or_default(), who.uid, now)),
+            };
+            if state == NodeUpdate::Resume {
+                // Connected (checked above): it answers.
+                n.not_responding = false;
+            }
+            let id = n.id;
+            if state == NodeUpdate::Down {
+                self.node_lost(now, &name, reason.as_deref().unwrap_or("down"));
+                if let Some(n) = self.nodes.get_mut(&name) {
+                    // Still connected: it answers, it is only out of service.
+                    n.not_responding = !n.connected;
+                }
+            }
+            let admin = self.admin_state(&name);
+            self.sched
+                .handle_node_admin(now, id, admin)
+                .map_err(|e| e.to_string())?;
+        }
+        self.dirty = true;
+        Ok(())
+    }
+}

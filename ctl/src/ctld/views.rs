@@ -1,0 +1,252 @@
+//! What squeue, sinfo and scontrol show: views built from the job table,
+//! the node registry and the scheduler's status.
+
+use super::{Controller, JobRecord, Selector};
+use std::collections::HashMap;
+
+use corral_proto::msg::{
+    GpuAsk, JobFilter, JobKind, JobState, JobView, NodeView, PartitionView, JOBS_PER_PAGE,
+};
+use scheduler_core::{JobId, JobStatus};
+
+impl Controller {
+    // ---- views -------------------------------------------------------
+
+    /// Jobs the filter selects, one page (ids above `f.after`, at most
+    /// [`JOBS_PER_PAGE`]) in id order.
+    pub fn job_views(&self, f: &JobFilter, now: u64) -> Vec<JobView> {
+        let Ok(mut sel) = Selector::new(f.clone()) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        loop {
+            let (views, next) =
+                self.job_views_chunk(&sel, JOBS_PER_PAGE - out.len(), usize::MAX, now);
+            out.extend(views);
+            match next {
+                Some(after) if out.len() < JOBS_PER_PAGE => sel.after = after,
+                _ => return out,
+            }
+        }
+    }
+
+    /// Part of a page: at most `max_views` views of jobs above `sel.after`,
+    /// looking at no more than `max_scan` jobs. Returns the views and, when
+    /// it stopped early, the id to go on after (the caller may release the
+    /// controller between chunks, so a large view never holds it long).
+    pub fn job_views_chunk(
+        &self,
+        sel: &Selector,
+        max_views: usize,
+        max_scan: usize,
+        now: u64,
+    ) -> (Vec<JobView>, Option<u64>) {
+        let from = sel.after.saturating_add(1);
+        let candidates: Box<dyn Iterator<Item = &JobRecord>> = match &sel.ids {
+            Some(ids) => Box::new(ids.range(from..).filter_map(|id| self.jobs.get(id))),
+            None => Box::new(self.jobs.range(from..).map(|(_, j)| j)),
+        };
+        let mut views = Vec::new();
+        for (scanned, j) in candidates.enumerate() {
+            if views.len() >= max_views || scanned >= max_scan {
+                return (views, Some(j.id - 1));
+            }
+            if sel.matches(j.id, j.user.uid, j.state, &j.partition, &j.spec.name) {
+                views.push(self.view(j, now));
+            }
+        }
+        (views, None)
+    }
+
+    pub(super) fn view(&self, j: &JobRecord, _now: u64) -> JobView {
+        // Only a pending job has anything to ask the scheduler (a running
+        // one's status would clone its allocation for nothing).
+        let status = (j.state == JobState::Pending)
+            .then(|| self.sched.job_status(JobId(j.id)))
+            .flatten();
+        let (reason, priority, expected) = match status {
+            Some(JobStatus::Pending {
+                reason,
+                expected_start,
+                priority,
+            }) => (reason.as_str().to_string(), priority, expected_start),
+            _ => ("None".to_string(), 0, None),
+        };
+        let reason = match (j.state, &j.failure) {
+            (JobState::Pending, _) => reason,
+            (JobState::Failed, Some(_)) => "JobLaunchFailure".into(),
+            (JobState::Failed, None) => "NonZeroExitCode".into(),
+            (JobState::NodeFail, _) => "NodeDown".into(),
+            (JobState::Timeout, _) => "TimeLimit".into(),
+            _ => "None".into(),
+        };
+        let running = !j.alloc.is_empty();
+        let num_tasks = if running {
+            j.alloc.iter().map(|(_, a)| a.tasks).sum()
+        } else {
+            j.spec.ntasks.unwrap_or(j.spec.nodes.unwrap_or(1))
+        };
+        let num_cpus = if running {
+            j.alloc.iter().map(|(_, a)| a.cpus.len() as u32).sum()
+        } else {
+            num_tasks * j.cpus_per_task()
+        };
+        let gpus = if running {
+            j.alloc.iter().map(|(_, a)| a.gpus.len() as u32).sum()
+        } else {
+            match j.spec.gpus {
+                GpuAsk::None => 0,
+                GpuAsk::PerNode(g) => g * j.spec.nodes.unwrap_or(1),
+                GpuAsk::PerTask(g) => g * num_tasks,
+                GpuAsk::Total(g) => g,
+            }
+        };
+        let (stdout, stderr, command, batch) = match &j.spec.kind {
+            JobKind::Batch { stdout, stderr, .. } => (
+                Some(stdout.clone().unwrap_or_else(|| "slurm-%j.out".into())),
+                stderr.clone(),
+                j.spec.name.clone(),
+                true,
+            ),
+            JobKind::Interactive { argv, .. } => (None, None, argv.join(" "), false),
+        };
+        JobView {
+            id: j.id,
+            name: j.spec.name.clone(),
+            user: j.user,
+            partition: j.partition.clone(),
+            state: j.state,
+            reason,
+            priority,
+            submit_time: j.submit,
+            start_time: j.start,
+            end_time: j.end.or(j.end_by),
+            expected_start: expected,
+            time_limit: j
+                .spec
+                .time_limit
+                .or_else(|| j.end_by.zip(j.start).map(|(e, s)| e.saturating_sub(s))),
+            nodes: j.alloc.iter().map(|(n, _)| n.clone()).collect(),
+            num_nodes: if running {
+                j.alloc.len() as u32
+            } else {
+                j.spec.nodes.unwrap_or(1)
+            },
+            num_tasks,
+            cpus_per_task: j.cpus_per_task(),
+            num_cpus,
+            gpus,
+            mem_mb: j.spec.mem_mb.unwrap_or(0),
+            exit: j.exit,
+            work_dir: j.spec.work_dir.clone(),
+            stdout,
+            stderr,
+            command,
+            batch,
+            requeue: j.spec.requeue,
+            restarts: j.restarts,
+            failure: j.failure.clone(),
+        }
+    }
+
+    pub fn node_views(&self) -> Vec<NodeView> {
+        // Each node's partitions, from one walk over the partitions.
+        let mut member_of: HashMap<scheduler_core::NodeId, Vec<String>> = HashMap::new();
+        for p in &self.cfg.partitions {
+            if let Some(pid) = self.sched.partition_id(&p.name) {
+                for &n in self.sched.partition_nodes(pid) {
+                    member_of.entry(n).or_default().push(p.name.clone());
+                }
+            }
+        }
+        let mut out: Vec<NodeView> = self
+            .nodes
+            .values()
+            .filter_map(|n| {
+                let info = self.sched.node_info(n.id)?;
+                let mut state = info.state.as_str().to_string();
+                if n.not_responding {
+                    state.push('*');
+                }
+                let partitions = member_of.remove(&n.id).unwrap_or_default();
+                let (reason, reason_user, reason_time) = match (&n.admin, n.not_responding) {
+                    (Some((_, r, by, at)), _) => (Some(r.clone()), Some(*by), Some(*at)),
+                    (None, true) => (
+                        Some("Not responding".to_string()),
+                        Some(0),
+                        Some(n.last_seen),
+                    ),
+                    (None, false) => match &n.problem {
+                        Some((why, since)) => (
+                            Some(format!("Agent unhealthy: {why}")),
+                            Some(0),
+                            Some(*since),
+                        ),
+                        None => (None, None, None),
+                    },
+                };
+                Some(NodeView {
+                    name: n.reg.name.clone(),
+                    state,
+                    cpus: info.cpus,
+                    alloc_cpus: info.alloc_cpus,
+                    memory_mb: info.memory_mb,
+                    alloc_memory_mb: info.alloc_memory_mb,
+                    gpus: info.gpus,
+                    alloc_gpus: info.alloc_gpus,
+                    features: info.features,
+                    partitions,
+                    reason,
+                    reason_user,
+                    reason_time,
+                    boot_time: n.boot,
+                    last_seen: n.last_seen,
+                    jobs: info.jobs.iter().map(|j| j.0).collect(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| natural(&a.name, &b.name));
+        out
+    }
+
+    pub fn partition_views(&self) -> Vec<PartitionView> {
+        self.cfg
+            .partitions
+            .iter()
+            .map(|p| {
+                let members: Vec<_> = self
+                    .sched
+                    .partition_id(&p.name)
+                    .map(|id| self.sched.partition_nodes(id).to_vec())
+                    .unwrap_or_default();
+                let infos: Vec<_> = members
+                    .iter()
+                    .filter_map(|&id| self.sched.node_info(id))
+                    .collect();
+                let mut nodes: Vec<String> = infos.iter().map(|i| i.name.clone()).collect();
+                nodes.sort_by(|a, b| natural(a, b));
+                PartitionView {
+                    name: p.name.clone(),
+                    is_default: p.is_default,
+                    nodes_expr: p.nodes.clone(),
+                    nodes,
+                    max_time: p.max_time,
+                    default_time: p.default_time,
+                    priority_tier: p.priority_tier,
+                    total_cpus: infos.iter().map(|i| i.cpus).sum(),
+                    total_gpus: infos.iter().map(|i| i.gpus).sum(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Orders names with numbers by value: worker-2 before worker-10.
+pub fn natural(a: &str, b: &str) -> std::cmp::Ordering {
+    let split = |s: &str| {
+        let t = s.trim_end_matches(|c: char| c.is_ascii_digit());
+        (t.len(), s[t.len()..].parse::<u64>().ok())
+    };
+    let ((la, na), (lb, nb)) = (split(a), split(b));
+    a[..la].cmp(&b[..lb]).then(na.cmp(&nb)).then(a.cmp(b))
+}

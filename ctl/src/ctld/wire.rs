@@ -1,0 +1,68 @@
+//! Where the wire's types meet the scheduler core's: the one place a
+//! submission or a registration becomes what the core takes.
+
+use corral_proto::msg::{Dep, GpuAsk, Ident, JobSpec, Registration};
+use scheduler_core::{Dependency, GpuRequest, GpuSpec, JobId, JobRequest, NodeSpec, UserId};
+
+pub(super) fn gpu_request(g: GpuAsk) -> GpuRequest {
+    match g {
+        GpuAsk::None => GpuRequest::None,
+        GpuAsk::PerNode(n) => GpuRequest::PerNode(n),
+        GpuAsk::PerTask(n) => GpuRequest::PerTask(n),
+        GpuAsk::Total(n) => GpuRequest::Total(n),
+    }
+}
+
+fn dependency(d: Dep) -> Dependency {
+    match d {
+        Dep::After(j) => Dependency::After(JobId(j)),
+        Dep::AfterOk(j) => Dependency::AfterOk(JobId(j)),
+        Dep::AfterNotOk(j) => Dependency::AfterNotOk(JobId(j)),
+        Dep::AfterAny(j) => Dependency::AfterAny(JobId(j)),
+        Dep::Singleton => Dependency::Singleton,
+    }
+}
+
+/// What the scheduler is asked for a submission (already admitted, its
+/// CPUs per task normalised).
+pub(super) fn job_request(who: Ident, spec: &JobSpec) -> JobRequest {
+    let mut req = JobRequest::new(UserId(who.uid));
+    req.name = spec.name.clone();
+    req.partition = spec.partition.clone();
+    req.nodes = spec.nodes;
+    req.ntasks = spec.ntasks;
+    req.ntasks_per_node = spec.ntasks_per_node;
+    req.cpus_per_task = spec.cpus_per_task.unwrap_or(1);
+    req.memory_per_node_mb = spec.mem_mb;
+    req.gpus = gpu_request(spec.gpus);
+    req.exclusive = spec.exclusive;
+    req.time_limit = spec.time_limit;
+    req.nodelist = spec.nodelist.clone();
+    req.exclude = spec.exclude.clone();
+    req.hold = spec.hold;
+    req.requeue = spec.requeue;
+    req.qos = spec.qos.clone();
+    req.nice = spec.nice;
+    req.begin_time = spec.begin;
+    req.dependencies = spec.dependencies.iter().copied().map(dependency).collect();
+    req
+}
+
+/// The node a registration describes.
+pub(super) fn node_spec(reg: &Registration) -> NodeSpec {
+    NodeSpec {
+        name: reg.name.clone(),
+        cpus: reg.cpus,
+        memory_mb: reg.memory_mb,
+        gpus: reg
+            .gpus
+            .iter()
+            .map(|g| GpuSpec {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                group: g.group,
+            })
+            .collect(),
+        features: reg.features.clone(),
+    }
+}
