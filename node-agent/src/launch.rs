@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use corral_proto::msg::{Ident, Launch, LaunchKind};
-use scheduler_core::hostlist;
+use corral_hostlist as hostlist;
 
 /// Why a task could not start. Each step the child takes between fork and
 /// exec has its own variant, so a user sees which one failed.

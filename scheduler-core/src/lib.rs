@@ -69,7 +69,6 @@
 
 mod error;
 mod hash;
-pub mod hostlist;
 mod model;
 mod placement;
 mod priority;
@@ -79,6 +78,8 @@ mod scheduler;
 pub mod testing;
 mod timeline;
 
+/// Hostlist expressions, from the `corral-hostlist` leaf crate.
+pub use corral_hostlist as hostlist;
 pub use error::{ControlError, SubmitError};
 pub use model::*;
 pub use placement::Packing;
