@@ -6,9 +6,8 @@
 //! The agent never decides anything about jobs: it runs what ctld says and
 //! reports what happened.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,8 +23,10 @@ use nix::sys::signal::Signal;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
-use crate::launch::{expand_pattern, user_name, Io, Launcher, PatternVars, TaskSpec};
+use crate::launch::Launcher;
+use crate::procs::{signal_group, ProcTable, StepStart, Termination};
 use crate::resources::Resources;
+use crate::spool::{create_private_dir, UnsafeDir};
 
 /// Everything an agent needs to run.
 #[derive(Debug)]
@@ -74,40 +75,8 @@ pub enum AgentError {
     UnsafeDir(#[from] UnsafeDir),
 }
 
-/// Creates `dir` (mode 0755) if needed and checks it is safe to keep a
-/// root daemon's files in.
-pub fn create_private_dir(dir: &Path) -> Result<(), AgentError> {
-    use std::os::unix::fs::DirBuilderExt;
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(dir)
-            .map_err(|source| AgentError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-    }
-    check_private_dir(dir)?;
-    Ok(())
-}
-
 /// How long a relayed request waits for ctld's answer.
 pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// This node's processes of one job: of its latest run here (a requeued
-/// job's new run replaces the old one's processes).
-#[derive(Debug, Default)]
-struct JobProcs {
-    run: u32,
-    /// Running steps and the process groups of their tasks whose leaders
-    /// are still alive. A group leaves this list the moment its leader is
-    /// reaped (its leftovers are killed then), so the root agent never
-    /// signals a group id that the kernel may have handed to someone
-    /// else's process since.
-    steps: HashMap<u32, Vec<u32>>,
-    terminating: bool,
-}
 
 /// A running agent. Cheap to share (`Arc`).
 #[derive(Debug)]
@@ -120,7 +89,8 @@ pub struct Agent {
     pub(crate) conn: watch::Sender<Option<quinn::Connection>>,
     up: mpsc::UnboundedSender<AgentMsg>,
     up_rx: Mutex<Option<mpsc::UnboundedReceiver<AgentMsg>>>,
-    jobs: Mutex<HashMap<u64, JobProcs>>,
+    /// Held while signalling, so a signalled group is one it lists.
+    procs: Mutex<ProcTable>,
     /// This node's address as ctld sees it.
     seen_as: Mutex<Option<std::net::IpAddr>>,
 }
@@ -140,33 +110,6 @@ pub fn health() -> Option<String> {
     (open + FD_RESERVE > limit).then(|| format!("too many open files: {open} of {limit} in use"))
 }
 
-/// Sends a signal to a whole process group; a group already gone is fine.
-pub(crate) fn signal_group(pgid: u32, sig: Signal) {
-    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid as i32), sig);
-}
-
-/// Turns a child's status into Corral's.
-pub(crate) fn exit_status(st: std::process::ExitStatus) -> ExitStatus {
-    use std::os::unix::process::ExitStatusExt;
-    match (st.code(), st.signal()) {
-        (Some(code), _) => ExitStatus { code, signal: None },
-        (None, Some(sig)) => ExitStatus {
-            code: 128 + sig,
-            signal: Some(sig),
-        },
-        _ => ExitStatus {
-            code: 1,
-            signal: None,
-        },
-    }
-}
-
-impl JobProcs {
-    fn groups(&self) -> Vec<u32> {
-        self.steps.values().flatten().copied().collect()
-    }
-}
-
 impl Agent {
     pub fn new(cfg: AgentConfig) -> Result<Arc<Agent>, AgentError> {
         let id = Identity::load(&cfg.certs)?;
@@ -184,7 +127,7 @@ impl Agent {
             conn: watch::channel(None).0,
             up,
             up_rx: Mutex::new(Some(up_rx)),
-            jobs: Mutex::new(HashMap::new()),
+            procs: Mutex::new(ProcTable::default()),
             seen_as: Mutex::new(None),
         }))
     }
@@ -212,12 +155,7 @@ impl Agent {
     }
 
     fn running(&self) -> Vec<JobRun> {
-        let mut v: Vec<JobRun> = self
-            .jobs
-            .lock()
-            .iter()
-            .map(|(&job, p)| JobRun { job, run: p.run })
-            .collect();
+        let mut v = self.procs.lock().running();
         v.sort_unstable();
         v
     }
@@ -338,38 +276,27 @@ impl Agent {
     /// is already gone (the newer launch replaced it); a newer one takes
     /// what is here with it.
     fn terminate(self: &Arc<Self>, job: JobRun, grace_ms: u64) {
-        let groups = {
-            let mut jobs = self.jobs.lock();
-            let Some(j) = jobs.get_mut(&job.job).filter(|j| j.run <= job.run) else {
-                drop(jobs);
-                self.send_up(AgentMsg::JobCleaned { job });
-                return;
-            };
-            j.run = job.run;
-            j.terminating = true;
-            if j.steps.is_empty() {
-                // Leftovers of ended steps died with their leaders.
-                jobs.remove(&job.job);
-                drop(jobs);
-                self.send_up(AgentMsg::JobCleaned { job });
-                return;
+        {
+            let mut procs = self.procs.lock();
+            match procs.terminate(job) {
+                Termination::Clean => {
+                    drop(procs);
+                    self.send_up(AgentMsg::JobCleaned { job });
+                    return;
+                }
+                Termination::Signal(groups) => {
+                    for g in groups {
+                        signal_group(g, Signal::SIGCONT);
+                        signal_group(g, Signal::SIGTERM);
+                    }
+                }
             }
-            j.groups()
-        };
-        for &g in &groups {
-            signal_group(g, Signal::SIGCONT);
-            signal_group(g, Signal::SIGTERM);
         }
         let me = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(grace_ms)).await;
-            let alive = me
-                .jobs
-                .lock()
-                .get(&job.job)
-                .filter(|j| j.run == job.run)
-                .map(JobProcs::groups);
-            for g in alive.unwrap_or_default() {
+            let procs = me.procs.lock();
+            for g in procs.groups(job, None) {
                 signal_group(g, Signal::SIGKILL);
             }
         });
@@ -378,96 +305,45 @@ impl Agent {
     /// Records a step's process groups; false if the run is being ended
     /// or is no longer the job's latest here.
     pub(crate) fn add_groups(&self, job: JobRun, step: u32, groups: &[u32]) -> bool {
-        let mut jobs = self.jobs.lock();
-        let Some(j) = jobs.get_mut(&job.job) else {
-            return false;
-        };
-        if j.terminating || j.run != job.run {
-            return false;
-        }
-        j.steps.entry(step).or_default().extend_from_slice(groups);
-        true
+        self.procs.lock().add_groups(job, step, groups)
     }
 
-    /// A task's leader was reaped: its group leaves the job's list, then
+    /// A task's leader was reaped: its group leaves the table, then
     /// whatever it left running in the group is killed (a step ends with
     /// its task). Call it right after the wait, before anything else can
     /// signal the group.
     pub(crate) fn group_exited(&self, job: JobRun, step: u32, pgid: u32) {
-        {
-            let mut jobs = self.jobs.lock();
-            if let Some(groups) = jobs
-                .get_mut(&job.job)
-                .filter(|j| j.run == job.run)
-                .and_then(|j| j.steps.get_mut(&step))
-            {
-                groups.retain(|&g| g != pgid);
-            }
-        }
+        self.procs.lock().group_exited(job, step, pgid);
         signal_group(pgid, Signal::SIGKILL);
     }
 
     /// Delivers a signal to the live task groups of a run: of one step,
     /// or of all its steps.
     pub(crate) fn signal(&self, job: JobRun, step: Option<u32>, sig: Signal) {
-        let jobs = self.jobs.lock();
-        let Some(j) = jobs.get(&job.job).filter(|j| j.run == job.run) else {
-            return;
-        };
-        for (s, groups) in &j.steps {
-            if step.is_none_or(|want| want == *s) {
-                groups.iter().for_each(|&g| signal_group(g, sig));
-            }
+        let procs = self.procs.lock();
+        for g in procs.groups(job, step) {
+            signal_group(g, sig);
         }
     }
 
-    /// Registers a step of a run; false if the run is being ended or an
+    /// Registers a step of a run; false if the run is being ended or a
     /// newer run of the job is here. A newer run replaces an older one,
     /// whose processes are killed.
     fn begin_step(&self, job: JobRun, step: u32) -> bool {
-        let mut jobs = self.jobs.lock();
-        let j = jobs.entry(job.job).or_insert_with(|| JobProcs {
-            run: job.run,
-            ..JobProcs::default()
-        });
-        if j.run < job.run {
-            let old = std::mem::replace(
-                j,
-                JobProcs {
-                    run: job.run,
-                    ..JobProcs::default()
-                },
-            );
-            old.groups()
-                .iter()
-                .for_each(|&g| signal_group(g, Signal::SIGKILL));
+        let mut procs = self.procs.lock();
+        match procs.begin_step(job, step) {
+            StepStart::Go { replaced } => {
+                for g in replaced {
+                    signal_group(g, Signal::SIGKILL);
+                }
+                true
+            }
+            StepStart::Refused => false,
         }
-        if j.terminating || j.run != job.run {
-            return false;
-        }
-        j.steps.entry(step).or_default();
-        true
     }
 
     fn end_step(&self, job: JobRun, step: u32, exit: Option<ExitStatus>, failure: Option<String>) {
-        let cleaned = {
-            let mut jobs = self.jobs.lock();
-            let cleaned = match jobs.get_mut(&job.job).filter(|j| j.run == job.run) {
-                Some(j) => {
-                    j.steps.remove(&step);
-                    j.terminating && j.steps.is_empty()
-                }
-                None => false,
-            };
-            if cleaned {
-                if let Some(j) = jobs.remove(&job.job) {
-                    j.groups()
-                        .iter()
-                        .for_each(|&g| signal_group(g, Signal::SIGKILL));
-                }
-            }
-            cleaned
-        };
+        let cleaned = self.procs.lock().end_step(job, step);
         match failure {
             Some(message) => self.send_up(AgentMsg::LaunchFailed { job, step, message }),
             None => self.send_up(AgentMsg::StepExited {
@@ -510,7 +386,7 @@ impl Agent {
     }
 
     pub(crate) fn env_for(&self, l: &Launch, user: &str, local: u32) -> Vec<(String, String)> {
-        crate::launch::task_env(
+        crate::task::task_env(
             l,
             &self.cfg.name,
             user,
@@ -518,65 +394,6 @@ impl Agent {
             &self.cfg.socket.to_string_lossy(),
             &self.cfg.cluster,
         )
-    }
-
-    async fn run_batch(
-        &self,
-        l: &Launch,
-        script: &str,
-        args: &[String],
-        stdout: &str,
-        stderr: Option<&str>,
-    ) -> Result<ExitStatus, String> {
-        let user = user_name(l.user.uid);
-        let vars = PatternVars {
-            job: l.job,
-            name: &l.name,
-            node: &self.cfg.name,
-            user: &user,
-            step: None,
-        };
-        let cwd = PathBuf::from(&l.work_dir);
-        let out_path = cwd.join(expand_pattern(stdout, &vars));
-        let err_path = match stderr {
-            Some(p) => cwd.join(expand_pattern(p, &vars)),
-            None => out_path.clone(),
-        };
-        // Per run: an older run ending late removes only its own script.
-        let path = self.cfg.spool.join(format!("job{}.{}.sh", l.job, l.run));
-        write_script(&path, script, l.user)
-            .map_err(|e| format!("writing the script {}: {e}", path.display()))?;
-        let spec = TaskSpec {
-            argv: std::iter::once(path.to_string_lossy().into_owned())
-                .chain(args.iter().cloned())
-                .collect(),
-            env: self.env_for(l, &user, 0),
-            cwd,
-            user: l.user,
-            stdin: Io::Null,
-            stdout: Io::Path(out_path),
-            stderr: Io::Path(err_path),
-        };
-        let spawned = self.cfg.launcher.spawn(spec);
-        let run = l.job_run();
-        let result = match spawned {
-            Ok(mut child) => {
-                let pid = child.id();
-                if let Some(pid) = pid {
-                    if !self.add_groups(run, l.step, &[pid]) {
-                        signal_group(pid, Signal::SIGKILL);
-                    }
-                }
-                let st = child.wait().await;
-                if let Some(pid) = pid {
-                    self.group_exited(run, l.step, pid);
-                }
-                st.map(exit_status).map_err(|e| e.to_string())
-            }
-            Err(e) => Err(error_chain(&e)),
-        };
-        let _ = std::fs::remove_file(&path);
-        result
     }
 
     /// Relays a CLI request to ctld with a fresh credential for `who`.
@@ -606,84 +423,4 @@ impl Agent {
             .flatten()
             .unwrap_or_else(unreachable)
     }
-}
-
-/// Writes a batch script into the spool, owned by the job's user, and
-/// leaves nothing behind when it fails (a full spool must not break the
-/// node for later jobs). The file is created new, never through a link,
-/// and its owner is changed through the open descriptor, so nothing a
-/// user swaps in at that path can be chowned.
-pub fn write_script(path: &Path, script: &str, who: Ident) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let _ = std::fs::remove_file(path);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o700)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)?;
-    let written = f.write_all(script.as_bytes()).and_then(|()| {
-        if nix::unistd::geteuid().is_root() {
-            std::os::unix::fs::fchown(&f, Some(who.uid), Some(who.gid))?;
-        }
-        Ok(())
-    });
-    if written.is_err() {
-        drop(f);
-        let _ = std::fs::remove_file(path);
-    }
-    written
-}
-
-/// Why a directory is not safe for a root daemon's files.
-#[derive(Debug, thiserror::Error)]
-pub enum UnsafeDir {
-    #[error("{path}")]
-    Stat {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path} is owned by uid {owner}; it must belong to root or to uid {me}")]
-    Owner { path: PathBuf, owner: u32, me: u32 },
-    #[error("{path} is writable by others (mode {mode:o}); it must be writable by its owner only")]
-    Writable { path: PathBuf, mode: u32 },
-}
-
-/// Checks that no one but root (or the agent's own uid) can change `dir`
-/// or any directory above it, so a path under it cannot be swapped by a
-/// user. A sticky directory above it (`/tmp`) owned by root or by the
-/// agent's uid is accepted: there no one may rename or remove what they
-/// do not own.
-pub fn check_private_dir(dir: &Path) -> Result<(), UnsafeDir> {
-    use std::os::unix::fs::MetadataExt;
-    let me = nix::unistd::geteuid().as_raw();
-    let dir = std::path::absolute(dir).map_err(|source| UnsafeDir::Stat {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    for (depth, d) in dir.ancestors().enumerate() {
-        let m = std::fs::metadata(d).map_err(|source| UnsafeDir::Stat {
-            path: d.to_path_buf(),
-            source,
-        })?;
-        let (owner, mode) = (m.uid(), m.mode() & 0o7777);
-        if owner != 0 && owner != me {
-            return Err(UnsafeDir::Owner {
-                path: d.to_path_buf(),
-                owner,
-                me,
-            });
-        }
-        let shared = mode & 0o022 != 0;
-        let sticky_root_parent = depth > 0 && mode & 0o1000 != 0;
-        if shared && !sticky_root_parent {
-            return Err(UnsafeDir::Writable {
-                path: d.to_path_buf(),
-                mode,
-            });
-        }
-    }
-    Ok(())
 }

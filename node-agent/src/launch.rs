@@ -6,15 +6,14 @@
 //! the jail and cgroup launcher of a later issue implements the same trait,
 //! so nothing above this module changes when it arrives.
 //!
-//! This module also owns what a task sees: Slurm's environment
-//! ([`task_env`]) and output file names ([`expand_pattern`]).
+//! It is the privileged seam only: what a task sees (Slurm's environment,
+//! output file names) lives in [`crate::task`].
 
 use std::ffi::CString;
 use std::path::PathBuf;
 use std::process::Stdio;
 
-use corral_proto::msg::{Ident, Launch, LaunchKind};
-use corral_hostlist as hostlist;
+use corral_proto::msg::Ident;
 
 /// Why a task could not start. Each step the child takes between fork and
 /// exec has its own variant, so a user sees which one failed.
@@ -364,144 +363,9 @@ impl ChildSetup {
     }
 }
 
-/// Values an output file pattern can name.
-#[derive(Debug)]
-pub struct PatternVars<'a> {
-    pub job: u64,
-    pub name: &'a str,
-    pub node: &'a str,
-    pub user: &'a str,
-    pub step: Option<u32>,
-}
-
-/// Expands Slurm's filename pattern: `%j` job id, `%J` job.step, `%x` job
-/// name, `%N` node, `%u` user, `%A` array master (the job id, as there are
-/// no arrays), `%a` array index (4294967294, Slurm's value outside an
-/// array), `%s` step, `%%`. A number after `%` zero-pads (`%5j`).
-pub fn expand_pattern(pat: &str, v: &PatternVars<'_>) -> String {
-    let mut out = String::with_capacity(pat.len() + 16);
-    let mut chars = pat.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        let mut width = 0usize;
-        while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
-            width = (width * 10 + d as usize).min(64);
-            chars.next();
-        }
-        let num = |n: u64| format!("{n:0width$}");
-        match chars.next() {
-            Some('%') => out.push('%'),
-            Some('j') | Some('A') => out.push_str(&num(v.job)),
-            Some('J') => match v.step {
-                Some(s) => out.push_str(&format!("{}.{s}", num(v.job))),
-                None => out.push_str(&num(v.job)),
-            },
-            Some('a') => out.push_str(&num(4_294_967_294)),
-            Some('s') => out.push_str(&v.step.map_or("batch".to_string(), |s| num(s as u64))),
-            Some('x') => out.push_str(v.name),
-            Some('N') => out.push_str(v.node),
-            Some('u') => out.push_str(v.user),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
-}
-
-/// The user's name, or the uid as text when the node does not know it.
-pub fn user_name(uid: u32) -> String {
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map(|u| u.name)
-        .unwrap_or_else(|| uid.to_string())
-}
-
-fn join(v: &[u32]) -> String {
-    v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
-}
-
-/// The environment of task `local` (0-based on this node) of a launch:
-/// the submitter's exported variables, then Slurm's.
-pub fn task_env(
-    l: &Launch,
-    node: &str,
-    user: &str,
-    local: u32,
-    agent_socket: &str,
-    cluster: &str,
-) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = l.env.clone();
-    if !env.iter().any(|(k, _)| k == "PATH") {
-        env.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
-    }
-    let nodelist = hostlist::compress(&l.job_nodes);
-    let job = l.job.to_string();
-    let batch = matches!(l.what, LaunchKind::Batch { .. });
-    let gpus: Vec<u32> = match l.gpus_per_task {
-        Some(g) if !batch => {
-            let (a, b) = ((local * g) as usize, ((local + 1) * g) as usize);
-            l.gpus.get(a..b).map(<[u32]>::to_vec).unwrap_or_default()
-        }
-        _ => l.gpus.clone(),
-    };
-    let mut set = |k: &str, v: String| {
-        env.retain(|(key, _)| key != k);
-        env.push((k.to_string(), v));
-    };
-    set("SLURM_CLUSTER_NAME", cluster.to_string());
-    set("SLURM_JOB_ID", job.clone());
-    set("SLURM_JOBID", job);
-    set("SLURM_JOB_NAME", l.name.clone());
-    set("SLURM_JOB_NODELIST", nodelist.clone());
-    set("SLURM_NODELIST", nodelist);
-    set("SLURM_JOB_NUM_NODES", l.job_nodes.len().to_string());
-    set("SLURM_NNODES", l.step_nodes.to_string());
-    set("SLURM_NTASKS", l.ntasks.to_string());
-    set("SLURM_NPROCS", l.ntasks.to_string());
-    set("SLURM_PROCID", (l.first_task + local).to_string());
-    set("SLURM_LOCALID", local.to_string());
-    set("SLURM_NODEID", l.node_index.to_string());
-    set("SLURM_CPUS_PER_TASK", l.cpus_per_task.to_string());
-    set("SLURM_CPUS_ON_NODE", l.cpus.len().to_string());
-    set("SLURM_SUBMIT_DIR", l.work_dir.clone());
-    set("SLURM_JOB_PARTITION", l.partition.clone());
-    set("SLURM_RESTART_COUNT", l.run.to_string());
-    set("SLURM_JOB_UID", l.user.uid.to_string());
-    set("SLURM_JOB_GID", l.user.gid.to_string());
-    set("SLURM_JOB_USER", user.to_string());
-    set("SLURMD_NODENAME", node.to_string());
-    set("SLURM_TOPOLOGY_ADDR", node.to_string());
-    if batch {
-        set("SLURM_STEP_ID", "batch".into());
-    } else {
-        set("SLURM_STEP_ID", l.step.to_string());
-        set("SLURM_STEPID", l.step.to_string());
-        set("SLURM_STEP_NUM_NODES", l.step_nodes.to_string());
-        set("SLURM_STEP_NUM_TASKS", l.ntasks.to_string());
-    }
-    if let Some(t) = l.time_limit {
-        set("SLURM_JOB_TIME_LIMIT", t.to_string());
-    }
-    set("CUDA_VISIBLE_DEVICES", join(&gpus));
-    set("GPU_DEVICE_ORDINAL", join(&gpus));
-    if !l.gpus.is_empty() {
-        set("SLURM_JOB_GPUS", join(&l.gpus));
-    }
-    set("CORRAL_AGENT_SOCKET", agent_socket.to_string());
-    env
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use corral_proto::msg::StepIo;
     use std::os::unix::fs::OpenOptionsExt;
 
     fn me() -> Ident {
@@ -617,82 +481,5 @@ mod tests {
         let fds = std::fs::read_to_string(&out).unwrap();
         let fds: Vec<&str> = fds.split_whitespace().collect();
         assert_eq!(fds, ["0", "1", "2"], "descriptors of the task");
-    }
-
-    fn vars() -> PatternVars<'static> {
-        PatternVars {
-            job: 42,
-            name: "train",
-            node: "worker-3",
-            user: "alice",
-            step: None,
-        }
-    }
-
-    #[test]
-    fn patterns_expand_like_slurm() {
-        assert_eq!(expand_pattern("slurm-%j.out", &vars()), "slurm-42.out");
-        assert_eq!(
-            expand_pattern("%x-%N-%u-%A_%a.%%", &vars()),
-            "train-worker-3-alice-42_4294967294.%"
-        );
-        assert_eq!(expand_pattern("%5j-%J-%s", &vars()), "00042-42-batch");
-        assert_eq!(expand_pattern("odd%q%", &vars()), "odd%q%");
-    }
-
-    fn launch(gpus_per_task: Option<u32>) -> Launch {
-        Launch {
-            job: 7,
-            run: 0,
-            step: 0,
-            name: "n".into(),
-            user: Ident { uid: 0, gid: 0 },
-            partition: "gpu".into(),
-            work_dir: "/tmp".into(),
-            env: vec![
-                ("HOME".into(), "/root".into()),
-                ("SLURM_PROCID".into(), "99".into()),
-            ],
-            job_nodes: vec!["worker-0".into(), "worker-1".into()],
-            node_index: 1,
-            step_nodes: 2,
-            ntasks: 4,
-            first_task: 2,
-            tasks_here: 2,
-            cpus_per_task: 1,
-            cpus: vec![0, 1],
-            gpus: vec![2, 3, 5, 6],
-            gpus_per_task,
-            memory_mb: 0,
-            time_limit: Some(60),
-            what: LaunchKind::Step {
-                argv: vec!["true".into()],
-                io: StepIo {
-                    addr: "127.0.0.1:1".parse().unwrap(),
-                    cert_sha256: [0; 32],
-                    secret: [0; 32],
-                },
-            },
-        }
-    }
-
-    fn get<'a>(env: &'a [(String, String)], k: &str) -> &'a str {
-        let all: Vec<_> = env.iter().filter(|(key, _)| key == k).collect();
-        assert_eq!(all.len(), 1, "{k} set once");
-        &all[0].1
-    }
-
-    #[test]
-    fn env_names_task_node_and_gpus() {
-        let env = task_env(&launch(None), "worker-1", "root", 1, "/run/a.sock", "c");
-        assert_eq!(get(&env, "SLURM_PROCID"), "3");
-        assert_eq!(get(&env, "SLURM_LOCALID"), "1");
-        assert_eq!(get(&env, "SLURM_NODEID"), "1");
-        assert_eq!(get(&env, "SLURM_JOB_NODELIST"), "worker-[0-1]");
-        assert_eq!(get(&env, "SLURMD_NODENAME"), "worker-1");
-        assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), "2,3,5,6");
-        assert_eq!(get(&env, "HOME"), "/root");
-        let env = task_env(&launch(Some(2)), "worker-1", "root", 1, "/run/a.sock", "c");
-        assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), "5,6");
     }
 }

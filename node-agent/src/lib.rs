@@ -3,12 +3,29 @@
 //! ctld assigns through one [`launch::Launcher`] seam, streams step state
 //! back, and serves the CLIs of its node as their credential service and
 //! relay to ctld ([`local`]).
+//!
+//! - [`agent`]: the control session with ctld and what its messages do.
+//! - [`procs`]: the process table, a state machine of runs, steps and
+//!   process groups (no I/O; the agent signals what it returns).
+//! - [`batch`]: a batch script's life on the node; [`step`]: an
+//!   interactive step, dialling srun back.
+//! - [`task`]: what a task sees (Slurm's environment, output names).
+//! - [`launch`]: the privileged seam that starts a task as its user; the
+//!   jail will live behind it.
+//! - [`spool`]: the directories a root daemon keeps files in.
+//!
+//! The agent never imports the controller or the scheduler: it runs what
+//! ctld says.
 
 pub mod agent;
+pub mod batch;
 pub mod gpu;
 pub mod launch;
 pub mod local;
+pub mod procs;
 pub mod resources;
+pub mod spool;
 pub mod step;
+pub mod task;
 
 pub use agent::{Agent, AgentConfig, AgentError};

@@ -28,7 +28,7 @@ pub fn bind(path: &Path) -> Result<UnixListener, AgentError> {
         source,
     };
     if let Some(dir) = path.parent() {
-        crate::agent::create_private_dir(dir)?;
+        crate::spool::create_private_dir(dir)?;
     }
     let _ = std::fs::remove_file(path);
     let l = UnixListener::bind(path).map_err(io)?;

@@ -10,8 +10,9 @@ use nix::sys::signal::Signal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use crate::agent::{error_chain, exit_status, signal_group, Agent};
+use crate::agent::{error_chain, Agent};
 use crate::launch::{Io, TaskSpec};
+use crate::procs::{exit_status, signal_group};
 
 async fn pump<R: AsyncRead + Unpin>(mut r: R, task: u32, stderr: bool, tx: mpsc::Sender<StepUp>) {
     let mut buf = vec![0u8; 16 * 1024];
@@ -71,7 +72,7 @@ pub(crate) async fn run(
         send
     });
 
-    let user = crate::launch::user_name(l.user.uid);
+    let user = crate::task::user_name(l.user.uid);
     let run = l.job_run();
     let mut stdin0 = None;
     let mut waits = Vec::new();

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use corral_agent::agent::{check_private_dir, write_script, UnsafeDir};
+use corral_agent::batch::write_script;
+use corral_agent::spool::{check_private_dir, UnsafeDir};
 use corral_proto::msg::Ident;
 use corral_proto::tls::{self, Role};
 

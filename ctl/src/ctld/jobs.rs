@@ -148,7 +148,11 @@ impl Controller {
             .overdue_jobs(now)
             .into_iter()
             .map(|id| id.0)
-            .filter(|id| self.jobs.get(id).is_some_and(|j| j.state == JobState::Running))
+            .filter(|id| {
+                self.jobs
+                    .get(id)
+                    .is_some_and(|j| j.state == JobState::Running)
+            })
             .collect();
         for job in overdue {
             if let Some(j) = self.jobs.get_mut(&job) {

@@ -1,0 +1,101 @@
+//! A batch job's script on this node: written into the spool as the
+//! user's file, run with its output in files, removed after.
+
+use std::path::{Path, PathBuf};
+
+use corral_proto::msg::{ExitStatus, Ident, Launch};
+use nix::sys::signal::Signal;
+
+use crate::agent::{error_chain, Agent};
+use crate::launch::{Io, TaskSpec};
+use crate::procs::{exit_status, signal_group};
+use crate::task::{expand_pattern, user_name, PatternVars};
+
+impl Agent {
+    pub(crate) async fn run_batch(
+        &self,
+        l: &Launch,
+        script: &str,
+        args: &[String],
+        stdout: &str,
+        stderr: Option<&str>,
+    ) -> Result<ExitStatus, String> {
+        let user = user_name(l.user.uid);
+        let vars = PatternVars {
+            job: l.job,
+            name: &l.name,
+            node: &self.cfg.name,
+            user: &user,
+            step: None,
+        };
+        let cwd = PathBuf::from(&l.work_dir);
+        let out_path = cwd.join(expand_pattern(stdout, &vars));
+        let err_path = match stderr {
+            Some(p) => cwd.join(expand_pattern(p, &vars)),
+            None => out_path.clone(),
+        };
+        // Per run: an older run ending late removes only its own script.
+        let path = self.cfg.spool.join(format!("job{}.{}.sh", l.job, l.run));
+        write_script(&path, script, l.user)
+            .map_err(|e| format!("writing the script {}: {e}", path.display()))?;
+        let spec = TaskSpec {
+            argv: std::iter::once(path.to_string_lossy().into_owned())
+                .chain(args.iter().cloned())
+                .collect(),
+            env: self.env_for(l, &user, 0),
+            cwd,
+            user: l.user,
+            stdin: Io::Null,
+            stdout: Io::Path(out_path),
+            stderr: Io::Path(err_path),
+        };
+        let spawned = self.cfg.launcher.spawn(spec);
+        let run = l.job_run();
+        let result = match spawned {
+            Ok(mut child) => {
+                let pid = child.id();
+                if let Some(pid) = pid {
+                    if !self.add_groups(run, l.step, &[pid]) {
+                        signal_group(pid, Signal::SIGKILL);
+                    }
+                }
+                let st = child.wait().await;
+                if let Some(pid) = pid {
+                    self.group_exited(run, l.step, pid);
+                }
+                st.map(exit_status).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(error_chain(&e)),
+        };
+        let _ = std::fs::remove_file(&path);
+        result
+    }
+}
+
+/// Writes a batch script into the spool, owned by the job's user, and
+/// leaves nothing behind when it fails (a full spool must not break the
+/// node for later jobs). The file is created new, never through a link,
+/// and its owner is changed through the open descriptor, so nothing a
+/// user swaps in at that path can be chowned.
+pub fn write_script(path: &Path, script: &str, who: Ident) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o700)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    let written = f.write_all(script.as_bytes()).and_then(|()| {
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::fchown(&f, Some(who.uid), Some(who.gid))?;
+        }
+        Ok(())
+    });
+    if written.is_err() {
+        drop(f);
+        let _ = std::fs::remove_file(path);
+    }
+    written
+}

@@ -1,0 +1,281 @@
+//! The agent's process table: which runs of which jobs have steps on this
+//! node, and the process groups of their tasks whose leaders are alive.
+//!
+//! A small state machine with no I/O: each call changes the table and
+//! returns the process groups the caller must signal. The agent holds it
+//! under one lock and signals while holding it, so a group it signals is
+//! one the table still lists. It must never list a group whose leader has
+//! been reaped: the kernel may hand that id to someone else's process.
+//!
+//! Per job, only its latest run here counts: a requeued job's new run
+//! replaces the old one (whose groups are killed), and news of an older
+//! run is ignored.
+
+use std::collections::HashMap;
+
+use corral_proto::msg::{ExitStatus, JobRun};
+use nix::sys::signal::Signal;
+
+/// This node's processes of one job, of its latest run here.
+#[derive(Debug, Default)]
+struct JobProcs {
+    run: u32,
+    /// Running steps and their live task groups.
+    steps: HashMap<u32, Vec<u32>>,
+    /// ctld asked to end the run: no new steps start.
+    terminating: bool,
+}
+
+impl JobProcs {
+    fn new(run: u32) -> Self {
+        JobProcs {
+            run,
+            ..JobProcs::default()
+        }
+    }
+
+    fn groups(&self) -> Vec<u32> {
+        self.steps.values().flatten().copied().collect()
+    }
+}
+
+/// Whether a step may start.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StepStart {
+    /// It may; `replaced` lists the groups of an older run of the job that
+    /// this newer run replaces, to kill.
+    Go { replaced: Vec<u32> },
+    /// The run is ending, or a newer run of the job is here.
+    Refused,
+}
+
+/// What [`ProcTable::terminate`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Termination {
+    /// Nothing of the run is left here: the job is clean on this node.
+    Clean,
+    /// These groups get SIGCONT and SIGTERM now, and whatever of the run
+    /// is still listed after the grace period gets SIGKILL.
+    Signal(Vec<u32>),
+}
+
+/// Every job's processes on this node.
+#[derive(Debug, Default)]
+pub struct ProcTable {
+    jobs: HashMap<u64, JobProcs>,
+}
+
+impl ProcTable {
+    /// Runs with a step here (for heartbeats and registration).
+    pub fn running(&self) -> Vec<JobRun> {
+        self.jobs
+            .iter()
+            .map(|(&job, j)| JobRun { job, run: j.run })
+            .collect()
+    }
+
+    /// A step of a run is about to start.
+    pub fn begin_step(&mut self, job: JobRun, step: u32) -> StepStart {
+        let j = self
+            .jobs
+            .entry(job.job)
+            .or_insert_with(|| JobProcs::new(job.run));
+        let mut kill = Vec::new();
+        if j.run < job.run {
+            kill = std::mem::replace(j, JobProcs::new(job.run)).groups();
+        }
+        if j.terminating || j.run != job.run {
+            return StepStart::Refused;
+        }
+        j.steps.entry(step).or_default();
+        StepStart::Go { replaced: kill }
+    }
+
+    /// Lists a step's task groups once they exist; false if the run is
+    /// ending or no longer the job's latest here (the caller kills them).
+    pub fn add_groups(&mut self, job: JobRun, step: u32, groups: &[u32]) -> bool {
+        let Some(j) = self.jobs.get_mut(&job.job) else {
+            return false;
+        };
+        if j.terminating || j.run != job.run {
+            return false;
+        }
+        j.steps.entry(step).or_default().extend_from_slice(groups);
+        true
+    }
+
+    /// A task's leader was reaped: its group leaves the table. The caller
+    /// then kills what the group left running.
+    pub fn group_exited(&mut self, job: JobRun, step: u32, pgid: u32) {
+        if let Some(groups) = self
+            .jobs
+            .get_mut(&job.job)
+            .filter(|j| j.run == job.run)
+            .and_then(|j| j.steps.get_mut(&step))
+        {
+            groups.retain(|&g| g != pgid);
+        }
+    }
+
+    /// The live groups of a run: of one step, or of all its steps.
+    pub fn groups(&self, job: JobRun, step: Option<u32>) -> Vec<u32> {
+        let Some(j) = self.jobs.get(&job.job).filter(|j| j.run == job.run) else {
+            return Vec::new();
+        };
+        j.steps
+            .iter()
+            .filter(|(s, _)| step.is_none_or(|want| want == **s))
+            .flat_map(|(_, g)| g.iter().copied())
+            .collect()
+    }
+
+    /// ctld ends a run here. An older run than the one here is already
+    /// gone; a newer one takes what is here with it.
+    pub fn terminate(&mut self, job: JobRun) -> Termination {
+        let Some(j) = self.jobs.get_mut(&job.job).filter(|j| j.run <= job.run) else {
+            return Termination::Clean;
+        };
+        j.run = job.run;
+        j.terminating = true;
+        if j.steps.is_empty() {
+            // Leftovers of ended steps died with their leaders.
+            self.jobs.remove(&job.job);
+            return Termination::Clean;
+        }
+        Termination::Signal(j.groups())
+    }
+
+    /// A step of a run ended (or never started). True when the run was
+    /// ending and this was its last step here: the job is clean on this
+    /// node and leaves the table.
+    pub fn end_step(&mut self, job: JobRun, step: u32) -> bool {
+        let Some(j) = self.jobs.get_mut(&job.job).filter(|j| j.run == job.run) else {
+            return false;
+        };
+        j.steps.remove(&step);
+        let cleaned = j.terminating && j.steps.is_empty();
+        if cleaned {
+            self.jobs.remove(&job.job);
+        }
+        cleaned
+    }
+}
+
+/// Sends a signal to a whole process group; a group already gone is fine.
+pub(crate) fn signal_group(pgid: u32, sig: Signal) {
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid as i32), sig);
+}
+
+/// Turns a child's status into Corral's.
+pub(crate) fn exit_status(st: std::process::ExitStatus) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(code), _) => ExitStatus { code, signal: None },
+        (None, Some(sig)) => ExitStatus {
+            code: 128 + sig,
+            signal: Some(sig),
+        },
+        _ => ExitStatus {
+            code: 1,
+            signal: None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(job: u64, run: u32) -> JobRun {
+        JobRun { job, run }
+    }
+
+    fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn a_step_lists_its_groups_until_their_leaders_exit() {
+        let mut t = ProcTable::default();
+        assert_eq!(
+            t.begin_step(run(1, 0), 0),
+            StepStart::Go { replaced: vec![] }
+        );
+        assert!(t.add_groups(run(1, 0), 0, &[100, 101]));
+        assert_eq!(
+            t.begin_step(run(1, 0), 1),
+            StepStart::Go { replaced: vec![] }
+        );
+        assert!(t.add_groups(run(1, 0), 1, &[200]));
+        assert_eq!(sorted(t.groups(run(1, 0), None)), [100, 101, 200]);
+        assert_eq!(sorted(t.groups(run(1, 0), Some(0))), [100, 101]);
+        t.group_exited(run(1, 0), 0, 100);
+        assert_eq!(t.groups(run(1, 0), Some(0)), [101]);
+        assert_eq!(t.running(), [run(1, 0)]);
+        // News of another run of the job changes nothing.
+        t.group_exited(run(1, 1), 0, 101);
+        assert!(t.groups(run(1, 1), None).is_empty());
+        assert_eq!(t.groups(run(1, 0), Some(0)), [101]);
+    }
+
+    #[test]
+    fn a_newer_run_replaces_the_old_one_and_kills_its_groups() {
+        let mut t = ProcTable::default();
+        t.begin_step(run(1, 0), 0);
+        t.add_groups(run(1, 0), 0, &[100]);
+        assert_eq!(
+            t.begin_step(run(1, 1), 0),
+            StepStart::Go {
+                replaced: vec![100]
+            }
+        );
+        assert_eq!(t.running(), [run(1, 1)]);
+        // The old run can neither start steps nor add groups any more.
+        assert_eq!(t.begin_step(run(1, 0), 1), StepStart::Refused);
+        assert!(!t.add_groups(run(1, 0), 0, &[300]));
+        // Its late end is not the new run's.
+        assert!(!t.end_step(run(1, 0), 0));
+        assert_eq!(t.running(), [run(1, 1)]);
+    }
+
+    #[test]
+    fn termination_refuses_new_steps_and_cleans_after_the_last() {
+        let mut t = ProcTable::default();
+        t.begin_step(run(7, 0), 0);
+        t.add_groups(run(7, 0), 0, &[100]);
+        assert_eq!(t.terminate(run(7, 0)), Termination::Signal(vec![100]));
+        assert_eq!(t.begin_step(run(7, 0), 1), StepStart::Refused);
+        assert!(!t.add_groups(run(7, 0), 0, &[101]));
+        t.group_exited(run(7, 0), 0, 100);
+        assert!(t.end_step(run(7, 0), 0));
+        assert!(t.running().is_empty());
+    }
+
+    #[test]
+    fn terminating_what_is_not_here_is_clean_at_once() {
+        let mut t = ProcTable::default();
+        assert_eq!(t.terminate(run(3, 0)), Termination::Clean);
+        // A run whose steps all ended is clean too, and leaves the table.
+        t.begin_step(run(4, 0), 0);
+        t.end_step(run(4, 0), 0);
+        assert_eq!(t.terminate(run(4, 0)), Termination::Clean);
+        assert!(t.running().is_empty());
+        // An older run's terminate does not touch a newer one.
+        t.begin_step(run(5, 2), 0);
+        t.add_groups(run(5, 2), 0, &[500]);
+        assert_eq!(t.terminate(run(5, 1)), Termination::Clean);
+        assert_eq!(t.groups(run(5, 2), None), [500]);
+    }
+
+    #[test]
+    fn a_newer_runs_terminate_takes_the_older_run_with_it() {
+        let mut t = ProcTable::default();
+        t.begin_step(run(2, 0), 0);
+        t.add_groups(run(2, 0), 0, &[42]);
+        assert_eq!(t.terminate(run(2, 1)), Termination::Signal(vec![42]));
+        assert_eq!(t.running(), [run(2, 1)]);
+        assert!(t.end_step(run(2, 1), 0));
+        assert!(t.running().is_empty());
+    }
+}
