@@ -76,7 +76,6 @@ fn escaped(mut resp: Response) -> Response {
                 for s in [
                     &mut j.name,
                     &mut j.partition,
-                    &mut j.reason,
                     &mut j.work_dir,
                     &mut j.command,
                 ] {

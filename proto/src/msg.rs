@@ -526,8 +526,8 @@ pub struct JobView {
     pub user: Ident,
     pub partition: String,
     pub state: JobState,
-    /// Pending reason, or `None`.
-    pub reason: String,
+    /// Why it waits, or why it ended as it did.
+    pub reason: JobReason,
     pub priority: i64,
     pub submit_time: UnixSecs,
     pub start_time: Option<UnixSecs>,
@@ -554,13 +554,50 @@ pub struct JobView {
     pub failure: Option<String>,
 }
 
+/// Why a job waits, or why it ended as it did. The CLI writes Slurm's word
+/// for it (`squeue`'s `NODELIST(REASON)`, `scontrol`'s `Reason=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum JobReason {
+    None,
+    // Pending: what the scheduler says.
+    Priority,
+    Resources,
+    Dependency,
+    DependencyNeverSatisfied,
+    BeginTime,
+    JobHeldUser,
+    JobHeldAdmin,
+    ReqNodeNotAvail,
+    PartitionTimeLimit,
+    // Ended: what ended it.
+    JobLaunchFailure,
+    NonZeroExitCode,
+    NodeDown,
+    TimeLimit,
+}
+
+/// A node's scheduling state. The CLI writes Slurm's words for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NodeState {
+    Idle,
+    /// Some of it allocated.
+    Mixed,
+    /// All of it allocated.
+    Allocated,
+    /// Drain set, jobs still running.
+    Draining,
+    /// Drain set, nothing running.
+    Drained,
+    Down,
+}
+
 /// A node as `sinfo` and `scontrol show node` show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeView {
     pub name: String,
-    /// Slurm's lowercase state word (`idle`, `mixed`, `alloc`, `drain`,
-    /// `drng`, `down`).
-    pub state: String,
+    pub state: NodeState,
+    /// Its agent has gone silent (Slurm marks the state with `*`).
+    pub not_responding: bool,
     pub cpus: u32,
     pub alloc_cpus: u32,
     pub memory_mb: u64,

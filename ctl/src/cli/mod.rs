@@ -16,6 +16,7 @@ pub mod sinfo;
 pub mod squeue;
 pub mod srun;
 pub mod up;
+pub mod words;
 
 /// The commands `corral` answers to by name.
 pub const COMMANDS: [&str; 6] = ["sbatch", "srun", "squeue", "sinfo", "scancel", "scontrol"];

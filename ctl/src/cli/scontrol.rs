@@ -9,7 +9,7 @@ use corral_proto::msg::{
 };
 use scheduler_core::hostlist;
 
-use super::{block_on, fail, group_name, parse_ids, user_name};
+use super::{block_on, fail, group_name, parse_ids, user_name, words};
 use crate::client::Client;
 use crate::ctld::server::now;
 use crate::timefmt::{limit, timestamp};
@@ -45,7 +45,7 @@ pub fn show_job(j: &JobView, now: u64) -> String {
     s.push_str(&format!(
         "   JobState={} Reason={} Dependency=(null)\n",
         j.state.name(),
-        j.reason
+        words::job_reason(j.reason)
     ));
     if let Some(f) = &j.failure {
         s.push_str(&format!("   FailReason={f}\n"));
@@ -129,12 +129,10 @@ pub fn show_node(n: &NodeView) -> String {
         "   RealMemory={} AllocMem={}\n",
         n.memory_mb, n.alloc_memory_mb
     ));
-    s.push_str(&format!("   State={}\n", n.state.to_ascii_uppercase()));
-    s.push_str(&format!("   Partitions={}\n", n.partitions.join(",")));
     s.push_str(&format!(
-        "   BootTime={} LastHeartbeat={}\n",
-        timestamp(n.boot_time),
-        timestamp(n.last_seen)
+        "   State={}{}\n",
+        words::node_state_long(n.state).to_ascii_uppercase(),
+        if n.not_responding { "*" } else { "" }
     ));
     let mut cfg = format!("cpu={},mem={}M", n.cpus, n.memory_mb);
     if n.gpus > 0 {

@@ -8,7 +8,7 @@ use corral_proto::msg::{NodeView, PartitionView, Request, Response};
 use scheduler_core::hostlist;
 
 use super::squeue::fit;
-use super::{block_on, fail, parse, user_name};
+use super::{block_on, fail, parse, user_name, words};
 use crate::client::Client;
 use crate::timefmt::{limit, timestamp};
 
@@ -38,25 +38,9 @@ pub struct SinfoArgs {
     pub states: Option<String>,
 }
 
-/// Slurm's short state word (sinfo's `%t`).
-pub fn short_state(state: &str) -> String {
-    let (base, star) = match state.strip_suffix('*') {
-        Some(b) => (b, "*"),
-        None => (state, ""),
-    };
-    let s = match base {
-        "mixed" => "mix",
-        "allocated" => "alloc",
-        "draining" => "drng",
-        "drained" => "drain",
-        other => other,
-    };
-    format!("{s}{star}")
-}
-
 fn state_matches(n: &NodeView, states: &Option<String>) -> bool {
     let Some(states) = states else { return true };
-    let short = short_state(&n.state);
+    let short = words::node_state(n);
     let base = short.trim_end_matches('*');
     states.split(',').any(|s| {
         let s = s.to_ascii_lowercase();
@@ -83,7 +67,7 @@ pub fn render_summary(parts: &[PartitionView], nodes: &[NodeView], a: &SinfoArgs
             .iter()
             .filter(|n| p.nodes.contains(&n.name) && state_matches(n, &a.states))
         {
-            let st = short_state(&n.state);
+            let st = words::node_state(n);
             match groups.iter_mut().find(|(s, _)| *s == st) {
                 Some((_, names)) => names.push(n.name.clone()),
                 None => groups.push((st, vec![n.name.clone()])),
@@ -151,7 +135,7 @@ pub fn render_nodes(parts: &[PartitionView], nodes: &[NodeView], a: &SinfoArgs) 
                 continue;
             }
             let pname = format!("{}{}", p.name, if p.is_default { "*" } else { "" });
-            rows.push((n.name.clone(), pname, short_state(&n.state)));
+            rows.push((n.name.clone(), pname, words::node_state(n)));
         }
     }
     let nw = rows
@@ -264,11 +248,13 @@ pub fn main(args: &[OsString]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corral_proto::msg::NodeState;
 
-    fn node(name: &str, state: &str) -> NodeView {
+    fn node(name: &str, state: NodeState) -> NodeView {
         NodeView {
             name: name.into(),
-            state: state.into(),
+            state,
+            not_responding: false,
             cpus: 4,
             alloc_cpus: 0,
             memory_mb: 1000,
@@ -277,7 +263,7 @@ mod tests {
             alloc_gpus: 0,
             features: vec![],
             partitions: vec!["gpu".into()],
-            reason: (state == "drained").then(|| "bad gpu".to_string()),
+            reason: (state == NodeState::Drained).then(|| "bad gpu".to_string()),
             reason_user: Some(0),
             reason_time: Some(0),
             boot_time: 0,
@@ -307,10 +293,10 @@ mod tests {
     #[test]
     fn summary_groups_by_state() {
         let nodes = vec![
-            node("worker-0", "idle"),
-            node("worker-1", "idle"),
-            node("worker-2", "mixed"),
-            node("worker-3", "drained"),
+            node("worker-0", NodeState::Idle),
+            node("worker-1", NodeState::Idle),
+            node("worker-2", NodeState::Mixed),
+            node("worker-3", NodeState::Drained),
         ];
         let out = render_summary(&[part()], &nodes, &args(&[]));
         assert_eq!(
@@ -329,7 +315,10 @@ mod tests {
 
     #[test]
     fn node_and_reason_layouts() {
-        let nodes = vec![node("worker-0", "idle"), node("worker-3", "drained")];
+        let nodes = vec![
+            node("worker-0", NodeState::Idle),
+            node("worker-3", NodeState::Drained),
+        ];
         let out = render_nodes(&[part()], &nodes, &args(&["-N"]));
         assert_eq!(
             out,

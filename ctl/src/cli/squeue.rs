@@ -6,7 +6,7 @@ use clap::Parser;
 use corral_proto::msg::{JobFilter, JobState, JobView};
 use scheduler_core::hostlist;
 
-use super::{block_on, fail, parse, parse_ids, parse_user, user_name};
+use super::{block_on, fail, parse, parse_ids, parse_user, user_name, words};
 use crate::client::Client;
 use crate::ctld::server::now;
 use crate::timefmt::{elapsed, limit, timestamp};
@@ -173,7 +173,7 @@ pub fn run_secs(j: &JobView, now: u64) -> u64 {
 }
 
 fn field(j: &JobView, code: char, now: u64) -> String {
-    let reason = || format!("({})", j.reason);
+    let reason = || format!("({})", words::job_reason(j.reason));
     match code {
         'i' | 'A' => j.id.to_string(),
         'P' => j.partition.clone(),
@@ -191,7 +191,7 @@ fn field(j: &JobView, code: char, now: u64) -> String {
             _ => hostlist::compress(&j.nodes),
         },
         'N' => hostlist::compress(&j.nodes),
-        'r' => j.reason.clone(),
+        'r' => words::job_reason(j.reason).to_string(),
         'S' => j
             .start_time
             .or(j.expected_start)
@@ -284,7 +284,7 @@ pub fn main(args: &[OsString]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use corral_proto::msg::{ExitStatus, Ident};
+    use corral_proto::msg::{ExitStatus, Ident, JobReason};
 
     pub(crate) fn job(id: u64, state: JobState) -> JobView {
         JobView {
@@ -293,7 +293,7 @@ mod tests {
             user: Ident { uid: 0, gid: 0 },
             partition: "gpu".into(),
             state,
-            reason: "Resources".into(),
+            reason: JobReason::Resources,
             priority: 10,
             submit_time: 0,
             start_time: (state == JobState::Running).then_some(100),

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use corral_proto::error_chain as chain;
-use corral_proto::msg::{Request, Response};
+use corral_proto::msg::{NodeState, Request, Response};
 use corral_proto::tls::{self, Role, CTLD_NAME};
 
 use super::{fail, parse, COMMANDS};
@@ -359,7 +359,10 @@ impl Cluster {
             if let Ok(mut c) = Client::connect_to(&self.socket(0)).await {
                 match c.call(Request::Nodes).await {
                     Ok(Response::Nodes(nodes)) => {
-                        let idle = nodes.iter().filter(|n| n.state == "idle").count() as u32;
+                        let idle = nodes
+                            .iter()
+                            .filter(|n| n.state == NodeState::Idle && !n.not_responding)
+                            .count() as u32;
                         if idle >= count {
                             return Ok(());
                         }

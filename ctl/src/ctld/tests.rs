@@ -2,9 +2,16 @@
 
 use super::*;
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, ExitStatus, GpuAsk, GpuInfo, Ident, JobFilter, JobKind, JobRun, JobSpec,
-    JobState, JobView, Launch, NodeUpdate, Registration, StepIo, StepSpec, JOBS_PER_PAGE,
+    AgentMsg, CtldMsg, ExitStatus, GpuAsk, GpuInfo, Ident, JobFilter, JobKind, JobReason, JobRun,
+    JobSpec, JobState, JobView, Launch, NodeUpdate, NodeView, Registration, StepIo, StepSpec,
+    JOBS_PER_PAGE,
 };
+
+/// A node's state in Slurm's long words, `*` when not responding.
+fn node_state(n: &NodeView) -> String {
+    let star = if n.not_responding { "*" } else { "" };
+    format!("{}{star}", crate::cli::words::node_state_long(n.state))
+}
 
 const ALICE: Ident = Ident {
     uid: 1000,
@@ -117,7 +124,7 @@ fn batch_job_runs_completes_and_frees_its_node() {
     assert!(matches!(terms[0].1, CtldMsg::Terminate { job, .. } if job == r0(id)));
     c.agent_message(node, AgentMsg::JobCleaned { job: r0(id) }, 12);
     assert_eq!(state(&c, id), JobState::Completed);
-    assert!(c.node_views().iter().all(|n| n.state == "idle"));
+    assert!(c.node_views().iter().all(|n| node_state(n) == "idle"));
 }
 
 #[test]
@@ -247,11 +254,14 @@ fn silent_node_goes_down_and_its_jobs_fail_or_requeue() {
     c.tick(11);
     assert_eq!(state(&c, a), JobState::NodeFail);
     assert_eq!(state(&c, b), JobState::Pending);
-    assert!(c.node_views().iter().all(|n| n.state == "down*"));
+    assert!(c.node_views().iter().all(|n| node_state(n) == "down*"));
     // An agent that comes back is the same node, and the requeued job runs.
     c.register(reg(&node_b, 4), 12).unwrap();
     assert_eq!(
-        c.node_views().iter().filter(|n| n.state == "idle").count(),
+        c.node_views()
+            .iter()
+            .filter(|n| node_state(n) == "idle")
+            .count(),
         1
     );
     c.schedule(12);
@@ -279,7 +289,7 @@ fn restarted_agent_loses_its_jobs_at_once() {
     launches(&mut c);
     c.register(reg("worker-0", 4), 3).unwrap();
     assert_eq!(state(&c, id), JobState::NodeFail);
-    assert_eq!(c.node_views()[0].state, "idle");
+    assert_eq!(node_state(&c.node_views()[0]), "idle");
 }
 
 #[test]
@@ -361,7 +371,7 @@ fn drains_need_an_operator_and_a_reason() {
     let v = c.node_views();
     assert!(v
         .iter()
-        .all(|n| n.state == "drained" && n.reason.as_deref() == Some("bad fan")));
+        .all(|n| node_state(n) == "drained" && n.reason.as_deref() == Some("bad fan")));
     let id = c.submit(ALICE, batch("x"), 6).unwrap();
     assert_eq!(c.schedule(6), 0);
     c.update_node(ROOT, "worker-1", NodeUpdate::Resume, None, 7)
@@ -461,7 +471,7 @@ fn a_node_heard_again_comes_back_and_ends_its_stale_runs() {
     c.agent_message(other, AgentMsg::Heartbeat { running: vec![] }, 11);
     c.tick(11);
     let down = c.node_views().into_iter().find(|n| n.name == node).unwrap();
-    assert_eq!(down.state, "down*");
+    assert_eq!(node_state(&down), "down*");
     assert_eq!(state(&c, id), JobState::Pending);
     // It is heard again, still running the old run: back in service, and
     // the old run is ended there.
@@ -474,7 +484,7 @@ fn a_node_heard_again_comes_back_and_ends_its_stale_runs() {
         12,
     );
     let back = c.node_views().into_iter().find(|n| n.name == node).unwrap();
-    assert!(!back.state.ends_with('*'), "{}", back.state);
+    assert!(!back.not_responding, "{}", node_state(&back));
     let out = c.take_outbox();
     assert!(
         out.iter()
@@ -526,7 +536,7 @@ fn a_node_heard_again_comes_back_and_ends_its_stale_runs() {
 fn resume_of_a_disconnected_node_is_refused_and_of_a_connected_one_works() {
     let mut c = cluster(2);
     c.tick(11);
-    assert!(c.node_views().iter().all(|n| n.state == "down*"));
+    assert!(c.node_views().iter().all(|n| node_state(n) == "down*"));
     c.disconnected("worker-1");
     let e = c
         .update_node(ROOT, "worker-1", NodeUpdate::Resume, None, 12)
@@ -539,7 +549,7 @@ fn resume_of_a_disconnected_node_is_refused_and_of_a_connected_one_works() {
         .into_iter()
         .find(|n| n.name == "worker-0")
         .unwrap();
-    assert_eq!(w0.state, "idle");
+    assert_eq!(node_state(&w0), "idle");
 }
 
 #[test]
@@ -654,8 +664,8 @@ fn a_launch_failure_names_its_step_and_node() {
     c.agent_message(&node, AgentMsg::JobCleaned { job: r0(id) }, 1);
     let v = view(&c, id);
     assert_eq!(
-        (v.state, v.reason.as_str()),
-        (JobState::Failed, "JobLaunchFailure")
+        (v.state, v.reason),
+        (JobState::Failed, JobReason::JobLaunchFailure)
     );
     assert_eq!(
         v.failure.as_deref(),
@@ -674,7 +684,7 @@ fn an_unhealthy_agent_drains_its_node_until_it_is_well() {
         5,
     );
     let n = c.node_views().remove(0);
-    assert_eq!(n.state, "drained");
+    assert_eq!(node_state(&n), "drained");
     assert_eq!(
         n.reason.as_deref(),
         Some("Agent unhealthy: too many open files: 1000 of 1024 in use")
@@ -682,7 +692,7 @@ fn an_unhealthy_agent_drains_its_node_until_it_is_well() {
     let id = c.submit(ALICE, batch("x"), 5).unwrap();
     assert_eq!(c.schedule(5), 0, "a drained node takes no work");
     c.agent_message("worker-0", AgentMsg::Health { problem: None }, 6);
-    assert_eq!(c.node_views()[0].state, "idle");
+    assert_eq!(node_state(&c.node_views()[0]), "idle");
     assert_eq!(c.schedule(6), 1);
     assert_eq!(state(&c, id), JobState::Running);
 }

@@ -1,11 +1,13 @@
 //! What squeue, sinfo and scontrol show: views built from the job table,
 //! the node registry and the scheduler's status.
 
+use super::wire::{job_reason, node_state};
 use super::{Controller, JobRecord, Selector};
 use std::collections::HashMap;
 
 use corral_proto::msg::{
-    GpuAsk, JobFilter, JobKind, JobState, JobView, NodeView, PartitionView, JOBS_PER_PAGE,
+    GpuAsk, JobFilter, JobKind, JobReason, JobState, JobView, NodeView, PartitionView,
+    JOBS_PER_PAGE,
 };
 use scheduler_core::{JobId, JobStatus};
 
@@ -69,16 +71,16 @@ impl Controller {
                 reason,
                 expected_start,
                 priority,
-            }) => (reason.as_str().to_string(), priority, expected_start),
-            _ => ("None".to_string(), 0, None),
+            }) => (job_reason(reason), priority, expected_start),
+            _ => (JobReason::None, 0, None),
         };
         let reason = match (j.state, &j.failure) {
             (JobState::Pending, _) => reason,
-            (JobState::Failed, Some(_)) => "JobLaunchFailure".into(),
-            (JobState::Failed, None) => "NonZeroExitCode".into(),
-            (JobState::NodeFail, _) => "NodeDown".into(),
-            (JobState::Timeout, _) => "TimeLimit".into(),
-            _ => "None".into(),
+            (JobState::Failed, Some(_)) => JobReason::JobLaunchFailure,
+            (JobState::Failed, None) => JobReason::NonZeroExitCode,
+            (JobState::NodeFail, _) => JobReason::NodeDown,
+            (JobState::Timeout, _) => JobReason::TimeLimit,
+            _ => JobReason::None,
         };
         let running = !j.alloc.is_empty();
         let num_tasks = if running {
@@ -164,10 +166,6 @@ impl Controller {
             .values()
             .filter_map(|n| {
                 let info = self.sched.node_info(n.id)?;
-                let mut state = info.state.as_str().to_string();
-                if n.not_responding {
-                    state.push('*');
-                }
                 let partitions = member_of.remove(&n.id).unwrap_or_default();
                 let (reason, reason_user, reason_time) = match (&n.admin, n.not_responding) {
                     (Some((_, r, by, at)), _) => (Some(r.clone()), Some(*by), Some(*at)),
@@ -187,7 +185,8 @@ impl Controller {
                 };
                 Some(NodeView {
                     name: n.reg.name.clone(),
-                    state,
+                    state: node_state(info.state),
+                    not_responding: n.not_responding,
                     cpus: info.cpus,
                     alloc_cpus: info.alloc_cpus,
                     memory_mb: info.memory_mb,

@@ -1,8 +1,10 @@
 //! Where the wire's types meet the scheduler core's: the one place a
 //! submission or a registration becomes what the core takes.
 
-use corral_proto::msg::{Dep, GpuAsk, Ident, JobSpec, Registration};
-use scheduler_core::{Dependency, GpuRequest, GpuSpec, JobId, JobRequest, NodeSpec, UserId};
+use corral_proto::msg::{self as wire, Dep, GpuAsk, Ident, JobReason, JobSpec, Registration};
+use scheduler_core::{
+    Dependency, GpuRequest, GpuSpec, JobId, JobRequest, NodeSpec, NodeState, PendingReason, UserId,
+};
 
 pub(super) fn gpu_request(g: GpuAsk) -> GpuRequest {
     match g {
@@ -64,5 +66,33 @@ pub(super) fn node_spec(reg: &Registration) -> NodeSpec {
             })
             .collect(),
         features: reg.features.clone(),
+    }
+}
+
+/// The scheduler's pending reason, as the wire names it.
+pub(super) fn job_reason(r: PendingReason) -> JobReason {
+    match r {
+        PendingReason::None => JobReason::None,
+        PendingReason::Priority => JobReason::Priority,
+        PendingReason::Resources => JobReason::Resources,
+        PendingReason::Dependency => JobReason::Dependency,
+        PendingReason::DependencyNeverSatisfied => JobReason::DependencyNeverSatisfied,
+        PendingReason::BeginTime => JobReason::BeginTime,
+        PendingReason::JobHeldUser => JobReason::JobHeldUser,
+        PendingReason::JobHeldAdmin => JobReason::JobHeldAdmin,
+        PendingReason::ReqNodeNotAvail => JobReason::ReqNodeNotAvail,
+        PendingReason::PartitionTimeLimit => JobReason::PartitionTimeLimit,
+    }
+}
+
+/// The scheduler's node state, as the wire names it.
+pub(super) fn node_state(s: NodeState) -> wire::NodeState {
+    match s {
+        NodeState::Idle => wire::NodeState::Idle,
+        NodeState::Mixed => wire::NodeState::Mixed,
+        NodeState::Allocated => wire::NodeState::Allocated,
+        NodeState::Draining => wire::NodeState::Draining,
+        NodeState::Drained => wire::NodeState::Drained,
+        NodeState::Down => wire::NodeState::Down,
     }
 }
