@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use corral_proto::msg::{
-    ExitStatus, JobFilter, JobKind, JobState, LocalRequest, Request, Response, StepDown, StepIo,
-    StepSpec, StepUp,
+    JobFilter, JobKind, JobState, LocalRequest, Request, Response, StepDown, StepIo, StepSpec,
+    StepUp,
 };
 use corral_proto::{read_frame, tls, write_frame};
 use parking_lot::Mutex;
@@ -24,15 +24,15 @@ use ring::rand::SecureRandom;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 
+mod watch;
+
+use watch::{Action, Event, Watcher};
+
 use super::opts::JobOpts;
 use super::{block_on, fail, parse};
 use crate::client::Client;
 
 const CMD: &str = "srun";
-
-/// How long the rest of a step's nodes may take to dial back once the
-/// first has.
-const NODE_DIAL_WAIT: Duration = Duration::from_secs(10);
 
 /// Run a parallel job.
 #[derive(Debug, Parser)]
@@ -81,23 +81,15 @@ impl Labeller {
     }
 }
 
+/// What the nodes' links share with srun's loop (the counting and the
+/// rules live in [`watch::Watcher`]).
 #[derive(Debug, Default)]
 struct Progress {
-    step_nodes: Option<u32>,
+    /// Tasks of the step, for label widths.
     ntasks: u32,
-    nodes_seen: u32,
-    exited: u32,
-    worst: ExitStatus,
     links: Vec<mpsc::UnboundedSender<StepDown>>,
-    first_hello: Option<Instant>,
     stdin_link: Option<mpsc::UnboundedSender<StepDown>>,
     failures: Vec<String>,
-}
-
-impl Progress {
-    fn done(&self) -> bool {
-        self.step_nodes.is_some_and(|n| self.nodes_seen >= n) && self.exited >= self.ntasks
-    }
 }
 
 #[derive(Debug)]
@@ -105,7 +97,8 @@ struct Session {
     secret: [u8; 32],
     label: bool,
     progress: Mutex<Progress>,
-    changed: Notify,
+    /// Events for the watcher, in the order they happened.
+    events: mpsc::UnboundedSender<Event>,
     /// Wakes the stdin pump once task 0's node has dialed in.
     stdin_ready: Notify,
     labeller: Mutex<Labeller>,
@@ -158,11 +151,12 @@ async fn agent_link(s: Arc<Session>, conn: quinn::Connection) {
             tasks,
             ..
         }))) if secret == s.secret => {
-            let mut p = s.progress.lock();
-            p.step_nodes = Some(step_nodes);
-            p.ntasks = ntasks;
-            p.nodes_seen += 1;
-            p.first_hello.get_or_insert_with(Instant::now);
+            s.progress.lock().ntasks = ntasks;
+            let _ = s.events.send(Event::NodeDialed {
+                at: Instant::now(),
+                step_nodes,
+                ntasks,
+            });
             (node, tasks)
         }
         _ => {
@@ -179,7 +173,6 @@ async fn agent_link(s: Arc<Session>, conn: quinn::Connection) {
             s.stdin_ready.notify_one();
         }
     }
-    s.changed.notify_one();
     tokio::spawn(async move {
         while let Some(m) = rx.recv().await {
             if write_frame(&mut send, &m).await.is_err() {
@@ -198,19 +191,13 @@ async fn agent_link(s: Arc<Session>, conn: quinn::Connection) {
                         write_out(stderr, &rest).await;
                     }
                 }
-                let mut p = s.progress.lock();
-                p.exited += 1;
-                if exit.code > p.worst.code {
-                    p.worst = exit;
-                }
                 if !exit.success() {
-                    p.failures.push(match exit.signal {
+                    s.progress.lock().failures.push(match exit.signal {
                         Some(sig) => format!("{node}: task {task}: Killed by signal {sig}"),
                         None => format!("{node}: task {task}: Exited with exit code {}", exit.code),
                     });
                 }
-                drop(p);
-                s.changed.notify_one();
+                let _ = s.events.send(Event::TaskExited { exit });
             }
             Ok(Some(StepUp::Failed { message })) => {
                 s.progress
@@ -232,17 +219,33 @@ fn random_secret() -> Result<[u8; 32], String> {
     Ok(b)
 }
 
-async fn job_state(job: u64) -> Option<JobState> {
-    let mut c = Client::connect().await.ok()?;
-    match c
-        .call(Request::Jobs(JobFilter {
-            ids: vec![job],
-            ..Default::default()
-        }))
-        .await
-    {
-        Ok(Response::Jobs(v)) => v.first().map(|j| j.state),
-        _ => None,
+/// srun's questions about its job's state, on one connection to the
+/// local agent kept for the session (opened again only after a failure).
+#[derive(Debug, Default)]
+struct StatusLink {
+    client: Option<Client>,
+}
+
+impl StatusLink {
+    async fn job_state(&mut self, job: u64) -> Option<JobState> {
+        if self.client.is_none() {
+            self.client = Client::connect().await.ok();
+        }
+        let c = self.client.as_mut()?;
+        let asked = c
+            .call(Request::Jobs(JobFilter {
+                ids: vec![job],
+                ..Default::default()
+            }))
+            .await;
+        match asked {
+            Ok(Response::Jobs(v)) => v.first().map(|j| j.state),
+            Ok(_) => None,
+            Err(_) => {
+                self.client = None;
+                None
+            }
+        }
     }
 }
 
@@ -373,11 +376,12 @@ async fn run(a: SrunArgs) -> i32 {
     };
     drop(client);
 
+    let (events, mut event_rx) = mpsc::unbounded_channel();
     let s = Arc::new(Session {
         secret,
         label: a.label,
         progress: Mutex::new(Progress::default()),
-        changed: Notify::new(),
+        events,
         stdin_ready: Notify::new(),
         labeller: Mutex::new(Labeller::default()),
     });
@@ -417,80 +421,32 @@ async fn run(a: SrunArgs) -> i32 {
             }
         });
     }
-    let started = Instant::now();
-    let mut said_waiting = false;
-    let mut last_interrupt: Option<Instant> = None;
+    let mut watcher = Watcher::new(job, step_mode, addr, Instant::now());
+    let mut status = StatusLink::default();
     let mut poll = tokio::time::interval(Duration::from_millis(500));
     poll.tick().await;
-    let code = loop {
-        if s.progress.lock().done() {
-            break None;
-        }
-        tokio::select! {
-            _ = s.changed.notified() => {}
-            _ = tokio::signal::ctrl_c() => {
-                let now = Instant::now();
-                if last_interrupt.is_some_and(|t| now - t < Duration::from_secs(1)) {
-                    eprintln!("srun: forcing job termination");
-                    if step_mode {
-                        for l in &s.progress.lock().links {
-                            let _ = l.send(StepDown::Signal(9));
-                        }
-                    } else {
-                        cancel(job).await;
-                    }
-                    break Some(130);
-                }
-                eprintln!("srun: interrupt (one more within 1 sec to abort)");
-                last_interrupt = Some(now);
-                for l in &s.progress.lock().links {
-                    let _ = l.send(StepDown::Signal(2));
-                }
-            }
+    let code = 'session: loop {
+        let event = tokio::select! {
+            Some(e) = event_rx.recv() => e,
+            _ = tokio::signal::ctrl_c() => Event::Interrupt { at: Instant::now() },
             _ = poll.tick() => {
-                let (seen, expected, since) = {
-                    let p = s.progress.lock();
-                    (p.nodes_seen, p.step_nodes, p.first_hello)
+                let state = match watcher.wants_job_state() {
+                    true => status.job_state(job).await,
+                    false => None,
                 };
-                if seen > 0 {
-                    // Some nodes dialed back; the rest get a while, then the
-                    // step is given up (a node that cannot reach us never
-                    // will).
-                    let late = since.is_some_and(|t| t.elapsed() > NODE_DIAL_WAIT);
-                    let ended = !step_mode
-                        && job_state(job).await.is_none_or(|st| st.is_final())
-                        && since.is_some_and(|t| t.elapsed() > Duration::from_secs(2));
-                    if expected.is_some_and(|n| seen < n) && (late || ended) {
-                        eprintln!(
-                            "srun: error: only {seen} of {} nodes of job {job} connected back to srun at {}",
-                            expected.unwrap_or(0),
-                            addr
-                        );
-                        for l in &s.progress.lock().links {
-                            let _ = l.send(StepDown::Signal(9));
-                        }
-                        if !step_mode {
-                            cancel(job).await;
-                        }
-                        break Some(1);
+                Event::Tick { at: Instant::now(), job: state }
+            }
+        };
+        for action in watcher.handle(event) {
+            match action {
+                Action::Say(line) => eprintln!("{line}"),
+                Action::SignalAll(sig) => {
+                    for l in &s.progress.lock().links {
+                        let _ = l.send(StepDown::Signal(sig as i32));
                     }
-                    continue;
                 }
-                match job_state(job).await {
-                    Some(JobState::Pending) if !said_waiting && started.elapsed() > Duration::from_secs(1) => {
-                        eprintln!("srun: job {job} queued and waiting for resources");
-                        said_waiting = true;
-                    }
-                    Some(st) if st.is_final() || st == JobState::Completing => {
-                        // A launch that never reached us.
-                        tokio::time::sleep(Duration::from_millis(300)).await;
-                        if s.progress.lock().nodes_seen == 0 {
-                            eprintln!("srun: error: job {job} ended before its tasks reached srun: {}", st.name());
-                            break Some(1);
-                        }
-                    }
-                    _ => {}
-                }
+                Action::CancelJob => cancel(job).await,
+                Action::Finish(code) => break 'session code,
             }
         }
     };
@@ -499,11 +455,10 @@ async fn run(a: SrunArgs) -> i32 {
     // Let the endpoint's driver send the close, so agents finish the step
     // at once (waiting for the whole draining period would cost ~20 ms).
     tokio::time::sleep(Duration::from_millis(1)).await;
-    let p = s.progress.lock();
-    for f in &p.failures {
+    for f in &s.progress.lock().failures {
         eprintln!("srun: error: {f}");
     }
-    code.unwrap_or(p.worst.code)
+    code
 }
 
 pub fn main(args: &[OsString]) -> i32 {
