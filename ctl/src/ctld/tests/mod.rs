@@ -1,6 +1,9 @@
 //! The controller's state machine, driven without a network.
 
 use super::*;
+
+mod harness;
+mod stories;
 use corral_proto::msg::{
     AgentMsg, CtldMsg, ExitStatus, GpuAsk, GpuInfo, Ident, JobFilter, JobKind, JobReason, JobRun,
     JobSpec, JobState, JobView, Launch, NodeUpdate, NodeView, Registration, StepIo, StepSpec,

@@ -1,0 +1,256 @@
+//! A controller with fake agents in virtual time, for lifecycle stories:
+//! `Sim::new(2)`, `sim.submit(job().runs(30))`, `sim.run_for(60)`, then ask
+//! what state each job reached and what each node still runs.
+//!
+//! A fake agent does what the real one does with ctld's messages, in the
+//! order they arrive: a `Launch` starts a step that "exits" after the job's
+//! planned run time with its planned code; `Signal` and `Terminate` end the
+//! run's steps (a terminated step exits by signal), after which it answers
+//! `JobCleaned`; a heartbeat each second lists what it runs. An agent taken
+//! away answers nothing, as a node whose network died.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::*;
+
+/// A job for the story: its spec, how long its tasks run and how they end.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub spec: JobSpec,
+    pub runs: u64,
+    pub code: i32,
+}
+
+/// A batch job that runs 10 s and succeeds.
+pub fn job() -> Plan {
+    Plan {
+        spec: batch("#!/bin/sh\ntrue\n"),
+        runs: 10,
+        code: 0,
+    }
+}
+
+impl Plan {
+    pub fn runs(mut self, secs: u64) -> Self {
+        self.runs = secs;
+        self
+    }
+    pub fn exits(mut self, code: i32) -> Self {
+        self.code = code;
+        self
+    }
+    pub fn limit(mut self, secs: u64) -> Self {
+        self.spec.time_limit = Some(secs);
+        self
+    }
+    pub fn requeue(mut self) -> Self {
+        self.spec.requeue = true;
+        self
+    }
+    pub fn nodes(mut self, n: u32) -> Self {
+        self.spec.nodes = Some(n);
+        self
+    }
+    pub fn on(mut self, node: &str) -> Self {
+        self.spec.nodelist = vec![node.into()];
+        self
+    }
+}
+
+/// One step running on a fake node.
+#[derive(Clone, Copy, Debug)]
+struct Task {
+    ends: u64,
+    exit: ExitStatus,
+}
+
+#[derive(Debug, Default)]
+struct FakeAgent {
+    /// Taken away: hears nothing, says nothing.
+    gone: bool,
+    /// Steps running here, by run and step.
+    tasks: BTreeMap<(JobRun, u32), Task>,
+}
+
+impl FakeAgent {
+    fn running(&self) -> Vec<JobRun> {
+        let mut v: Vec<JobRun> = self.tasks.keys().map(|(r, _)| *r).collect();
+        v.dedup();
+        v
+    }
+}
+
+/// The controller and its fake nodes.
+#[derive(Debug)]
+pub struct Sim {
+    pub c: Controller,
+    pub now: u64,
+    agents: BTreeMap<String, FakeAgent>,
+    plans: HashMap<u64, Plan>,
+}
+
+impl Sim {
+    /// `n` nodes `worker-<i>` with 8 CPUs and 4 GPUs each.
+    pub fn new(n: usize) -> Self {
+        let mut sim = Sim {
+            c: Controller::new(config()).expect("the test configuration is valid"),
+            now: 0,
+            agents: BTreeMap::new(),
+            plans: HashMap::new(),
+        };
+        for i in 0..n {
+            let name = format!("worker-{i}");
+            sim.c
+                .register(reg(&name, 4), 0)
+                .expect("a fresh node registers");
+            sim.agents.insert(name, FakeAgent::default());
+        }
+        sim
+    }
+
+    /// Submits as Alice; the job starts at the next pass.
+    pub fn submit(&mut self, plan: Plan) -> u64 {
+        let id = self
+            .c
+            .submit(ALICE, plan.spec.clone(), self.now)
+            .expect("the story's job is accepted");
+        self.plans.insert(id, plan);
+        id
+    }
+
+    /// The node stops answering (its agent, or its network, died).
+    pub fn take_away(&mut self, node: &str) {
+        if let Some(a) = self.agents.get_mut(node) {
+            a.gone = true;
+        }
+    }
+
+    /// What the fake node still runs.
+    pub fn running_on(&self, node: &str) -> Vec<JobRun> {
+        self.agents
+            .get(node)
+            .map(FakeAgent::running)
+            .unwrap_or_default()
+    }
+
+    pub fn state(&self, id: u64) -> JobState {
+        state(&self.c, id)
+    }
+
+    pub fn view(&self, id: u64) -> JobView {
+        view(&self.c, id)
+    }
+
+    /// Hands ctld's messages to the agents and their answers back, until
+    /// nothing more is said at this instant.
+    pub fn deliver(&mut self) {
+        loop {
+            let outbox = self.c.take_outbox();
+            if outbox.is_empty() {
+                return;
+            }
+            for (node, msg) in outbox {
+                let replies = self.agent_hears(&node, msg);
+                for r in replies {
+                    self.c.agent_message(&node, r, self.now);
+                }
+            }
+        }
+    }
+
+    fn agent_hears(&mut self, node: &str, msg: CtldMsg) -> Vec<AgentMsg> {
+        let now = self.now;
+        let Some(agent) = self.agents.get_mut(node).filter(|a| !a.gone) else {
+            return Vec::new();
+        };
+        match msg {
+            CtldMsg::Launch(l) => {
+                let plan = self.plans.get(&l.job);
+                let (runs, code) = plan.map_or((1, 0), |p| (p.runs, p.code));
+                agent.tasks.insert(
+                    (l.job_run(), l.step),
+                    Task {
+                        ends: now + runs,
+                        exit: ExitStatus { code, signal: None },
+                    },
+                );
+                Vec::new()
+            }
+            CtldMsg::Signal { job, .. } | CtldMsg::Terminate { job, .. } => {
+                let killed = matches!(msg, CtldMsg::Terminate { .. });
+                let mut out = Vec::new();
+                let here: Vec<(JobRun, u32)> = agent
+                    .tasks
+                    .keys()
+                    .filter(|(r, _)| r.job == job.job && r.run <= job.run)
+                    .copied()
+                    .collect();
+                for key in here {
+                    agent.tasks.remove(&key);
+                    out.push(AgentMsg::StepExited {
+                        job: key.0,
+                        step: key.1,
+                        exit: ExitStatus {
+                            code: 128 + 15,
+                            signal: Some(15),
+                        },
+                    });
+                }
+                if killed {
+                    out.push(AgentMsg::JobCleaned { job });
+                }
+                out
+            }
+            CtldMsg::Welcome { .. } | CtldMsg::Refused { .. } => Vec::new(),
+        }
+    }
+
+    /// One second: tasks due end, every agent beats, ctld ticks and
+    /// passes, and messages flow until all is said.
+    pub fn step(&mut self) {
+        self.now += 1;
+        let now = self.now;
+        let mut said: Vec<(String, AgentMsg)> = Vec::new();
+        for (name, a) in self.agents.iter_mut().filter(|(_, a)| !a.gone) {
+            let due: Vec<(JobRun, u32)> = a
+                .tasks
+                .iter()
+                .filter(|(_, t)| t.ends <= now)
+                .map(|(k, _)| *k)
+                .collect();
+            for key in due {
+                if let Some(t) = a.tasks.remove(&key) {
+                    said.push((
+                        name.clone(),
+                        AgentMsg::StepExited {
+                            job: key.0,
+                            step: key.1,
+                            exit: t.exit,
+                        },
+                    ));
+                }
+            }
+            said.push((
+                name.clone(),
+                AgentMsg::Heartbeat {
+                    running: a.running(),
+                },
+            ));
+        }
+        for (node, m) in said {
+            self.c.agent_message(&node, m, now);
+        }
+        self.deliver();
+        self.c.tick(now);
+        if self.c.take_dirty() {
+            self.c.schedule(now);
+        }
+        self.deliver();
+    }
+
+    pub fn run_for(&mut self, secs: u64) {
+        for _ in 0..secs {
+            self.step();
+        }
+    }
+}

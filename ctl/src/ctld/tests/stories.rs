@@ -1,0 +1,95 @@
+//! Lifecycle stories: the controller with fake agents, in virtual time.
+
+use super::harness::{job, Sim};
+use super::*;
+
+#[test]
+fn a_job_runs_completes_and_its_node_is_free_again() {
+    let mut sim = Sim::new(1);
+    let id = sim.submit(job().runs(30));
+    // The pass at 1 s starts it; its tasks end 30 s later.
+    sim.run_for(30);
+    assert_eq!(sim.state(id), JobState::Running);
+    sim.run_for(1);
+    assert_eq!(sim.state(id), JobState::Completed);
+    assert!(sim.running_on("worker-0").is_empty());
+    let next = sim.submit(job().exits(3));
+    sim.run_for(20);
+    assert_eq!(sim.state(next), JobState::Failed);
+    assert_eq!(sim.view(next).exit.code, 3);
+}
+
+#[test]
+fn a_lost_node_fails_its_jobs_and_requeues_those_that_asked() {
+    let mut sim = Sim::new(2);
+    let plain = sim.submit(job().runs(100).on("worker-0"));
+    let again = sim.submit(job().runs(100).on("worker-0").requeue());
+    sim.run_for(2);
+    assert_eq!(sim.state(plain), JobState::Running);
+    assert_eq!(sim.state(again), JobState::Running);
+    sim.take_away("worker-0");
+    // The heartbeat timeout is 10 s.
+    sim.run_for(9);
+    assert_eq!(sim.state(plain), JobState::Running);
+    sim.run_for(3);
+    assert_eq!(sim.state(plain), JobState::NodeFail);
+    // Pinned to the lost node, the requeued job waits for it.
+    assert_eq!(sim.state(again), JobState::Pending);
+    assert_eq!(sim.view(again).restarts, 1);
+}
+
+#[test]
+fn a_requeued_job_runs_again_elsewhere_and_completes() {
+    let mut sim = Sim::new(2);
+    let id = sim.submit(job().runs(20).requeue().nodes(1));
+    sim.run_for(2);
+    let first = sim.view(id).nodes[0].clone();
+    sim.take_away(&first);
+    sim.run_for(12);
+    let second = sim.view(id);
+    assert_eq!(second.state, JobState::Running, "{second:?}");
+    assert_eq!(second.restarts, 1);
+    assert_ne!(second.nodes[0], first);
+    sim.run_for(21);
+    assert_eq!(sim.state(id), JobState::Completed);
+}
+
+#[test]
+fn a_job_over_its_limit_times_out_and_is_cleaned_up() {
+    let mut sim = Sim::new(1);
+    let id = sim.submit(job().runs(1_000).limit(60));
+    sim.run_for(59);
+    assert_eq!(sim.state(id), JobState::Running);
+    sim.run_for(3);
+    assert_eq!(sim.state(id), JobState::Timeout);
+    assert!(sim.running_on("worker-0").is_empty());
+    assert_eq!(sim.view(id).reason, JobReason::TimeLimit);
+}
+
+#[test]
+fn a_cancel_that_crosses_the_launch_ends_the_job_cleanly() {
+    let mut sim = Sim::new(1);
+    let id = sim.submit(job().runs(100));
+    // The pass sends the launch; the cancel comes before the agent has
+    // even heard of it, so its terminate follows the launch on the wire.
+    assert!(sim.c.take_dirty());
+    sim.c.schedule(sim.now);
+    sim.c
+        .cancel(
+            ALICE,
+            &JobFilter {
+                ids: vec![id],
+                ..Default::default()
+            },
+            None,
+            sim.now,
+        )
+        .expect("Alice cancels her job");
+    sim.deliver();
+    assert_eq!(sim.state(id), JobState::Cancelled);
+    assert!(sim.running_on("worker-0").is_empty());
+    // The node takes the next job.
+    let next = sim.submit(job().runs(5));
+    sim.run_for(10);
+    assert_eq!(sim.state(next), JobState::Completed);
+}
