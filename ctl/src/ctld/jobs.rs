@@ -2,7 +2,7 @@
 //! processes, completion and clean-up, time limits, cancel and hold.
 
 use super::wire::job_request;
-use super::{capitalise, Controller, JobRecord, Kill, Refusal, Selector, BATCH_STEP};
+use super::{Controller, CtldError, JobRecord, Kill, KillRefusal, Refusal, Selector, BATCH_STEP};
 use std::collections::HashSet;
 
 use corral_proto::msg::{
@@ -181,7 +181,7 @@ impl Controller {
         let held = req.hold;
         self.sched
             .submit(now, JobId(id), req)
-            .map_err(|e| capitalise(&e.to_string()))?;
+            .map_err(CtldError::Submit)?;
         self.next_job += 1;
         self.stats.submitted += 1;
         let partition = spec
@@ -241,18 +241,13 @@ impl Controller {
         let sel = Selector::new(f.clone())?;
         let privileged = self.privileged(who);
         for id in &f.ids {
-            let j = self.jobs.get(id).ok_or_else(|| {
-                format!("Kill job error on job id {id}: Invalid job id specified")
-            })?;
+            let kill = |why| CtldError::Kill { job: *id, why };
+            let j = self.jobs.get(id).ok_or(kill(KillRefusal::UnknownJob))?;
             if j.user.uid != who.uid && !privileged {
-                return Err(format!(
-                    "Kill job error on job id {id}: Access/permission denied"
-                ));
+                return Err(kill(KillRefusal::AccessDenied));
             }
             if j.state.is_final() {
-                return Err(format!(
-                    "Kill job error on job id {id}: Job/step already completing or completed"
-                ));
+                return Err(kill(KillRefusal::Finished));
             }
         }
         let selected: Vec<u64> = self
@@ -314,19 +309,7 @@ impl Controller {
             done.push(id);
         }
         if !denied.is_empty() {
-            const SHOWN: usize = 20;
-            let mut lines: Vec<String> = denied
-                .iter()
-                .take(SHOWN)
-                .map(|id| format!("Kill job error on job id {id}: Access/permission denied"))
-                .collect();
-            if denied.len() > SHOWN {
-                lines.push(format!(
-                    "Access/permission denied for {} more jobs",
-                    denied.len() - SHOWN
-                ));
-            }
-            return Err(lines.join("\n"));
+            return Err(CtldError::KillDenied(denied));
         }
         Ok(done)
     }
@@ -340,12 +323,9 @@ impl Controller {
             HoldKind::User
         };
         for id in ids {
-            let j = self
-                .jobs
-                .get(id)
-                .ok_or_else(|| format!("Invalid job id specified: {id}"))?;
+            let j = self.jobs.get(id).ok_or(CtldError::UnknownJob(*id))?;
             if j.user.uid != who.uid && !privileged {
-                return Err(format!("Access/permission denied for job {id}"));
+                return Err(CtldError::NotYourJob(*id));
             }
         }
         for id in ids {
@@ -354,7 +334,7 @@ impl Controller {
             } else {
                 self.sched.hold(JobId(*id), kind)
             };
-            r.map_err(|e| capitalise(&e.to_string()))?;
+            r.map_err(CtldError::Control)?;
         }
         self.dirty = true;
         Ok(ids.to_vec())

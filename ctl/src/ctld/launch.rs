@@ -1,7 +1,7 @@
 //! The `Launch` messages that start a batch job, an srun job's first
 //! step, or a later step inside an allocation.
 
-use super::{natural, Controller, JobRecord, Refusal, BATCH_STEP};
+use super::{natural, Controller, CtldError, JobRecord, Refusal, BATCH_STEP};
 
 use corral_proto::msg::{
     CtldMsg, ExitStatus, GpuAsk, Ident, JobKind, JobState, Launch, LaunchKind, StepSpec,
@@ -141,19 +141,17 @@ impl Controller {
         let j = self
             .jobs
             .get_mut(&s.job)
-            .ok_or_else(|| format!("Invalid job id specified: {}", s.job))?;
+            .ok_or(CtldError::UnknownJob(s.job))?;
         if j.user.uid != who.uid && !privileged {
-            return Err("Access/permission denied".into());
+            return Err(CtldError::AccessDenied);
         }
         if j.state != JobState::Running {
-            return Err(format!("Job {} is not running", s.job));
+            return Err(CtldError::NotRunning(s.job));
         }
         let all = j.alloc.len() as u32;
         let nodes = s.nodes.unwrap_or(all);
         if nodes == 0 || nodes > all {
-            return Err(format!(
-                "Requested node configuration is not available: the allocation has {all} nodes"
-            ));
+            return Err(CtldError::StepNodes(all));
         }
         let job_tasks: u32 = j.alloc.iter().map(|(_, a)| a.tasks).sum();
         let ntasks = s.ntasks.unwrap_or(if s.nodes.is_some() {
@@ -162,7 +160,7 @@ impl Controller {
             job_tasks.max(nodes)
         });
         if ntasks == 0 {
-            return Err("Invalid number of tasks".into());
+            return Err(CtldError::StepTasks);
         }
         let nodes = nodes.min(ntasks);
         let step = j.next_step;

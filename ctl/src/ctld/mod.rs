@@ -19,6 +19,7 @@
 
 mod admission;
 pub mod config;
+mod error;
 mod jobs;
 mod launch;
 mod nodes;
@@ -37,6 +38,7 @@ use scheduler_core::{NodeAllocation, Scheduler, SchedulerConfig};
 
 use crate::ctld::config::Config;
 
+pub use error::{CtldError, KillRefusal};
 pub use select::{Selector, MAX_FILTER_ENTRIES};
 pub use views::natural;
 
@@ -141,7 +143,7 @@ struct NodeRecord {
 }
 
 /// A refusal to show the user.
-pub type Refusal = String;
+pub type Refusal = CtldError;
 
 /// The controller's state.
 #[derive(Debug)]
@@ -170,14 +172,6 @@ struct Usage {
     bytes: u64,
 }
 
-fn capitalise(s: &str) -> String {
-    let mut c = s.chars();
-    match c.next() {
-        Some(f) => f.to_uppercase().chain(c).collect(),
-        None => String::new(),
-    }
-}
-
 impl Controller {
     pub fn new(cfg: Config) -> Result<Controller, Refusal> {
         let mut sched = Scheduler::new(SchedulerConfig {
@@ -185,7 +179,7 @@ impl Controller {
             ..SchedulerConfig::default()
         });
         for p in &cfg.partitions {
-            sched.add_partition(p.clone()).map_err(|e| e.to_string())?;
+            sched.add_partition(p.clone()).map_err(CtldError::Control)?;
         }
         Ok(Controller {
             cfg,

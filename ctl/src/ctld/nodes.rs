@@ -3,7 +3,7 @@
 
 use super::admission::printable;
 use super::wire::node_spec;
-use super::{Controller, JobRecord, NodeRecord, Refusal};
+use super::{Controller, CtldError, JobRecord, NodeRecord, Refusal};
 use std::collections::HashSet;
 
 use corral_proto::msg::{CtldMsg, ExitStatus, Ident, JobRun, JobState, NodeUpdate, Registration};
@@ -15,7 +15,7 @@ impl Controller {
     /// An agent registers (its certificate already checked for the name).
     pub fn register(&mut self, reg: Registration, now: u64) -> Result<(), Refusal> {
         if reg.name.is_empty() || reg.name.len() > 256 {
-            return Err("invalid node name".into());
+            return Err(CtldError::BadNodeName);
         }
         self.verifier.register(&reg.name, &reg.credential_key);
         self.dirty = true;
@@ -45,14 +45,14 @@ impl Controller {
             let admin = self.admin_state(&name);
             self.sched
                 .handle_node_admin(now, id, admin)
-                .map_err(|e| e.to_string())?;
+                .map_err(CtldError::Control)?;
             return Ok(());
         }
         let spec = node_spec(&reg);
         let id = self
             .sched
             .handle_node_added(spec)
-            .map_err(|e| e.to_string())?;
+            .map_err(CtldError::Control)?;
         let running = reg.running.clone();
         let name = reg.name.clone();
         self.nodes.insert(
@@ -262,15 +262,14 @@ impl Controller {
         now: u64,
     ) -> Result<(), Refusal> {
         if !self.privileged(who) {
-            return Err("Access/permission denied".into());
+            return Err(CtldError::AccessDenied);
         }
-        let list =
-            hostlist::expand(names).map_err(|e| format!("Invalid node name specified: {e}"))?;
+        let list = hostlist::expand(names).map_err(|e| CtldError::UnknownNode(e.to_string()))?;
         if let Some(bad) = list.iter().find(|n| !self.nodes.contains_key(*n)) {
-            return Err(format!("Invalid node name specified: {bad}"));
+            return Err(CtldError::UnknownNode(bad.clone()));
         }
         if state != NodeUpdate::Resume && reason.as_deref().is_none_or(str::is_empty) {
-            return Err("You must specify a reason when DRAINING or DOWNING a node".into());
+            return Err(CtldError::ReasonRequired);
         }
         if let Some(r) = &reason {
             printable("reason", r)?;
@@ -283,10 +282,7 @@ impl Controller {
                 .filter_map(|n| self.nodes.get(n))
                 .find(|n| !n.connected)
             {
-                return Err(format!(
-                    "Invalid node state transition requested: {} is not responding; it returns when its agent connects again",
-                    n.reg.name
-                ));
+                return Err(CtldError::NodeNotResponding(n.reg.name.clone()));
             }
         }
         for name in list {
@@ -312,7 +308,7 @@ impl Controller {
             let admin = self.admin_state(&name);
             self.sched
                 .handle_node_admin(now, id, admin)
-                .map_err(|e| e.to_string())?;
+                .map_err(CtldError::Control)?;
         }
         self.dirty = true;
         Ok(())

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
+use super::CtldError;
 use corral_proto::msg::{JobFilter, JobState};
 
 /// The most entries one list of a filter may carry (`squeue -j` with
@@ -36,7 +37,7 @@ fn set<T: std::hash::Hash + Eq>(v: Vec<T>) -> Option<HashSet<T>> {
 impl Selector {
     /// Checks the sizes, then builds the sets (call it before taking the
     /// controller's lock).
-    pub fn new(f: JobFilter) -> Result<Selector, String> {
+    pub fn new(f: JobFilter) -> Result<Selector, CtldError> {
         for (what, n) in [
             ("job ids", f.ids.len()),
             ("users", f.users.len()),
@@ -45,9 +46,7 @@ impl Selector {
             ("names", f.names.len()),
         ] {
             if n > MAX_FILTER_ENTRIES {
-                return Err(format!(
-                    "Too many {what} in one request: {n}, the most is {MAX_FILTER_ENTRIES}"
-                ));
+                return Err(CtldError::FilterTooLarge { what, count: n });
             }
         }
         Ok(Selector {
@@ -99,7 +98,7 @@ mod tests {
             states: vec![JobState::Running; MAX_FILTER_ENTRIES + 1],
             ..JobFilter::default()
         };
-        let e = Selector::new(f).unwrap_err();
+        let e = Selector::new(f).unwrap_err().to_string();
         assert!(e.starts_with("Too many states"), "{e}");
     }
 }

@@ -100,7 +100,7 @@ pub struct Server {
 impl Server {
     pub fn new(cfg: Config) -> Result<Arc<Server>, ServerError> {
         Ok(Arc::new(Server {
-            ctl: Mutex::new(Controller::new(cfg).map_err(ServerError::State)?),
+            ctl: Mutex::new(Controller::new(cfg).map_err(|e| ServerError::State(e.to_string()))?),
             kick: Notify::new(),
             agents: Mutex::new(HashMap::new()),
             turns: Mutex::new(HashMap::new()),
@@ -322,23 +322,23 @@ impl Server {
         let resp = match request {
             Request::Submit(spec) => match c.submit(who, spec, now) {
                 Ok(job) => Response::Submitted { job },
-                Err(e) => Response::Error(e),
+                Err(e) => Response::Error(e.to_string()),
             },
             Request::SubmitStep(step) => match c.submit_step(who, step) {
                 Ok((job, step)) => Response::StepCreated { job, step },
-                Err(e) => Response::Error(e),
+                Err(e) => Response::Error(e.to_string()),
             },
             Request::Cancel { filter, signal } => match c.cancel(who, &filter, signal, now) {
                 Ok(jobs) => Response::Affected { jobs },
-                Err(e) => Response::Error(e),
+                Err(e) => Response::Error(e.to_string()),
             },
             Request::Hold { ids } => match c.hold(who, &ids, false) {
                 Ok(jobs) => Response::Affected { jobs },
-                Err(e) => Response::Error(e),
+                Err(e) => Response::Error(e.to_string()),
             },
             Request::Release { ids } => match c.hold(who, &ids, true) {
                 Ok(jobs) => Response::Affected { jobs },
-                Err(e) => Response::Error(e),
+                Err(e) => Response::Error(e.to_string()),
             },
             // Job views never come here: `jobs` builds them in slices,
             // releasing the lock between them.
@@ -351,7 +351,7 @@ impl Server {
                 reason,
             } => match c.update_node(who, &names, state, reason, now) {
                 Ok(()) => Response::Done,
-                Err(e) => Response::Error(e),
+                Err(e) => Response::Error(e.to_string()),
             },
             Request::Ping => Response::Done,
             Request::Stats => Response::Stats(c.stats()),
@@ -365,7 +365,7 @@ impl Server {
     async fn jobs(&self, f: JobFilter) -> Response {
         let mut sel = match Selector::new(f) {
             Ok(s) => s,
-            Err(e) => return Response::Error(e),
+            Err(e) => return Response::Error(e.to_string()),
         };
         let mut page = Vec::new();
         loop {
@@ -431,6 +431,7 @@ impl Server {
             r
         };
         if let Err(reason) = registered {
+            let reason = reason.to_string();
             let _ = write_frame(&mut send, &CtldMsg::Refused { reason }).await;
             let _ = send.finish();
             return;

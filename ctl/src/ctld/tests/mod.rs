@@ -162,13 +162,13 @@ fn only_owners_and_operators_cancel() {
         ids: vec![id],
         ..Default::default()
     };
-    let e = c.cancel(ALICE, &f, None, 1).unwrap_err();
+    let e = c.cancel(ALICE, &f, None, 1).unwrap_err().to_string();
     assert!(e.contains("Access/permission denied"), "{e}");
     assert_eq!(state(&c, id), JobState::Pending);
     // A filter that selects someone else's job is refused for that job,
     // as Slurm's scancel reports it, and cancels nothing of theirs.
     let all = JobFilter::default();
-    let e = c.cancel(ALICE, &all, None, 1).unwrap_err();
+    let e = c.cancel(ALICE, &all, None, 1).unwrap_err().to_string();
     assert_eq!(
         e,
         format!("Kill job error on job id {id}: Access/permission denied")
@@ -176,7 +176,7 @@ fn only_owners_and_operators_cancel() {
     assert_eq!(state(&c, id), JobState::Pending);
     assert_eq!(c.cancel(ROOT, &f, None, 1).unwrap(), vec![id]);
     assert_eq!(state(&c, id), JobState::Cancelled);
-    let e = c.hold(ALICE, &[id], false).unwrap_err();
+    let e = c.hold(ALICE, &[id], false).unwrap_err().to_string();
     assert!(
         e.contains("Invalid") || e.contains("denied") || e.contains("not pending"),
         "{e}"
@@ -322,7 +322,7 @@ fn steps_spread_tasks_over_the_allocation() {
         env: vec![],
         io,
     };
-    let e = c.submit_step(BOB, step.clone()).unwrap_err();
+    let e = c.submit_step(BOB, step.clone()).unwrap_err().to_string();
     assert!(e.contains("denied"), "{e}");
     let (_, s) = c.submit_step(ALICE, step).unwrap();
     assert_eq!(s, 0);
@@ -388,7 +388,7 @@ fn submit_refusals_read_like_slurm() {
     let mut c = cluster(1);
     let mut spec = batch("x");
     spec.partition = Some("nope".into());
-    let e = c.submit(ALICE, spec, 0).unwrap_err();
+    let e = c.submit(ALICE, spec, 0).unwrap_err().to_string();
     assert!(e.starts_with("Invalid partition name specified"), "{e}");
     let mut spec = batch("x");
     spec.gpus = GpuAsk::PerNode(64);
@@ -543,7 +543,8 @@ fn resume_of_a_disconnected_node_is_refused_and_of_a_connected_one_works() {
     c.disconnected("worker-1");
     let e = c
         .update_node(ROOT, "worker-1", NodeUpdate::Resume, None, 12)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("worker-1 is not responding"), "{e}");
     c.update_node(ROOT, "worker-0", NodeUpdate::Resume, None, 12)
         .unwrap();
@@ -565,9 +566,9 @@ fn negative_nice_is_for_operators_and_the_range_is_bounded() {
     c.schedule(0);
     let mut s = batch("x");
     s.nice = -2_147_483_648;
-    let e = c.submit(ALICE, s.clone(), 0).unwrap_err();
+    let e = c.submit(ALICE, s.clone(), 0).unwrap_err().to_string();
     assert!(e.contains("only operators"), "{e}");
-    let e = c.submit(ROOT, s.clone(), 0).unwrap_err();
+    let e = c.submit(ROOT, s.clone(), 0).unwrap_err().to_string();
     assert!(e.contains("Invalid nice value"), "{e}");
     s.nice = -100;
     let id = c.submit(ROOT, s.clone(), 0).unwrap();
@@ -599,7 +600,7 @@ fn control_characters_in_names_and_paths_are_refused() {
     ] {
         let mut s = batch("x");
         mutate(&mut s);
-        let e = c.submit(ALICE, s, 0).unwrap_err();
+        let e = c.submit(ALICE, s, 0).unwrap_err().to_string();
         assert!(e.contains("control characters"), "{e}");
     }
     assert!(c.job_views(&JobFilter::default(), 0).is_empty());
@@ -613,7 +614,10 @@ fn per_user_limits_refuse_with_a_reason_and_free_up_as_jobs_end() {
     cfg.limits.max_bytes_per_user = 2000;
     let mut c = Controller::new(cfg).unwrap();
     c.register(reg("worker-0", 4), 0).unwrap();
-    let e = c.submit(ALICE, batch(&"x".repeat(1001)), 0).unwrap_err();
+    let e = c
+        .submit(ALICE, batch(&"x".repeat(1001)), 0)
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("Batch script is too large"), "{e}");
     let held = |n: usize| {
         let mut s = batch(&"x".repeat(n));
@@ -623,7 +627,7 @@ fn per_user_limits_refuse_with_a_reason_and_free_up_as_jobs_end() {
     let a = c.submit(ALICE, held(10), 0).unwrap();
     c.submit(ALICE, held(10), 0).unwrap();
     c.submit(ALICE, held(10), 0).unwrap();
-    let e = c.submit(ALICE, held(10), 0).unwrap_err();
+    let e = c.submit(ALICE, held(10), 0).unwrap_err().to_string();
     assert!(
         e.contains("job submit limit") && e.contains("limit per user is 3"),
         "{e}"
@@ -645,7 +649,7 @@ fn per_user_limits_refuse_with_a_reason_and_free_up_as_jobs_end() {
     c.submit(ALICE, held(10), 1).unwrap();
     // Bytes: Bob's two large scripts exceed his share.
     c.submit(BOB, held(990), 1).unwrap();
-    let e = c.submit(BOB, held(990), 1).unwrap_err();
+    let e = c.submit(BOB, held(990), 1).unwrap_err().to_string();
     assert!(e.contains("bytes"), "{e}");
 }
 

@@ -1,0 +1,108 @@
+//! Why the controller refuses a request. Each variant's text is what a
+//! Slurm user reads (`sbatch: error: …`); the server turns it into the
+//! wire's one-line answer at the one place it answers.
+
+use scheduler_core::{ControlError, SubmitError};
+
+use super::{MAX_FILTER_ENTRIES, MAX_GPUS, MAX_NICE};
+
+/// The most refused jobs a cancel names one by one.
+const KILL_DENIED_SHOWN: usize = 20;
+
+/// A refused request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CtldError {
+    #[error("{}", capitalise(&.0.to_string()))]
+    Submit(#[from] SubmitError),
+    #[error("{}", capitalise(&.0.to_string()))]
+    Control(#[from] ControlError),
+    #[error("Invalid job id specified: {0}")]
+    UnknownJob(u64),
+    #[error("Access/permission denied")]
+    AccessDenied,
+    #[error("Access/permission denied for job {0}")]
+    NotYourJob(u64),
+    #[error("Job {0} is not running")]
+    NotRunning(u64),
+    /// scancel naming a job it cannot end.
+    #[error("Kill job error on job id {job}: {why}")]
+    Kill { job: u64, why: KillRefusal },
+    /// scancel whose filter selected other users' jobs: one line per job.
+    #[error("{}", kill_denied(.0))]
+    KillDenied(Vec<u64>),
+    #[error("Too many {what} in one request: {count}, the most is {MAX_FILTER_ENTRIES}")]
+    FilterTooLarge { what: &'static str, count: usize },
+    #[error("Invalid {what}: control characters are not allowed")]
+    ControlCharacters { what: &'static str },
+    #[error("Batch script is too large: {size} bytes, the limit is {max}")]
+    ScriptTooLarge { size: u64, max: u64 },
+    #[error("Invalid generic resource (gres) specification: {0} GPUs, the most is {MAX_GPUS}")]
+    TooManyGpus(u32),
+    #[error("Access/permission denied: only operators may set a negative nice value")]
+    NegativeNice,
+    #[error("Invalid nice value: it must be between -{MAX_NICE} and {MAX_NICE}")]
+    NiceOutOfRange,
+    #[error("Resource temporarily unavailable: the cluster holds its limit of {0} jobs")]
+    ClusterFull(u64),
+    #[error(
+        "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits): \
+         {jobs} unfinished jobs, the limit per user is {max}"
+    )]
+    UserJobLimit { jobs: u64, max: u64 },
+    #[error(
+        "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits): \
+         unfinished jobs would hold {bytes} bytes of scripts and environment, the limit per user is {max}"
+    )]
+    UserByteLimit { bytes: u64, max: u64 },
+    #[error("Requested node configuration is not available: the allocation has {0} nodes")]
+    StepNodes(u32),
+    #[error("Invalid number of tasks")]
+    StepTasks,
+    #[error("Invalid node name specified: {0}")]
+    UnknownNode(String),
+    #[error("You must specify a reason when DRAINING or DOWNING a node")]
+    ReasonRequired,
+    #[error(
+        "Invalid node state transition requested: {0} is not responding; it returns when its agent connects again"
+    )]
+    NodeNotResponding(String),
+    /// A registration whose node name is empty or too long.
+    #[error("invalid node name")]
+    BadNodeName,
+}
+
+/// Why scancel cannot end a job it named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KillRefusal {
+    #[error("Invalid job id specified")]
+    UnknownJob,
+    #[error("Access/permission denied")]
+    AccessDenied,
+    #[error("Job/step already completing or completed")]
+    Finished,
+}
+
+fn kill_denied(jobs: &[u64]) -> String {
+    let mut lines: Vec<String> = jobs
+        .iter()
+        .take(KILL_DENIED_SHOWN)
+        .map(|id| format!("Kill job error on job id {id}: Access/permission denied"))
+        .collect();
+    if jobs.len() > KILL_DENIED_SHOWN {
+        lines.push(format!(
+            "Access/permission denied for {} more jobs",
+            jobs.len() - KILL_DENIED_SHOWN
+        ));
+    }
+    lines.join("\n")
+}
+
+/// The core's messages are lowercase (library style); Slurm's start with
+/// a capital.
+pub(super) fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
