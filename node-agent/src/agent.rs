@@ -15,7 +15,7 @@ use corral_proto::cred::{Minter, DEFAULT_TTL_MS};
 pub use corral_proto::error_chain;
 use corral_proto::msg::{
     AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, JobRun, Launch, LaunchKind, Open, Registration,
-    Request, Response,
+    Request, Response, StepId,
 };
 use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
 use corral_proto::{now_ms, read_frame, write_frame, WireError};
@@ -304,7 +304,7 @@ impl Agent {
 
     /// Records a step's process groups; false if the run is being ended
     /// or is no longer the job's latest here.
-    pub(crate) fn add_groups(&self, job: JobRun, step: u32, groups: &[u32]) -> bool {
+    pub(crate) fn add_groups(&self, job: JobRun, step: StepId, groups: &[u32]) -> bool {
         self.procs.lock().add_groups(job, step, groups)
     }
 
@@ -312,14 +312,14 @@ impl Agent {
     /// whatever it left running in the group is killed (a step ends with
     /// its task). Call it right after the wait, before anything else can
     /// signal the group.
-    pub(crate) fn group_exited(&self, job: JobRun, step: u32, pgid: u32) {
+    pub(crate) fn group_exited(&self, job: JobRun, step: StepId, pgid: u32) {
         self.procs.lock().group_exited(job, step, pgid);
         signal_group(pgid, Signal::SIGKILL);
     }
 
     /// Delivers a signal to the live task groups of a run: of one step,
     /// or of all its steps.
-    pub(crate) fn signal(&self, job: JobRun, step: Option<u32>, sig: Signal) {
+    pub(crate) fn signal(&self, job: JobRun, step: Option<StepId>, sig: Signal) {
         let procs = self.procs.lock();
         for g in procs.groups(job, step) {
             signal_group(g, sig);
@@ -329,7 +329,7 @@ impl Agent {
     /// Registers a step of a run; false if the run is being ended or a
     /// newer run of the job is here. A newer run replaces an older one,
     /// whose processes are killed.
-    fn begin_step(&self, job: JobRun, step: u32) -> bool {
+    fn begin_step(&self, job: JobRun, step: StepId) -> bool {
         let mut procs = self.procs.lock();
         match procs.begin_step(job, step) {
             StepStart::Go { replaced } => {
@@ -342,7 +342,13 @@ impl Agent {
         }
     }
 
-    fn end_step(&self, job: JobRun, step: u32, exit: Option<ExitStatus>, failure: Option<String>) {
+    fn end_step(
+        &self,
+        job: JobRun,
+        step: StepId,
+        exit: Option<ExitStatus>,
+        failure: Option<String>,
+    ) {
         let cleaned = self.procs.lock().end_step(job, step);
         match failure {
             Some(message) => self.send_up(AgentMsg::LaunchFailed { job, step, message }),
@@ -379,7 +385,7 @@ impl Agent {
         match result {
             Ok(exit) => self.end_step(job, step, Some(exit), None),
             Err(e) => {
-                tracing::warn!(job = job.job, run = job.run, step, error = %e, "launch failed");
+                tracing::warn!(job = %job.job, run = job.run, step = %step, error = %e, "launch failed");
                 self.end_step(job, step, None, Some(e));
             }
         }

@@ -22,7 +22,7 @@ impl Agent {
     ) -> Result<ExitStatus, String> {
         let user = user_name(l.user.uid);
         let vars = PatternVars {
-            job: l.job,
+            job: l.job.0,
             name: &l.name,
             node: &self.cfg.name,
             user: &user,

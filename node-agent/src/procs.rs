@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use corral_proto::msg::{ExitStatus, JobRun};
+use corral_proto::msg::{ExitStatus, JobId, JobRun, StepId};
 use nix::sys::signal::Signal;
 
 /// This node's processes of one job, of its latest run here.
@@ -21,7 +21,7 @@ use nix::sys::signal::Signal;
 struct JobProcs {
     run: u32,
     /// Running steps and their live task groups.
-    steps: HashMap<u32, Vec<u32>>,
+    steps: HashMap<StepId, Vec<u32>>,
     /// ctld asked to end the run: no new steps start.
     terminating: bool,
 }
@@ -62,7 +62,7 @@ pub enum Termination {
 /// Every job's processes on this node.
 #[derive(Debug, Default)]
 pub struct ProcTable {
-    jobs: HashMap<u64, JobProcs>,
+    jobs: HashMap<JobId, JobProcs>,
 }
 
 impl ProcTable {
@@ -75,7 +75,7 @@ impl ProcTable {
     }
 
     /// A step of a run is about to start.
-    pub fn begin_step(&mut self, job: JobRun, step: u32) -> StepStart {
+    pub fn begin_step(&mut self, job: JobRun, step: StepId) -> StepStart {
         let j = self
             .jobs
             .entry(job.job)
@@ -93,7 +93,7 @@ impl ProcTable {
 
     /// Lists a step's task groups once they exist; false if the run is
     /// ending or no longer the job's latest here (the caller kills them).
-    pub fn add_groups(&mut self, job: JobRun, step: u32, groups: &[u32]) -> bool {
+    pub fn add_groups(&mut self, job: JobRun, step: StepId, groups: &[u32]) -> bool {
         let Some(j) = self.jobs.get_mut(&job.job) else {
             return false;
         };
@@ -106,7 +106,7 @@ impl ProcTable {
 
     /// A task's leader was reaped: its group leaves the table. The caller
     /// then kills what the group left running.
-    pub fn group_exited(&mut self, job: JobRun, step: u32, pgid: u32) {
+    pub fn group_exited(&mut self, job: JobRun, step: StepId, pgid: u32) {
         if let Some(groups) = self
             .jobs
             .get_mut(&job.job)
@@ -118,7 +118,7 @@ impl ProcTable {
     }
 
     /// The live groups of a run: of one step, or of all its steps.
-    pub fn groups(&self, job: JobRun, step: Option<u32>) -> Vec<u32> {
+    pub fn groups(&self, job: JobRun, step: Option<StepId>) -> Vec<u32> {
         let Some(j) = self.jobs.get(&job.job).filter(|j| j.run == job.run) else {
             return Vec::new();
         };
@@ -148,7 +148,7 @@ impl ProcTable {
     /// A step of a run ended (or never started). True when the run was
     /// ending and this was its last step here: the job is clean on this
     /// node and leaves the table.
-    pub fn end_step(&mut self, job: JobRun, step: u32) -> bool {
+    pub fn end_step(&mut self, job: JobRun, step: StepId) -> bool {
         let Some(j) = self.jobs.get_mut(&job.job).filter(|j| j.run == job.run) else {
             return false;
         };
@@ -187,7 +187,10 @@ mod tests {
     use super::*;
 
     fn run(job: u64, run: u32) -> JobRun {
-        JobRun { job, run }
+        JobRun {
+            job: JobId(job),
+            run,
+        }
     }
 
     fn sorted(mut v: Vec<u32>) -> Vec<u32> {
@@ -199,56 +202,56 @@ mod tests {
     fn a_step_lists_its_groups_until_their_leaders_exit() {
         let mut t = ProcTable::default();
         assert_eq!(
-            t.begin_step(run(1, 0), 0),
+            t.begin_step(run(1, 0), StepId(0)),
             StepStart::Go { replaced: vec![] }
         );
-        assert!(t.add_groups(run(1, 0), 0, &[100, 101]));
+        assert!(t.add_groups(run(1, 0), StepId(0), &[100, 101]));
         assert_eq!(
-            t.begin_step(run(1, 0), 1),
+            t.begin_step(run(1, 0), StepId(1)),
             StepStart::Go { replaced: vec![] }
         );
-        assert!(t.add_groups(run(1, 0), 1, &[200]));
+        assert!(t.add_groups(run(1, 0), StepId(1), &[200]));
         assert_eq!(sorted(t.groups(run(1, 0), None)), [100, 101, 200]);
-        assert_eq!(sorted(t.groups(run(1, 0), Some(0))), [100, 101]);
-        t.group_exited(run(1, 0), 0, 100);
-        assert_eq!(t.groups(run(1, 0), Some(0)), [101]);
+        assert_eq!(sorted(t.groups(run(1, 0), Some(StepId(0)))), [100, 101]);
+        t.group_exited(run(1, 0), StepId(0), 100);
+        assert_eq!(t.groups(run(1, 0), Some(StepId(0))), [101]);
         assert_eq!(t.running(), [run(1, 0)]);
         // News of another run of the job changes nothing.
-        t.group_exited(run(1, 1), 0, 101);
+        t.group_exited(run(1, 1), StepId(0), 101);
         assert!(t.groups(run(1, 1), None).is_empty());
-        assert_eq!(t.groups(run(1, 0), Some(0)), [101]);
+        assert_eq!(t.groups(run(1, 0), Some(StepId(0))), [101]);
     }
 
     #[test]
     fn a_newer_run_replaces_the_old_one_and_kills_its_groups() {
         let mut t = ProcTable::default();
-        t.begin_step(run(1, 0), 0);
-        t.add_groups(run(1, 0), 0, &[100]);
+        t.begin_step(run(1, 0), StepId(0));
+        t.add_groups(run(1, 0), StepId(0), &[100]);
         assert_eq!(
-            t.begin_step(run(1, 1), 0),
+            t.begin_step(run(1, 1), StepId(0)),
             StepStart::Go {
                 replaced: vec![100]
             }
         );
         assert_eq!(t.running(), [run(1, 1)]);
         // The old run can neither start steps nor add groups any more.
-        assert_eq!(t.begin_step(run(1, 0), 1), StepStart::Refused);
-        assert!(!t.add_groups(run(1, 0), 0, &[300]));
+        assert_eq!(t.begin_step(run(1, 0), StepId(1)), StepStart::Refused);
+        assert!(!t.add_groups(run(1, 0), StepId(0), &[300]));
         // Its late end is not the new run's.
-        assert!(!t.end_step(run(1, 0), 0));
+        assert!(!t.end_step(run(1, 0), StepId(0)));
         assert_eq!(t.running(), [run(1, 1)]);
     }
 
     #[test]
     fn termination_refuses_new_steps_and_cleans_after_the_last() {
         let mut t = ProcTable::default();
-        t.begin_step(run(7, 0), 0);
-        t.add_groups(run(7, 0), 0, &[100]);
+        t.begin_step(run(7, 0), StepId(0));
+        t.add_groups(run(7, 0), StepId(0), &[100]);
         assert_eq!(t.terminate(run(7, 0)), Termination::Signal(vec![100]));
-        assert_eq!(t.begin_step(run(7, 0), 1), StepStart::Refused);
-        assert!(!t.add_groups(run(7, 0), 0, &[101]));
-        t.group_exited(run(7, 0), 0, 100);
-        assert!(t.end_step(run(7, 0), 0));
+        assert_eq!(t.begin_step(run(7, 0), StepId(1)), StepStart::Refused);
+        assert!(!t.add_groups(run(7, 0), StepId(0), &[101]));
+        t.group_exited(run(7, 0), StepId(0), 100);
+        assert!(t.end_step(run(7, 0), StepId(0)));
         assert!(t.running().is_empty());
     }
 
@@ -257,13 +260,13 @@ mod tests {
         let mut t = ProcTable::default();
         assert_eq!(t.terminate(run(3, 0)), Termination::Clean);
         // A run whose steps all ended is clean too, and leaves the table.
-        t.begin_step(run(4, 0), 0);
-        t.end_step(run(4, 0), 0);
+        t.begin_step(run(4, 0), StepId(0));
+        t.end_step(run(4, 0), StepId(0));
         assert_eq!(t.terminate(run(4, 0)), Termination::Clean);
         assert!(t.running().is_empty());
         // An older run's terminate does not touch a newer one.
-        t.begin_step(run(5, 2), 0);
-        t.add_groups(run(5, 2), 0, &[500]);
+        t.begin_step(run(5, 2), StepId(0));
+        t.add_groups(run(5, 2), StepId(0), &[500]);
         assert_eq!(t.terminate(run(5, 1)), Termination::Clean);
         assert_eq!(t.groups(run(5, 2), None), [500]);
     }
@@ -271,11 +274,11 @@ mod tests {
     #[test]
     fn a_newer_runs_terminate_takes_the_older_run_with_it() {
         let mut t = ProcTable::default();
-        t.begin_step(run(2, 0), 0);
-        t.add_groups(run(2, 0), 0, &[42]);
+        t.begin_step(run(2, 0), StepId(0));
+        t.add_groups(run(2, 0), StepId(0), &[42]);
         assert_eq!(t.terminate(run(2, 1)), Termination::Signal(vec![42]));
         assert_eq!(t.running(), [run(2, 1)]);
-        assert!(t.end_step(run(2, 1), 0));
+        assert!(t.end_step(run(2, 1), StepId(0)));
         assert!(t.running().is_empty());
     }
 }

@@ -142,7 +142,7 @@ pub fn task_env(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use corral_proto::msg::{Ident, StepIo};
+    use corral_proto::msg::{Ident, JobId, StepId, StepIo};
 
     fn vars() -> PatternVars<'static> {
         PatternVars {
@@ -167,9 +167,9 @@ mod tests {
 
     fn launch(gpus_per_task: Option<u32>) -> Launch {
         Launch {
-            job: 7,
+            job: JobId(7),
             run: 0,
-            step: 0,
+            step: StepId(0),
             name: "n".into(),
             user: Ident { uid: 0, gid: 0 },
             partition: "gpu".into(),

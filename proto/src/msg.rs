@@ -21,6 +21,39 @@ use crate::cred::Token;
 /// Seconds since the Unix epoch.
 pub type UnixSecs = u64;
 
+/// A job's id, as users see it (`SLURM_JOB_ID`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct JobId(pub u64);
+
+impl std::fmt::Display for JobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A step of a job: 0, 1, ... for srun's steps, [`StepId::BATCH`] for the
+/// batch script (Slurm writes it `batch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StepId(pub u32);
+
+impl StepId {
+    /// The batch script's step.
+    pub const BATCH: StepId = StepId(u32::MAX - 1);
+}
+
+impl std::fmt::Display for StepId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            StepId::BATCH => f.write_str("batch"),
+            StepId(n) => n.fmt(f),
+        }
+    }
+}
+
 /// The first frame of every stream opened to ctld.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[allow(clippy::large_enum_variant)]
@@ -76,7 +109,7 @@ pub struct GpuInfo {
 /// that news of an older run is never credited to a newer one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct JobRun {
-    pub job: u64,
+    pub job: JobId,
     pub run: u32,
 }
 
@@ -89,13 +122,13 @@ pub enum AgentMsg {
     /// All tasks of a step on this node have ended.
     StepExited {
         job: JobRun,
-        step: u32,
+        step: StepId,
         exit: ExitStatus,
     },
     /// A launch failed before any task ran.
     LaunchFailed {
         job: JobRun,
-        step: u32,
+        step: StepId,
         message: String,
     },
     /// Every process of the job's run on this node is gone (after
@@ -142,7 +175,7 @@ pub enum CtldMsg {
     /// Deliver a signal to the tasks of a job's run (one step, or all).
     Signal {
         job: JobRun,
-        step: Option<u32>,
+        step: Option<StepId>,
         signal: i32,
     },
     /// End the job's run on this node: SIGTERM, then SIGKILL after the
@@ -163,10 +196,10 @@ pub struct Ident {
 /// One step of a job on one node.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Launch {
-    pub job: u64,
+    pub job: JobId,
     /// Which run of the job this is (0 first, then one more per requeue).
     pub run: u32,
-    pub step: u32,
+    pub step: StepId,
     pub name: String,
     pub user: Ident,
     pub partition: String,
@@ -309,10 +342,10 @@ pub struct JobSpec {
 /// One `--dependency` condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Dep {
-    After(u64),
-    AfterOk(u64),
-    AfterNotOk(u64),
-    AfterAny(u64),
+    After(JobId),
+    AfterOk(JobId),
+    AfterNotOk(JobId),
+    AfterAny(JobId),
     Singleton,
 }
 
@@ -347,7 +380,7 @@ impl Default for JobKind {
 /// srun inside an allocation: a new step of a running job.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct StepSpec {
-    pub job: u64,
+    pub job: JobId,
     pub nodes: Option<u32>,
     pub ntasks: Option<u32>,
     pub argv: Vec<String>,
@@ -428,13 +461,13 @@ impl JobState {
 /// Which jobs a query or a cancel selects; empty fields select all.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct JobFilter {
-    pub ids: Vec<u64>,
+    pub ids: Vec<JobId>,
     pub users: Vec<u32>,
     pub states: Vec<JobState>,
     pub partitions: Vec<String>,
     pub names: Vec<String>,
     /// Paging for queries: only jobs with ids above this.
-    pub after: u64,
+    pub after: JobId,
 }
 
 /// The most jobs one [`Response::Jobs`] carries; a query whose answer is
@@ -453,10 +486,10 @@ pub enum Request {
         signal: Option<i32>,
     },
     Hold {
-        ids: Vec<u64>,
+        ids: Vec<JobId>,
     },
     Release {
-        ids: Vec<u64>,
+        ids: Vec<JobId>,
     },
     Jobs(JobFilter),
     Nodes,
@@ -497,16 +530,16 @@ pub enum NodeUpdate {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Response {
     Submitted {
-        job: u64,
+        job: JobId,
     },
     StepCreated {
-        job: u64,
-        step: u32,
+        job: JobId,
+        step: StepId,
     },
     Done,
     /// The jobs a cancel or hold reached.
     Affected {
-        jobs: Vec<u64>,
+        jobs: Vec<JobId>,
     },
     Jobs(Vec<JobView>),
     Nodes(Vec<NodeView>),
@@ -521,7 +554,7 @@ pub enum Response {
 /// A job as `squeue` and `scontrol show job` show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobView {
-    pub id: u64,
+    pub id: JobId,
     pub name: String,
     pub user: Ident,
     pub partition: String,
@@ -611,7 +644,7 @@ pub struct NodeView {
     pub reason_time: Option<UnixSecs>,
     pub boot_time: UnixSecs,
     pub last_seen: UnixSecs,
-    pub jobs: Vec<u64>,
+    pub jobs: Vec<JobId>,
 }
 
 /// A partition as `sinfo` and `scontrol show partition` show it.

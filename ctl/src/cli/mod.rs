@@ -5,6 +5,8 @@
 //! non-zero exit.
 
 use std::ffi::OsString;
+
+use corral_proto::msg::JobId;
 use std::future::Future;
 
 pub mod certs;
@@ -110,12 +112,13 @@ pub fn parse_user(s: &str) -> Result<u32, String> {
 }
 
 /// A comma-separated list of job ids.
-pub fn parse_ids(s: &str) -> Result<Vec<u64>, String> {
+pub fn parse_ids(s: &str) -> Result<Vec<JobId>, String> {
     s.split(',')
         .filter(|p| !p.is_empty())
         .map(|p| {
             p.trim()
                 .parse::<u64>()
+                .map(JobId)
                 .map_err(|_| format!("Invalid job id specified: {p}"))
         })
         .collect()

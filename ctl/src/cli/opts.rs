@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use corral_proto::msg::{Dep, GpuAsk, JobSpec};
+use corral_proto::msg::{Dep, GpuAsk, JobId, JobSpec};
 
 use crate::timefmt::parse_limit;
 
@@ -104,7 +104,7 @@ pub fn parse_dependency(s: &str) -> Result<Vec<Dep>, String> {
         }
         let mut parts = cond.split(':');
         let kind = parts.next().ok_or_else(bad)?;
-        let make: fn(u64) -> Dep = match kind {
+        let make: fn(JobId) -> Dep = match kind {
             "after" => Dep::After,
             "afterok" => Dep::AfterOk,
             "afternotok" => Dep::AfterNotOk,
@@ -113,7 +113,7 @@ pub fn parse_dependency(s: &str) -> Result<Vec<Dep>, String> {
         };
         let mut any = false;
         for id in parts {
-            out.push(make(id.parse::<u64>().map_err(|_| bad())?));
+            out.push(make(JobId(id.parse::<u64>().map_err(|_| bad())?)));
             any = true;
         }
         if !any {
@@ -364,7 +364,11 @@ mod tests {
     fn dependencies_parse() {
         assert_eq!(
             parse_dependency("afterok:3:4,afterany:5"),
-            Ok(vec![Dep::AfterOk(3), Dep::AfterOk(4), Dep::AfterAny(5)])
+            Ok(vec![
+                Dep::AfterOk(JobId(3)),
+                Dep::AfterOk(JobId(4)),
+                Dep::AfterAny(JobId(5))
+            ])
         );
         assert_eq!(parse_dependency("singleton"), Ok(vec![Dep::Singleton]));
         for bad in ["afterok", "afterok:x", "before:3", "afterok:3?afterany:4"] {

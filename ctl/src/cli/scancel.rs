@@ -109,6 +109,7 @@ pub fn main(args: &[OsString]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corral_proto::msg::JobId;
 
     #[test]
     fn signals_by_name_or_number() {
@@ -126,7 +127,7 @@ mod tests {
         let a = ScancelArgs::try_parse_from(["scancel", "3,4", "5"]).unwrap();
         match request(&a).unwrap() {
             Request::Cancel { filter, signal } => {
-                assert_eq!(filter.ids, vec![3, 4, 5]);
+                assert_eq!(filter.ids, vec![JobId(3), JobId(4), JobId(5)]);
                 assert_eq!(signal, None);
             }
             other => panic!("{other:?}"),

@@ -5,7 +5,7 @@
 use std::ffi::OsString;
 
 use corral_proto::msg::{
-    JobFilter, JobView, NodeUpdate, NodeView, PartitionView, Request, Response,
+    JobFilter, JobId, JobView, NodeUpdate, NodeView, PartitionView, Request, Response,
 };
 use scheduler_core::hostlist;
 
@@ -193,7 +193,7 @@ pub enum Action {
     Hostnames(String),
     Hostlist(String),
     Remote(Request),
-    ShowJobs(Option<u64>),
+    ShowJobs(Option<JobId>),
     ShowNodes(Option<String>),
     ShowPartitions(Option<String>),
 }
@@ -221,6 +221,7 @@ pub fn action(args: &[String]) -> Result<Action, String> {
             args.get(2)
                 .map(|s| {
                     s.parse::<u64>()
+                        .map(JobId)
                         .map_err(|_| format!("Invalid job id specified: {s}"))
                 })
                 .transpose()?,
@@ -234,7 +235,7 @@ pub fn action(args: &[String]) -> Result<Action, String> {
             other.unwrap_or("")
         )),
         (Some(h @ ("hold" | "uhold" | "release")), _) => {
-            let ids: Vec<u64> = args[1..]
+            let ids: Vec<JobId> = args[1..]
                 .iter()
                 .map(|s| parse_ids(s))
                 .collect::<Result<Vec<_>, _>>()?
@@ -407,7 +408,10 @@ mod tests {
             action(&words("show hostnames w-[1-2]")),
             Ok(Action::Hostnames("w-[1-2]".into()))
         );
-        assert_eq!(action(&words("show job 5")), Ok(Action::ShowJobs(Some(5))));
+        assert_eq!(
+            action(&words("show job 5")),
+            Ok(Action::ShowJobs(Some(JobId(5))))
+        );
         assert_eq!(action(&words("show nodes")), Ok(Action::ShowNodes(None)));
         assert_eq!(
             action(&words("update NodeName=w-1 State=DRAIN Reason=fan")),
@@ -418,7 +422,7 @@ mod tests {
             }))
         );
         assert!(
-            matches!(action(&words("hold 3,4")), Ok(Action::Remote(Request::Hold { ids })) if ids == vec![3, 4])
+            matches!(action(&words("hold 3,4")), Ok(Action::Remote(Request::Hold { ids })) if ids == vec![JobId(3), JobId(4)])
         );
         assert!(action(&words("update NodeName=w-1 State=sideways")).is_err());
         assert!(action(&words("frobnicate")).is_err());

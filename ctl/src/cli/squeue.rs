@@ -284,11 +284,11 @@ pub fn main(args: &[OsString]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use corral_proto::msg::{ExitStatus, Ident, JobReason};
+    use corral_proto::msg::{ExitStatus, Ident, JobId, JobReason};
 
     pub(crate) fn job(id: u64, state: JobState) -> JobView {
         JobView {
-            id,
+            id: JobId(id),
             name: "train".into(),
             user: Ident { uid: 0, gid: 0 },
             partition: "gpu".into(),

@@ -2,6 +2,7 @@
 //! Slurm user reads (`sbatch: error: …`); the server turns it into the
 //! wire's one-line answer at the one place it answers.
 
+use corral_proto::msg::JobId;
 use scheduler_core::{ControlError, SubmitError};
 
 use super::{MAX_FILTER_ENTRIES, MAX_GPUS, MAX_NICE};
@@ -17,19 +18,19 @@ pub enum CtldError {
     #[error("{}", capitalise(&.0.to_string()))]
     Control(#[from] ControlError),
     #[error("Invalid job id specified: {0}")]
-    UnknownJob(u64),
+    UnknownJob(JobId),
     #[error("Access/permission denied")]
     AccessDenied,
     #[error("Access/permission denied for job {0}")]
-    NotYourJob(u64),
+    NotYourJob(JobId),
     #[error("Job {0} is not running")]
-    NotRunning(u64),
+    NotRunning(JobId),
     /// scancel naming a job it cannot end.
     #[error("Kill job error on job id {job}: {why}")]
-    Kill { job: u64, why: KillRefusal },
+    Kill { job: JobId, why: KillRefusal },
     /// scancel whose filter selected other users' jobs: one line per job.
     #[error("{}", kill_denied(.0))]
-    KillDenied(Vec<u64>),
+    KillDenied(Vec<JobId>),
     #[error("Too many {what} in one request: {count}, the most is {MAX_FILTER_ENTRIES}")]
     FilterTooLarge { what: &'static str, count: usize },
     #[error("Invalid {what}: control characters are not allowed")]
@@ -82,7 +83,7 @@ pub enum KillRefusal {
     Finished,
 }
 
-fn kill_denied(jobs: &[u64]) -> String {
+fn kill_denied(jobs: &[JobId]) -> String {
     let mut lines: Vec<String> = jobs
         .iter()
         .take(KILL_DENIED_SHOWN)

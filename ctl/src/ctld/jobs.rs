@@ -1,14 +1,14 @@
 //! The job lifecycle: submission, the messages agents send about a job's
 //! processes, completion and clean-up, time limits, cancel and hold.
 
-use super::wire::job_request;
-use super::{Controller, CtldError, JobRecord, Kill, KillRefusal, Refusal, Selector, BATCH_STEP};
+use super::wire::{core_id, job_request, wire_id};
+use super::{Controller, CtldError, JobRecord, Kill, KillRefusal, Refusal, Selector};
 use std::collections::HashSet;
 
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, ExitStatus, Ident, JobFilter, JobRun, JobSpec, JobState,
+    AgentMsg, CtldMsg, ExitStatus, Ident, JobFilter, JobId, JobRun, JobSpec, JobState, StepId,
 };
-use scheduler_core::{HoldKind, JobId, JobOutcome};
+use scheduler_core::{HoldKind, JobOutcome};
 
 impl Controller {
     /// A message from an agent on its control stream.
@@ -38,7 +38,7 @@ impl Controller {
         now: u64,
         node: &str,
         run: JobRun,
-        step: u32,
+        step: StepId,
         exit: ExitStatus,
         failure: Option<String>,
     ) {
@@ -57,7 +57,7 @@ impl Controller {
             j.exit = exit;
         }
         if let (Some(message), None) = (failure, &j.failure) {
-            let what = if step == BATCH_STEP {
+            let what = if step == StepId::BATCH {
                 "batch step".to_string()
             } else {
                 format!("step {step}")
@@ -71,7 +71,7 @@ impl Controller {
 
     /// The job's work is over (or it is being ended): COMPLETING until
     /// every node confirms its processes are gone.
-    pub(super) fn complete(&mut self, now: u64, job: u64, grace_ms: u64) {
+    pub(super) fn complete(&mut self, now: u64, job: JobId, grace_ms: u64) {
         let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
@@ -122,7 +122,7 @@ impl Controller {
         };
         j.state = state;
         j.shed(&mut self.usage, &mut self.unfinished);
-        let _ = self.sched.handle_job_finished(now, JobId(job), outcome);
+        let _ = self.sched.handle_job_finished(now, core_id(job), outcome);
         self.stats.finished += 1;
         self.dirty = true;
     }
@@ -143,11 +143,11 @@ impl Controller {
         }
         // The scheduler holds each running job's limit; a job already
         // completing is being ended and is not timed out again.
-        let overdue: Vec<u64> = self
+        let overdue: Vec<JobId> = self
             .sched
             .overdue_jobs(now)
             .into_iter()
-            .map(|id| id.0)
+            .map(wire_id)
             .filter(|id| {
                 self.jobs
                     .get(id)
@@ -172,15 +172,15 @@ impl Controller {
         self.wake_at = self.sched.next_wakeup(now);
     }
 
-    pub fn submit(&mut self, who: Ident, mut spec: JobSpec, now: u64) -> Result<u64, Refusal> {
+    pub fn submit(&mut self, who: Ident, mut spec: JobSpec, now: u64) -> Result<JobId, Refusal> {
         let bytes = self.admit(who, &spec)?;
         // Normalised once: everything after reads the value the job has.
         spec.cpus_per_task = Some(spec.cpus_per_task.unwrap_or(1).max(1));
         let req = job_request(who, &spec);
-        let id = self.next_job;
+        let id = JobId(self.next_job);
         let held = req.hold;
         self.sched
-            .submit(now, JobId(id), req)
+            .submit(now, core_id(id), req)
             .map_err(CtldError::Submit)?;
         self.next_job += 1;
         self.stats.submitted += 1;
@@ -237,7 +237,7 @@ impl Controller {
         f: &JobFilter,
         signal: Option<i32>,
         now: u64,
-    ) -> Result<Vec<u64>, Refusal> {
+    ) -> Result<Vec<JobId>, Refusal> {
         let sel = Selector::new(f.clone())?;
         let privileged = self.privileged(who);
         for id in &f.ids {
@@ -250,7 +250,7 @@ impl Controller {
                 return Err(kill(KillRefusal::Finished));
             }
         }
-        let selected: Vec<u64> = self
+        let selected: Vec<JobId> = self
             .jobs
             .values()
             .filter(|j| {
@@ -288,7 +288,7 @@ impl Controller {
             }
             match j.state {
                 JobState::Pending => {
-                    let _ = self.sched.cancel(JobId(id));
+                    let _ = self.sched.cancel(core_id(id));
                     if let Some(j) = self.jobs.get_mut(&id) {
                         j.state = JobState::Cancelled;
                         j.end = Some(now);
@@ -315,7 +315,12 @@ impl Controller {
     }
 
     /// Holds (`release == false`) or releases jobs.
-    pub fn hold(&mut self, who: Ident, ids: &[u64], release: bool) -> Result<Vec<u64>, Refusal> {
+    pub fn hold(
+        &mut self,
+        who: Ident,
+        ids: &[JobId],
+        release: bool,
+    ) -> Result<Vec<JobId>, Refusal> {
         let privileged = self.privileged(who);
         let kind = if privileged {
             HoldKind::Admin
@@ -330,9 +335,9 @@ impl Controller {
         }
         for id in ids {
             let r = if release {
-                self.sched.release(JobId(*id), kind)
+                self.sched.release(core_id(*id), kind)
             } else {
-                self.sched.hold(JobId(*id), kind)
+                self.sched.hold(core_id(*id), kind)
             };
             r.map_err(CtldError::Control)?;
         }

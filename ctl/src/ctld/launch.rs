@@ -1,10 +1,12 @@
 //! The `Launch` messages that start a batch job, an srun job's first
 //! step, or a later step inside an allocation.
 
-use super::{natural, Controller, CtldError, JobRecord, Refusal, BATCH_STEP};
+use super::wire::wire_id;
+use super::{natural, Controller, CtldError, JobRecord, Refusal};
 
 use corral_proto::msg::{
-    CtldMsg, ExitStatus, GpuAsk, Ident, JobKind, JobState, Launch, LaunchKind, StepSpec,
+    CtldMsg, ExitStatus, GpuAsk, Ident, JobId, JobKind, JobState, Launch, LaunchKind, StepId,
+    StepSpec,
 };
 use scheduler_core::{NodeAllocation, StartDecision};
 
@@ -13,7 +15,7 @@ use scheduler_core::{NodeAllocation, StartDecision};
 /// all build their `Launch` messages here.
 struct StepPlan<'a> {
     job: &'a JobRecord,
-    step: u32,
+    step: StepId,
     work_dir: &'a str,
     env: &'a [(String, String)],
     /// `SLURM_NTASKS` and `SLURM_NNODES` as the step's tasks see them.
@@ -76,7 +78,7 @@ impl Controller {
         // Slurm orders a job's nodes by name: task 0 and the batch script
         // go to the first.
         alloc.sort_by(|a, b| natural(&a.0, &b.0));
-        let Some(j) = self.jobs.get_mut(&d.job.0) else {
+        let Some(j) = self.jobs.get_mut(&wire_id(d.job)) else {
             return;
         };
         j.state = JobState::Running;
@@ -98,7 +100,7 @@ impl Controller {
                 j.primary_left = j.alloc.iter().take(1).map(|(n, _)| n.clone()).collect();
                 StepPlan {
                     job: j,
-                    step: BATCH_STEP,
+                    step: StepId::BATCH,
                     work_dir: &j.spec.work_dir,
                     env: &j.spec.env,
                     ntasks,
@@ -117,7 +119,7 @@ impl Controller {
                 j.next_step = 1;
                 StepPlan {
                     job: j,
-                    step: 0,
+                    step: StepId(0),
                     work_dir: &j.spec.work_dir,
                     env: &j.spec.env,
                     ntasks,
@@ -136,7 +138,7 @@ impl Controller {
     }
 
     /// `srun` inside an allocation: a new step on the job's nodes.
-    pub fn submit_step(&mut self, who: Ident, s: StepSpec) -> Result<(u64, u32), Refusal> {
+    pub fn submit_step(&mut self, who: Ident, s: StepSpec) -> Result<(JobId, StepId), Refusal> {
         let privileged = self.privileged(who);
         let j = self
             .jobs
@@ -163,7 +165,7 @@ impl Controller {
             return Err(CtldError::StepTasks);
         }
         let nodes = nodes.min(ntasks);
-        let step = j.next_step;
+        let step = StepId(j.next_step);
         j.next_step += 1;
         let mut env = j.spec.env.clone();
         // The step's own environment wins over the job's.

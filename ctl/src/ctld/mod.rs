@@ -32,7 +32,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use corral_proto::cred::{CredError, Token, Verifier};
 use corral_proto::msg::{
-    CtldMsg, ExitStatus, Ident, JobKind, JobRun, JobSpec, JobState, NodeUpdate, Registration, Stats,
+    CtldMsg, ExitStatus, Ident, JobId, JobKind, JobRun, JobSpec, JobState, NodeUpdate,
+    Registration, Stats, StepId,
 };
 use scheduler_core::{NodeAllocation, Scheduler, SchedulerConfig};
 
@@ -48,9 +49,6 @@ pub const MAX_GPUS: u32 = 1 << 16;
 /// The widest `--nice` (Slurm's range).
 pub const MAX_NICE: u32 = 2_147_483_645;
 
-/// Step id of a batch script (Slurm prints it as `batch`).
-pub const BATCH_STEP: u32 = u32::MAX - 1;
-
 /// Why a job is being ended before its own exit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kill {
@@ -60,7 +58,7 @@ enum Kill {
 
 #[derive(Debug)]
 struct JobRecord {
-    id: u64,
+    id: JobId,
     user: Ident,
     spec: JobSpec,
     partition: String,
@@ -119,10 +117,10 @@ impl JobRecord {
         self.spec.cpus_per_task.unwrap_or(1)
     }
 
-    fn primary_step(&self) -> u32 {
+    fn primary_step(&self) -> StepId {
         match self.spec.kind {
-            JobKind::Batch { .. } => BATCH_STEP,
-            JobKind::Interactive { .. } => 0,
+            JobKind::Batch { .. } => StepId::BATCH,
+            JobKind::Interactive { .. } => StepId(0),
         }
     }
 }
@@ -150,7 +148,7 @@ pub type Refusal = CtldError;
 pub struct Controller {
     cfg: Config,
     sched: Scheduler,
-    jobs: BTreeMap<u64, JobRecord>,
+    jobs: BTreeMap<JobId, JobRecord>,
     next_job: u64,
     nodes: BTreeMap<String, NodeRecord>,
     verifier: Verifier,

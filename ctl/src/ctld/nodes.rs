@@ -2,7 +2,7 @@
 //! vanish; operators drain, down and resume nodes.
 
 use super::admission::printable;
-use super::wire::node_spec;
+use super::wire::{node_spec, wire_id};
 use super::{Controller, CtldError, JobRecord, NodeRecord, Refusal};
 use std::collections::HashSet;
 
@@ -204,8 +204,8 @@ impl Controller {
             .unwrap_or_default();
         for l in lost {
             let (job, requeued) = match l {
-                LostJob::Failed(j) => (j.0, false),
-                LostJob::Requeued(j) => (j.0, true),
+                LostJob::Failed(j) => (wire_id(j), false),
+                LostJob::Requeued(j) => (wire_id(j), true),
             };
             let Some(j) = self.jobs.get_mut(&job) else {
                 continue;

@@ -6,7 +6,7 @@
 use std::collections::{BTreeSet, HashSet};
 
 use super::CtldError;
-use corral_proto::msg::{JobFilter, JobState};
+use corral_proto::msg::{JobFilter, JobId, JobState};
 
 /// The most entries one list of a filter may carry (`squeue -j` with
 /// this many ids is far past any script's need).
@@ -15,14 +15,14 @@ pub const MAX_FILTER_ENTRIES: usize = 100_000;
 /// A checked [`JobFilter`]; `None` fields select all.
 #[derive(Debug, Default)]
 pub struct Selector {
-    pub ids: Option<BTreeSet<u64>>,
+    pub ids: Option<BTreeSet<JobId>>,
     users: Option<HashSet<u32>>,
     /// Bit `i` for `JobState::ALL[i]`; 0 selects all.
     states: u16,
     partitions: Option<HashSet<String>>,
     names: Option<HashSet<String>>,
     /// Paging: only jobs with ids above this.
-    pub after: u64,
+    pub after: JobId,
 }
 
 fn state_bit(s: JobState) -> u16 {
@@ -59,7 +59,14 @@ impl Selector {
         })
     }
 
-    pub fn matches(&self, id: u64, uid: u32, state: JobState, partition: &str, name: &str) -> bool {
+    pub fn matches(
+        &self,
+        id: JobId,
+        uid: u32,
+        state: JobState,
+        partition: &str,
+        name: &str,
+    ) -> bool {
         self.ids.as_ref().is_none_or(|s| s.contains(&id))
             && self.users.as_ref().is_none_or(|s| s.contains(&uid))
             && (self.states == 0 || self.states & state_bit(state) != 0)
@@ -78,7 +85,7 @@ mod tests {
     #[test]
     fn empty_selects_all_and_lists_are_sets() {
         let all = Selector::new(JobFilter::default()).unwrap();
-        assert!(all.matches(1, 5, JobState::Failed, "p", "n"));
+        assert!(all.matches(JobId(1), 5, JobState::Failed, "p", "n"));
         let f = JobFilter {
             users: vec![5; 1000],
             states: vec![JobState::Running; 100_000],
@@ -86,10 +93,10 @@ mod tests {
             ..JobFilter::default()
         };
         let s = Selector::new(f).unwrap();
-        assert!(s.matches(1, 5, JobState::Running, "p", "n"));
-        assert!(!s.matches(1, 6, JobState::Running, "p", "n"));
-        assert!(!s.matches(1, 5, JobState::Pending, "p", "n"));
-        assert!(!s.matches(1, 5, JobState::Running, "p", "m"));
+        assert!(s.matches(JobId(1), 5, JobState::Running, "p", "n"));
+        assert!(!s.matches(JobId(1), 6, JobState::Running, "p", "n"));
+        assert!(!s.matches(JobId(1), 5, JobState::Pending, "p", "n"));
+        assert!(!s.matches(JobId(1), 5, JobState::Running, "p", "m"));
     }
 
     #[test]

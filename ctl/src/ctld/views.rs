@@ -1,15 +1,15 @@
 //! What squeue, sinfo and scontrol show: views built from the job table,
 //! the node registry and the scheduler's status.
 
-use super::wire::{job_reason, node_state};
+use super::wire::{core_id, job_reason, node_state, wire_id};
 use super::{Controller, JobRecord, Selector};
 use std::collections::HashMap;
 
 use corral_proto::msg::{
-    GpuAsk, JobFilter, JobKind, JobReason, JobState, JobView, NodeView, PartitionView,
+    GpuAsk, JobFilter, JobId, JobKind, JobReason, JobState, JobView, NodeView, PartitionView,
     JOBS_PER_PAGE,
 };
-use scheduler_core::{JobId, JobStatus};
+use scheduler_core::JobStatus;
 
 impl Controller {
     // ---- views -------------------------------------------------------
@@ -42,8 +42,8 @@ impl Controller {
         max_views: usize,
         max_scan: usize,
         now: u64,
-    ) -> (Vec<JobView>, Option<u64>) {
-        let from = sel.after.saturating_add(1);
+    ) -> (Vec<JobView>, Option<JobId>) {
+        let from = JobId(sel.after.0.saturating_add(1));
         let candidates: Box<dyn Iterator<Item = &JobRecord>> = match &sel.ids {
             Some(ids) => Box::new(ids.range(from..).filter_map(|id| self.jobs.get(id))),
             None => Box::new(self.jobs.range(from..).map(|(_, j)| j)),
@@ -51,7 +51,7 @@ impl Controller {
         let mut views = Vec::new();
         for (scanned, j) in candidates.enumerate() {
             if views.len() >= max_views || scanned >= max_scan {
-                return (views, Some(j.id - 1));
+                return (views, Some(JobId(j.id.0 - 1)));
             }
             if sel.matches(j.id, j.user.uid, j.state, &j.partition, &j.spec.name) {
                 views.push(self.view(j, now));
@@ -64,7 +64,7 @@ impl Controller {
         // Only a pending job has anything to ask the scheduler (a running
         // one's status would clone its allocation for nothing).
         let status = (j.state == JobState::Pending)
-            .then(|| self.sched.job_status(JobId(j.id)))
+            .then(|| self.sched.job_status(core_id(j.id)))
             .flatten();
         let (reason, priority, expected) = match status {
             Some(JobStatus::Pending {
@@ -200,7 +200,7 @@ impl Controller {
                     reason_time,
                     boot_time: n.boot,
                     last_seen: n.last_seen,
-                    jobs: info.jobs.iter().map(|j| j.0).collect(),
+                    jobs: info.jobs.iter().copied().map(wire_id).collect(),
                 })
             })
             .collect();

@@ -2,9 +2,20 @@
 //! submission or a registration becomes what the core takes.
 
 use corral_proto::msg::{self as wire, Dep, GpuAsk, Ident, JobReason, JobSpec, Registration};
+
 use scheduler_core::{
     Dependency, GpuRequest, GpuSpec, JobId, JobRequest, NodeSpec, NodeState, PendingReason, UserId,
 };
+
+/// The core's id for a job (the same number).
+pub(super) fn core_id(id: wire::JobId) -> JobId {
+    JobId(id.0)
+}
+
+/// The wire's id for a job the core names.
+pub(super) fn wire_id(id: JobId) -> wire::JobId {
+    wire::JobId(id.0)
+}
 
 pub(super) fn gpu_request(g: GpuAsk) -> GpuRequest {
     match g {
@@ -17,10 +28,10 @@ pub(super) fn gpu_request(g: GpuAsk) -> GpuRequest {
 
 fn dependency(d: Dep) -> Dependency {
     match d {
-        Dep::After(j) => Dependency::After(JobId(j)),
-        Dep::AfterOk(j) => Dependency::AfterOk(JobId(j)),
-        Dep::AfterNotOk(j) => Dependency::AfterNotOk(JobId(j)),
-        Dep::AfterAny(j) => Dependency::AfterAny(JobId(j)),
+        Dep::After(j) => Dependency::After(core_id(j)),
+        Dep::AfterOk(j) => Dependency::AfterOk(core_id(j)),
+        Dep::AfterNotOk(j) => Dependency::AfterNotOk(core_id(j)),
+        Dep::AfterAny(j) => Dependency::AfterAny(core_id(j)),
         Dep::Singleton => Dependency::Singleton,
     }
 }

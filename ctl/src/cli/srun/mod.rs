@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use corral_proto::msg::{
-    JobFilter, JobKind, JobState, LocalRequest, Request, Response, StepDown, StepIo, StepSpec,
-    StepUp,
+    JobFilter, JobId, JobKind, JobState, LocalRequest, Request, Response, StepDown, StepIo,
+    StepSpec, StepUp,
 };
 use corral_proto::{read_frame, tls, write_frame};
 use parking_lot::Mutex;
@@ -227,7 +227,7 @@ struct StatusLink {
 }
 
 impl StatusLink {
-    async fn job_state(&mut self, job: u64) -> Option<JobState> {
+    async fn job_state(&mut self, job: JobId) -> Option<JobState> {
         if self.client.is_none() {
             self.client = Client::connect().await.ok();
         }
@@ -262,7 +262,7 @@ async fn node_address() -> IpAddr {
     asked.await.unwrap_or(IpAddr::from([127, 0, 0, 1]))
 }
 
-async fn cancel(job: u64) {
+async fn cancel(job: JobId) {
     if let Ok(mut c) = Client::connect().await {
         let _ = c
             .call(Request::Cancel {
@@ -324,7 +324,8 @@ async fn run(a: SrunArgs) -> i32 {
     };
     let in_allocation = std::env::var("SLURM_JOB_ID")
         .ok()
-        .and_then(|j| j.parse::<u64>().ok());
+        .and_then(|j| j.parse::<u64>().ok())
+        .map(JobId);
     let mut client = match Client::connect().await {
         Ok(c) => c,
         Err(e) => return fail(CMD, e),

@@ -15,7 +15,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use corral_proto::msg::{ExitStatus, JobState};
+use corral_proto::msg::{ExitStatus, JobId, JobState};
 use nix::sys::signal::Signal;
 
 /// How long the rest of a step's nodes may take to dial back once the
@@ -69,7 +69,7 @@ pub enum Action {
 /// One srun session's state.
 #[derive(Debug)]
 pub struct Watcher {
-    job: u64,
+    job: JobId,
     /// A step inside an existing allocation (not a job srun made).
     step_mode: bool,
     /// Where agents dial back (for the error that says they did not).
@@ -88,7 +88,7 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    pub fn new(job: u64, step_mode: bool, addr: SocketAddr, started: Instant) -> Self {
+    pub fn new(job: JobId, step_mode: bool, addr: SocketAddr, started: Instant) -> Self {
         Watcher {
             job,
             step_mode,
@@ -235,7 +235,7 @@ mod tests {
     fn watcher(step_mode: bool) -> (Watcher, Instant) {
         let t0 = Instant::now();
         let addr = ADDR.parse().expect("address");
-        (Watcher::new(7, step_mode, addr, t0), t0)
+        (Watcher::new(JobId(7), step_mode, addr, t0), t0)
     }
 
     fn ms(t0: Instant, ms: u64) -> Instant {

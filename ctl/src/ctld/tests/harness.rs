@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::*;
+use corral_proto::msg::StepId;
 
 /// A job for the story: its spec, how long its tasks run and how they end.
 #[derive(Clone, Debug)]
@@ -69,7 +70,7 @@ struct FakeAgent {
     /// Taken away: hears nothing, says nothing.
     gone: bool,
     /// Steps running here, by run and step.
-    tasks: BTreeMap<(JobRun, u32), Task>,
+    tasks: BTreeMap<(JobRun, StepId), Task>,
 }
 
 impl FakeAgent {
@@ -86,7 +87,7 @@ pub struct Sim {
     pub c: Controller,
     pub now: u64,
     agents: BTreeMap<String, FakeAgent>,
-    plans: HashMap<u64, Plan>,
+    plans: HashMap<JobId, Plan>,
 }
 
 impl Sim {
@@ -109,7 +110,7 @@ impl Sim {
     }
 
     /// Submits as Alice; the job starts at the next pass.
-    pub fn submit(&mut self, plan: Plan) -> u64 {
+    pub fn submit(&mut self, plan: Plan) -> JobId {
         let id = self
             .c
             .submit(ALICE, plan.spec.clone(), self.now)
@@ -133,11 +134,11 @@ impl Sim {
             .unwrap_or_default()
     }
 
-    pub fn state(&self, id: u64) -> JobState {
+    pub fn state(&self, id: JobId) -> JobState {
         state(&self.c, id)
     }
 
-    pub fn view(&self, id: u64) -> JobView {
+    pub fn view(&self, id: JobId) -> JobView {
         view(&self.c, id)
     }
 
@@ -179,7 +180,7 @@ impl Sim {
             CtldMsg::Signal { job, .. } | CtldMsg::Terminate { job, .. } => {
                 let killed = matches!(msg, CtldMsg::Terminate { .. });
                 let mut out = Vec::new();
-                let here: Vec<(JobRun, u32)> = agent
+                let here: Vec<(JobRun, StepId)> = agent
                     .tasks
                     .keys()
                     .filter(|(r, _)| r.job == job.job && r.run <= job.run)
@@ -212,7 +213,7 @@ impl Sim {
         let now = self.now;
         let mut said: Vec<(String, AgentMsg)> = Vec::new();
         for (name, a) in self.agents.iter_mut().filter(|(_, a)| !a.gone) {
-            let due: Vec<(JobRun, u32)> = a
+            let due: Vec<(JobRun, StepId)> = a
                 .tasks
                 .iter()
                 .filter(|(_, t)| t.ends <= now)

@@ -27,7 +27,7 @@ const BOB: Ident = Ident {
 const ROOT: Ident = Ident { uid: 0, gid: 0 };
 
 /// The first run of a job.
-fn r0(job: u64) -> JobRun {
+fn r0(job: JobId) -> JobRun {
     JobRun { job, run: 0 }
 }
 
@@ -91,7 +91,7 @@ fn launches(c: &mut Controller) -> Vec<(String, Launch)> {
         .collect()
 }
 
-fn state(c: &Controller, id: u64) -> JobState {
+fn state(c: &Controller, id: JobId) -> JobState {
     c.job_views(
         &JobFilter {
             ids: vec![id],
@@ -111,13 +111,13 @@ fn batch_job_runs_completes_and_frees_its_node() {
     let l = launches(&mut c);
     assert_eq!(l.len(), 1, "a batch script runs on the first node only");
     let (node, launch) = &l[0];
-    assert_eq!(launch.step, BATCH_STEP);
+    assert_eq!(launch.step, StepId::BATCH);
     assert_eq!(state(&c, id), JobState::Running);
     c.agent_message(
         node,
         AgentMsg::StepExited {
             job: r0(id),
-            step: BATCH_STEP,
+            step: StepId::BATCH,
             exit: ExitStatus::default(),
         },
         12,
@@ -144,7 +144,7 @@ fn failing_exit_is_failed_with_its_code() {
         &node,
         AgentMsg::StepExited {
             job: r0(id),
-            step: BATCH_STEP,
+            step: StepId::BATCH,
             exit,
         },
         1,
@@ -325,7 +325,7 @@ fn steps_spread_tasks_over_the_allocation() {
     let e = c.submit_step(BOB, step.clone()).unwrap_err().to_string();
     assert!(e.contains("denied"), "{e}");
     let (_, s) = c.submit_step(ALICE, step).unwrap();
-    assert_eq!(s, 0);
+    assert_eq!(s, StepId(0));
     let l = launches(&mut c);
     let shape: Vec<_> = l
         .iter()
@@ -422,7 +422,7 @@ fn job_queries_come_in_pages() {
         0,
     );
     assert_eq!(rest.len(), 10);
-    assert_eq!(rest.last().unwrap().id, n);
+    assert_eq!(rest.last().unwrap().id, JobId(n));
 }
 
 #[test]
@@ -443,7 +443,7 @@ fn a_begin_time_wakes_the_scheduler() {
     assert_eq!(state(&c, id), JobState::Running);
 }
 
-fn view(c: &Controller, id: u64) -> JobView {
+fn view(c: &Controller, id: JobId) -> JobView {
     c.job_views(
         &JobFilter {
             ids: vec![id],
@@ -509,7 +509,7 @@ fn a_node_heard_again_comes_back_and_ends_its_stale_runs() {
         &node,
         AgentMsg::StepExited {
             job: r0(id),
-            step: BATCH_STEP,
+            step: StepId::BATCH,
             exit: stale,
         },
         13,
@@ -525,7 +525,7 @@ fn a_node_heard_again_comes_back_and_ends_its_stale_runs() {
         new_node,
         AgentMsg::StepExited {
             job: run1,
-            step: BATCH_STEP,
+            step: StepId::BATCH,
             exit: ExitStatus::default(),
         },
         14,
@@ -663,7 +663,7 @@ fn a_launch_failure_names_its_step_and_node() {
         &node,
         AgentMsg::LaunchFailed {
             job: r0(id),
-            step: BATCH_STEP,
+            step: StepId::BATCH,
             message: "chdir /home/alice: Permission denied (os error 13)".into(),
         },
         1,
