@@ -15,7 +15,7 @@ use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
 
-use crate::msg::Ident;
+use crate::ids::Ident;
 
 /// How long a token is good for.
 pub const DEFAULT_TTL_MS: u64 = 60_000;

@@ -1,5 +1,6 @@
 //! `corral-proto`: what travels between Corral's processes and how.
 //!
+//! - [`ids`]: who and what messages name (users, jobs, runs, steps).
 //! - [`msg`]: the messages (plain serde types).
 //! - [`frame`]: length-prefixed bincode 2 frames with a protocol version
 //!   and a size cap; a bad frame is an error for one stream, never a panic.
@@ -13,6 +14,7 @@
 
 pub mod cred;
 pub mod frame;
+pub mod ids;
 pub mod msg;
 pub mod tls;
 

@@ -17,42 +17,10 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::cred::Token;
+pub use crate::ids::{Ident, JobId, JobRun, StepId};
 
 /// Seconds since the Unix epoch.
 pub type UnixSecs = u64;
-
-/// A job's id, as users see it (`SLURM_JOB_ID`).
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-#[serde(transparent)]
-pub struct JobId(pub u64);
-
-impl std::fmt::Display for JobId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-/// A step of a job: 0, 1, ... for srun's steps, [`StepId::BATCH`] for the
-/// batch script (Slurm writes it `batch`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct StepId(pub u32);
-
-impl StepId {
-    /// The batch script's step.
-    pub const BATCH: StepId = StepId(u32::MAX - 1);
-}
-
-impl std::fmt::Display for StepId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match *self {
-            StepId::BATCH => f.write_str("batch"),
-            StepId(n) => n.fmt(f),
-        }
-    }
-}
 
 /// The first frame of every stream opened to ctld.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -102,15 +70,6 @@ pub struct GpuInfo {
     pub memory_mb: u64,
     /// Topology group (NVLink domain, NUMA node).
     pub group: u32,
-}
-
-/// One run of a job: a requeued job runs again with the next number
-/// (`SLURM_RESTART_COUNT`), and every message about a job names its run so
-/// that news of an older run is never credited to a newer one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct JobRun {
-    pub job: JobId,
-    pub run: u32,
 }
 
 /// Agent → ctld on the control stream.
@@ -184,13 +143,6 @@ pub enum CtldMsg {
         job: JobRun,
         grace_ms: u64,
     },
-}
-
-/// Who a job runs as.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Ident {
-    pub uid: u32,
-    pub gid: u32,
 }
 
 /// One step of a job on one node.
