@@ -75,6 +75,36 @@ pub enum AgentError {
     UnsafeDir(#[from] UnsafeDir),
 }
 
+/// Why a step could not run its tasks on this node. Its text, with its
+/// causes, is what ctld shows as the job's `FailReason` and srun prints.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error("job is ending")]
+    Ending,
+    #[error("writing the script {path}")]
+    Script {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Launch(#[from] crate::launch::LaunchError),
+    #[error("waiting for the task")]
+    Wait(#[source] std::io::Error),
+    #[error("srun's certificate")]
+    Pin(#[source] TlsError),
+    #[error("connect to srun at {addr}")]
+    Dial {
+        addr: SocketAddr,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("stream to srun")]
+    Stream(#[source] quinn::ConnectionError),
+    #[error("hello to srun")]
+    Hello(#[source] WireError),
+}
+
 /// How long a relayed request waits for ctld's answer.
 pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -366,7 +396,8 @@ impl Agent {
     async fn launch(self: Arc<Self>, l: Launch) {
         let (job, step) = (l.job_run(), l.step);
         if !self.begin_step(job, step) {
-            self.end_step(job, step, None, Some("job is ending".into()));
+            let why = error_chain(&StepError::Ending);
+            self.end_step(job, step, None, Some(why));
             return;
         }
         let result = match &l.what {
@@ -385,8 +416,9 @@ impl Agent {
         match result {
             Ok(exit) => self.end_step(job, step, Some(exit), None),
             Err(e) => {
-                tracing::warn!(job = %job.job, run = job.run, step = %step, error = %e, "launch failed");
-                self.end_step(job, step, None, Some(e));
+                let why = error_chain(&e);
+                tracing::warn!(job = %job.job, run = job.run, step = %step, error = %why, "launch failed");
+                self.end_step(job, step, None, Some(why));
             }
         }
     }
@@ -428,5 +460,30 @@ impl Agent {
             .ok()
             .flatten()
             .unwrap_or_else(unreachable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_errors_read_as_one_line_with_their_causes() {
+        let e = StepError::Script {
+            path: "/var/spool/corral/job1.0.sh".into(),
+            source: std::io::Error::from_raw_os_error(28),
+        };
+        assert_eq!(
+            error_chain(&e),
+            "writing the script /var/spool/corral/job1.0.sh: No space left on device (os error 28)"
+        );
+        let e = StepError::Dial {
+            addr: "10.0.0.1:4000".parse().expect("address"),
+            source: "timed out".into(),
+        };
+        assert_eq!(
+            error_chain(&e),
+            "connect to srun at 10.0.0.1:4000: timed out"
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use corral_proto::msg::{ExitStatus, Ident, Launch};
 use nix::sys::signal::Signal;
 
-use crate::agent::{error_chain, Agent};
+use crate::agent::{Agent, StepError};
 use crate::launch::{Io, TaskSpec};
 use crate::procs::{exit_status, signal_group};
 use crate::task::{expand_pattern, user_name, PatternVars};
@@ -19,7 +19,7 @@ impl Agent {
         args: &[String],
         stdout: &str,
         stderr: Option<&str>,
-    ) -> Result<ExitStatus, String> {
+    ) -> Result<ExitStatus, StepError> {
         let user = user_name(l.user.uid);
         let vars = PatternVars {
             job: l.job.0,
@@ -36,8 +36,10 @@ impl Agent {
         };
         // Per run: an older run ending late removes only its own script.
         let path = self.cfg.spool.join(format!("job{}.{}.sh", l.job, l.run));
-        write_script(&path, script, l.user)
-            .map_err(|e| format!("writing the script {}: {e}", path.display()))?;
+        write_script(&path, script, l.user).map_err(|source| StepError::Script {
+            path: path.clone(),
+            source,
+        })?;
         let spec = TaskSpec {
             argv: std::iter::once(path.to_string_lossy().into_owned())
                 .chain(args.iter().cloned())
@@ -63,9 +65,9 @@ impl Agent {
                 if let Some(pid) = pid {
                     self.group_exited(run, l.step, pid);
                 }
-                st.map(exit_status).map_err(|e| e.to_string())
+                st.map(exit_status).map_err(StepError::Wait)
             }
-            Err(e) => Err(error_chain(&e)),
+            Err(e) => Err(e.into()),
         };
         let _ = std::fs::remove_file(&path);
         result

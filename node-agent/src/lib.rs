@@ -28,4 +28,4 @@ pub mod spool;
 pub mod step;
 pub mod task;
 
-pub use agent::{Agent, AgentConfig, AgentError};
+pub use agent::{Agent, AgentConfig, AgentError, StepError};

@@ -10,7 +10,7 @@ use nix::sys::signal::Signal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use crate::agent::{error_chain, Agent};
+use crate::agent::{error_chain, Agent, StepError};
 use crate::launch::{Io, TaskSpec};
 use crate::procs::{exit_status, signal_group};
 
@@ -39,15 +39,19 @@ pub(crate) async fn run(
     l: &Launch,
     argv: &[String],
     io: StepIo,
-) -> Result<ExitStatus, String> {
-    let cfg = tls::pinned_client_config(io.cert_sha256).map_err(|e| error_chain(&e))?;
+) -> Result<ExitStatus, StepError> {
+    let cfg = tls::pinned_client_config(io.cert_sha256).map_err(StepError::Pin)?;
+    let dial = |e: Box<dyn std::error::Error + Send + Sync>| StepError::Dial {
+        addr: io.addr,
+        source: e,
+    };
     let conn = agent
         .endpoint
         .connect_with(cfg, io.addr, "srun")
-        .map_err(|e| format!("connect to srun at {}: {e}", io.addr))?
+        .map_err(|e| dial(e.into()))?
         .await
-        .map_err(|e| format!("connect to srun at {}: {e}", io.addr))?;
-    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+        .map_err(|e| dial(e.into()))?;
+    let (mut send, mut recv) = conn.open_bi().await.map_err(StepError::Stream)?;
     let tasks: Vec<u32> = (l.first_task..l.first_task + l.tasks_here).collect();
     let hello = StepUp::Hello {
         secret: io.secret,
@@ -59,7 +63,7 @@ pub(crate) async fn run(
     };
     write_frame(&mut send, &hello)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(StepError::Hello)?;
 
     let (tx, mut rx) = mpsc::channel::<StepUp>(256);
     let writer = tokio::spawn(async move {
