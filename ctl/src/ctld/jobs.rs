@@ -184,17 +184,12 @@ impl Controller {
             .map_err(CtldError::Submit)?;
         self.next_job += 1;
         self.stats.submitted += 1;
-        let partition = spec
-            .partition
-            .clone()
-            .or_else(|| {
-                self.cfg
-                    .partitions
-                    .iter()
-                    .find(|p| p.is_default)
-                    .map(|p| p.name.clone())
-            })
-            .unwrap_or_default();
+        // The core resolved the default partition; it says which.
+        let partition = self
+            .sched
+            .job_partition(core_id(id))
+            .unwrap_or_default()
+            .to_string();
         self.jobs.insert(
             id,
             JobRecord {

@@ -408,6 +408,14 @@ impl Scheduler {
         self.jobs.keys().copied()
     }
 
+    /// The partition a job was admitted to (the default one when it named
+    /// none), while the scheduler holds it.
+    pub fn job_partition(&self, id: JobId) -> Option<&str> {
+        let j = self.jobs.get(&id)?;
+        let p = self.partitions.get(j.partition.0 as usize)?;
+        Some(&p.spec.name)
+    }
+
     pub fn pending_count(&self) -> usize {
         self.jobs.values().filter(|j| j.is_pending()).count()
     }

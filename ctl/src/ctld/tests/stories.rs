@@ -7,6 +7,7 @@ use super::*;
 fn a_job_runs_completes_and_its_node_is_free_again() {
     let mut sim = Sim::new(1);
     let id = sim.submit(job().runs(30));
+    assert_eq!(sim.view(id).partition, "gpu", "the default partition");
     // The pass at 1 s starts it; its tasks end 30 s later.
     sim.run_for(30);
     assert_eq!(sim.state(id), JobState::Running);
