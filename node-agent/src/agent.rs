@@ -288,6 +288,16 @@ impl Agent {
     fn handle(self: &Arc<Self>, msg: CtldMsg) {
         match msg {
             CtldMsg::Launch(l) => {
+                // The step enters the table here, in the order ctld's
+                // messages arrive, not when the spawned task first runs: a
+                // Terminate right behind the Launch must find it (or the
+                // task would start after this node reported the job clean).
+                let (job, step) = (l.job_run(), l.step);
+                if !self.begin_step(job, step) {
+                    let why = error_chain(&StepError::Ending);
+                    self.end_step(job, step, None, Some(why));
+                    return;
+                }
                 let me = self.clone();
                 tokio::spawn(async move { me.launch(l).await });
             }
@@ -393,13 +403,9 @@ impl Agent {
         }
     }
 
+    /// Runs a step already in the table (see `handle`).
     async fn launch(self: Arc<Self>, l: Launch) {
         let (job, step) = (l.job_run(), l.step);
-        if !self.begin_step(job, step) {
-            let why = error_chain(&StepError::Ending);
-            self.end_step(job, step, None, Some(why));
-            return;
-        }
         let result = match &l.what {
             LaunchKind::Batch { .. } if self.cfg.no_exec => Ok(ExitStatus::default()),
             LaunchKind::Batch {
