@@ -41,6 +41,7 @@ impl Agent {
             source,
         })?;
         let spec = TaskSpec {
+            jail: None,
             argv: std::iter::once(path.to_string_lossy().into_owned())
                 .chain(args.iter().cloned())
                 .collect(),

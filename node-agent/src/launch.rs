@@ -12,6 +12,7 @@
 use std::ffi::CString;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 
 use corral_proto::msg::Ident;
 
@@ -57,6 +58,8 @@ pub enum LaunchError {
     OutputKind { path: PathBuf },
     #[error("preparing the task")]
     Setup(#[source] std::io::Error),
+    #[error("entering the jail")]
+    Jail(#[source] shared_root::JailError),
 }
 
 /// Where one of a task's standard streams goes.
@@ -125,6 +128,8 @@ pub struct TaskSpec {
     pub stdin: Io,
     pub stdout: Io,
     pub stderr: Io,
+    /// The jail to enter first (then every path above is the jail's).
+    pub jail: Option<Arc<shared_root::Prepared>>,
 }
 
 /// Starts tasks. Implementations must put each task in its own process
@@ -178,6 +183,7 @@ impl Launcher for ProcessLauncher {
             None
         };
         let child = ChildSetup {
+            jail: spec.jail.clone(),
             user: spec.user,
             groups,
             cwd,
@@ -185,8 +191,10 @@ impl Launcher for ProcessLauncher {
             fd_limit: fd_limit(),
         };
         child.install(&mut cmd);
-        cmd.spawn()
-            .map_err(|e| stage_error(e, program, &spec.cwd, spec.user, &paths))
+        cmd.spawn().map_err(|e| {
+            let jail = spec.jail.as_deref();
+            stage_error(e, program, &spec.cwd, spec.user, &paths, jail)
+        })
     }
 }
 
@@ -203,6 +211,9 @@ mod stage {
     /// + index of the output file (0 or 1).
     pub const OUTPUT_KIND: i32 = 5;
     pub const SETUP: i32 = 7;
+    /// The failing step of the jail is in the bits above the stage.
+    pub const JAIL: i32 = 8;
+    pub const JAIL_STEP_SHIFT: i32 = 24;
 }
 
 fn stage_error(
@@ -211,11 +222,19 @@ fn stage_error(
     cwd: &std::path::Path,
     user: Ident,
     outputs: &[PathBuf],
+    jail: Option<&shared_root::Prepared>,
 ) -> LaunchError {
     let raw = e.raw_os_error().unwrap_or(0);
     let errno = std::io::Error::from_raw_os_error(raw & 0xffff);
     let output = |i: i32| outputs.get(i as usize).cloned().unwrap_or_default();
-    match raw >> stage::SHIFT {
+    match (raw >> stage::SHIFT) & 0xff {
+        stage::JAIL => match jail {
+            Some(j) => LaunchError::Jail(j.error(shared_root::Failed {
+                step: (raw >> stage::JAIL_STEP_SHIFT) as usize,
+                errno: nix::errno::Errno::from_raw(raw & 0xffff),
+            })),
+            None => LaunchError::Setup(errno),
+        },
         stage::IDENTITY => LaunchError::Identity {
             uid: user.uid,
             source: errno,
@@ -248,6 +267,7 @@ fn fd_limit() -> i32 {
 
 /// What the child does between fork and exec, prepared before the fork.
 struct ChildSetup {
+    jail: Option<Arc<shared_root::Prepared>>,
     user: Ident,
     groups: Option<Vec<nix::unistd::Gid>>,
     cwd: CString,
@@ -256,7 +276,8 @@ struct ChildSetup {
 }
 
 impl ChildSetup {
-    /// In order: drop to the user; enter the working directory as the
+    /// In order: enter the jail, if any (as root: mounts need it); drop
+    /// to the user; enter the working directory as the
     /// user (so a directory the user may not enter stays closed); open the
     /// output files as the user, refusing anything that is not a regular
     /// file or a terminal and never blocking (a FIFO would hang the fork
@@ -271,6 +292,7 @@ impl ChildSetup {
         use nix::sys::stat::{fstat, Mode, SFlag};
         use nix::unistd::{chdir, close, dup2, setgid, setgroups, setuid, Gid, Uid};
         let ChildSetup {
+            jail,
             user,
             groups,
             cwd,
@@ -281,13 +303,21 @@ impl ChildSetup {
             std::io::Error::from_raw_os_error((stage << stage::SHIFT) | e as i32)
         };
         // SAFETY: the closure runs in the forked child before exec and calls
-        // only async-signal-safe system calls (setgroups, setgid, setuid,
+        // only async-signal-safe system calls (the jail's mounts and
+        // pivot_root on strings prepared before the fork, setgroups, setgid, setuid,
         // chdir, open, fstat, fcntl, dup2, close, sigaction, prctl,
         // close_range) on data allocated before the fork; it allocates
         // nothing. Setting SIG_DFL installs no handler, so `signal` has
         // nothing unsafe left to uphold.
         unsafe {
             cmd.pre_exec(move || {
+                if let Some(jail) = &jail {
+                    jail.enter(&shared_root::Kernel).map_err(|f| {
+                        let step = (f.step as i32 & 0x7f) << stage::JAIL_STEP_SHIFT;
+                        let tagged = (stage::JAIL << stage::SHIFT) | f.errno as i32;
+                        std::io::Error::from_raw_os_error(step | tagged)
+                    })?;
+                }
                 if let Some(groups) = &groups {
                     setgroups(groups).map_err(|e| fail(stage::IDENTITY, e))?;
                     setgid(Gid::from_raw(user.gid)).map_err(|e| fail(stage::IDENTITY, e))?;
@@ -384,7 +414,74 @@ mod tests {
             stdin: Io::Null,
             stdout,
             stderr: Io::Null,
+            jail: None,
         }
+    }
+
+    /// A tiny root borrowing the host's /usr, with `/data` from `data`.
+    fn jail(root: &std::path::Path, data: &std::path::Path) -> shared_root::Plan {
+        shared_root::scaffold::host_usr(root, "corral-launch-jail").expect("a tiny root");
+        std::fs::create_dir(root.join("data")).expect("data dir");
+        let mut plan = shared_root::Plan::new(root).with_host_usr();
+        plan.submounts.push(shared_root::Submount {
+            name: "data".into(),
+            source: data.to_path_buf(),
+            target: "/data".into(),
+            read_only: false,
+        });
+        plan
+    }
+
+    #[test]
+    fn a_task_runs_in_its_jail_with_paths_of_the_jail() {
+        if !nix::unistd::geteuid().is_root() {
+            println!("SKIPPED (needs root): a_task_runs_in_its_jail_with_paths_of_the_jail");
+            return;
+        }
+        let (root, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let plan = jail(root.path(), data.path());
+        // The directory and the output file are the jail's paths.
+        let mut spec = task(
+            &[
+                "/bin/sh",
+                "-c",
+                "cat /etc/os-release; pwd; test -e /work || echo no-host",
+            ],
+            std::path::Path::new("/data"),
+            Io::Path("/data/out".into()),
+        );
+        spec.jail = Some(Arc::new(plan.prepare().unwrap()));
+        let st = spawn_within(spec, 10).unwrap();
+        assert!(st.success());
+        let out = std::fs::read_to_string(data.path().join("out")).unwrap();
+        assert_eq!(out, "ID=corral-launch-jail\n/data\nno-host\n");
+    }
+
+    #[test]
+    fn a_jail_that_cannot_be_entered_names_its_step() {
+        if !nix::unistd::geteuid().is_root() {
+            println!("SKIPPED (needs root): a_jail_that_cannot_be_entered_names_its_step");
+            return;
+        }
+        let (root, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut plan = jail(root.path(), data.path());
+        plan.submounts.push(shared_root::Submount {
+            name: "scratch".into(),
+            source: data.path().to_path_buf(),
+            target: "/scratch".into(),
+            read_only: false,
+        });
+        let mut spec = task(&["/bin/true"], std::path::Path::new("/"), Io::Null);
+        spec.jail = Some(Arc::new(plan.prepare().unwrap()));
+        let err = spawn_within(spec, 10).unwrap_err();
+        let text = corral_proto::error_chain(&err);
+        assert_eq!(
+            text,
+            format!(
+                "entering the jail: submount scratch: {} at /scratch: No such file or directory (os error 2)",
+                data.path().display()
+            )
+        );
     }
 
     /// Spawns on a thread of its own and gives up after `secs`: a spawn

@@ -82,6 +82,7 @@ pub(crate) async fn run(
     let mut waits = Vec::new();
     for (local, &task) in tasks.iter().enumerate() {
         let spec = TaskSpec {
+            jail: None,
             argv: argv.to_vec(),
             env: agent.env_for(l, &user, local as u32),
             cwd: l.work_dir.clone().into(),

@@ -37,6 +37,7 @@
 
 mod error;
 mod plan;
+pub mod scaffold;
 mod sys;
 
 pub use error::{JailError, PlanError};

@@ -11,20 +11,8 @@ use std::process::Command;
 use shared_root::{Extra, Kernel, Plan, Submount};
 
 fn root_layout(root: &Path) {
-    for d in ["proc", "sys", "dev", "tmp", "run", "etc", "usr", "data"] {
-        std::fs::create_dir(root.join(d)).expect("jail dir");
-    }
-    for (link, to) in [
-        ("bin", "usr/bin"),
-        ("lib", "usr/lib"),
-        ("lib64", "usr/lib64"),
-        ("sbin", "usr/sbin"),
-    ] {
-        std::os::unix::fs::symlink(to, root.join(link)).expect("jail link");
-    }
-    std::fs::write(root.join("etc/os-release"), "ID=corral-test-jail\n").expect("os-release");
-    std::fs::write(root.join("etc/hosts"), "").expect("hosts");
-    std::fs::write(root.join("etc/resolv.conf"), "").expect("resolv.conf");
+    shared_root::scaffold::host_usr(root, "corral-test-jail").expect("a tiny root");
+    std::fs::create_dir(root.join("data")).expect("data dir");
 }
 
 #[test]
@@ -38,21 +26,14 @@ fn a_task_sees_the_jail_and_nothing_of_the_host() {
     let data = tempfile::tempdir().expect("data dir");
     let mut marker = tempfile::NamedTempFile::new().expect("marker");
     marker.write_all(b"from-the-host\n").expect("marker");
-    let mut plan = Plan::new(root.path());
-    plan.submounts = vec![
-        Submount {
-            name: "usr".into(),
-            source: "/usr".into(),
-            target: "/usr".into(),
-            read_only: true,
-        },
-        Submount {
-            name: "data".into(),
-            source: data.path().to_path_buf(),
-            target: "/data".into(),
-            read_only: false,
-        },
-    ];
+    let plan = Plan::new(root.path());
+    let mut plan = plan.with_host_usr();
+    plan.submounts.push(Submount {
+        name: "data".into(),
+        source: data.path().to_path_buf(),
+        target: "/data".into(),
+        read_only: false,
+    });
     plan.host_files = vec!["/etc/hosts".into(), "/etc/resolv.conf".into()];
     plan.extras = vec![Extra {
         name: "marker".into(),
