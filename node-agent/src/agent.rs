@@ -46,6 +46,8 @@ pub struct AgentConfig {
     /// Report batch scripts as completed without running them: measures
     /// the control plane without the machine's fork/exec cost.
     pub no_exec: bool,
+    /// Run every task in this jail (`None`: on the host's filesystem).
+    pub jail: Option<crate::jail::JailConfig>,
 }
 
 /// Why the agent could not start or lost its controller.
@@ -103,6 +105,8 @@ pub enum StepError {
     Stream(#[source] quinn::ConnectionError),
     #[error("hello to srun")]
     Hello(#[source] WireError),
+    #[error("the node's jail")]
+    Jail(#[source] shared_root::PlanError),
 }
 
 /// How long a relayed request waits for ctld's answer.
@@ -148,6 +152,17 @@ impl Agent {
         let (minter, key) = Minter::generate(cfg.name.clone(), DEFAULT_TTL_MS)?;
         let (up, up_rx) = mpsc::unbounded_channel();
         create_private_dir(&cfg.spool)?;
+        if let Some(jail) = &cfg.jail {
+            // What every task's jail needs, checked once at start (the
+            // socket comes later, and is ours).
+            let sources = jail.submounts.iter().map(|m| &m.source);
+            for path in [&jail.root, &jail.bin].into_iter().chain(sources) {
+                std::fs::metadata(path).map_err(|source| AgentError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
+        }
         Ok(Arc::new(Agent {
             cfg,
             minter,
@@ -430,14 +445,32 @@ impl Agent {
     }
 
     pub(crate) fn env_for(&self, l: &Launch, user: &str, local: u32) -> Vec<(String, String)> {
-        crate::task::task_env(
-            l,
-            &self.cfg.name,
-            user,
-            local,
-            &self.cfg.socket.to_string_lossy(),
-            &self.cfg.cluster,
-        )
+        let socket = match &self.cfg.jail {
+            Some(_) => crate::jail::SOCKET.into(),
+            None => self.cfg.socket.to_string_lossy(),
+        };
+        let mut env =
+            crate::task::task_env(l, &self.cfg.name, user, local, &socket, &self.cfg.cluster);
+        if self.cfg.jail.is_some() {
+            // The cluster's commands first, as on a login node.
+            if let Some((_, path)) = env.iter_mut().find(|(k, _)| k == "PATH") {
+                *path = format!("{}:{path}", crate::jail::BIN);
+            }
+        }
+        env
+    }
+
+    /// The jail a task of `l` enters, if this node jails its tasks.
+    pub(crate) fn jail_for(
+        &self,
+        l: &Launch,
+    ) -> Result<Option<Arc<shared_root::Prepared>>, StepError> {
+        let Some(cfg) = &self.cfg.jail else {
+            return Ok(None);
+        };
+        let plan = cfg.plan(&l.gpus, &self.cfg.socket, &self.cfg.spool);
+        let prepared = plan.prepare().map_err(StepError::Jail)?;
+        Ok(Some(Arc::new(prepared)))
     }
 
     /// Relays a CLI request to ctld with a fresh credential for `who`.

@@ -40,9 +40,14 @@ impl Agent {
             path: path.clone(),
             source,
         })?;
+        let jail = self.jail_for(l)?;
+        let script = match jail {
+            Some(_) => crate::jail::spool_path(&path),
+            None => path.clone(),
+        };
         let spec = TaskSpec {
-            jail: None,
-            argv: std::iter::once(path.to_string_lossy().into_owned())
+            jail,
+            argv: std::iter::once(script.to_string_lossy().into_owned())
                 .chain(args.iter().cloned())
                 .collect(),
             env: self.env_for(l, &user, 0),

@@ -60,6 +60,38 @@ struct Args {
     /// running them.
     #[arg(long)]
     no_exec: bool,
+    /// Run every task inside this shared root (needs root).
+    #[arg(long)]
+    jail: Option<PathBuf>,
+    /// With --jail: a directory with `corral` and its command links,
+    /// shown in the jail at /run/corral/bin (default: this binary's).
+    #[arg(long)]
+    jail_bin: Option<PathBuf>,
+    /// With --jail: SOURCE:TARGET[:ro], a host path at the same path on
+    /// every node's jail (repeatable; TARGET must exist in the root).
+    #[arg(long = "jail-submount", value_parser = parse_submount)]
+    jail_submounts: Vec<shared_root::Submount>,
+}
+
+/// `SOURCE:TARGET[:ro]`; the submount is named after its target.
+fn parse_submount(s: &str) -> Result<shared_root::Submount, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let (source, target, read_only) = match parts[..] {
+        [source, target] => (source, target, false),
+        [source, target, "ro"] => (source, target, true),
+        [source, target, "rw"] => (source, target, false),
+        _ => return Err(format!("expected SOURCE:TARGET[:ro], got {s}")),
+    };
+    let name = target.trim_matches('/').replace('/', "-");
+    if name.is_empty() {
+        return Err(format!("a submount cannot cover the root: {s}"));
+    }
+    Ok(shared_root::Submount {
+        name,
+        source: source.into(),
+        target: target.into(),
+        read_only,
+    })
 }
 
 /// Raises the soft limit on open descriptors to the hard one and returns
@@ -109,6 +141,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         features: args.features,
         launcher: Arc::new(ProcessLauncher),
         no_exec: args.no_exec,
+        jail: match args.jail {
+            Some(root) => {
+                let bin = match args.jail_bin {
+                    Some(b) => b,
+                    None => std::env::current_exe()
+                        .context("finding this binary for the jail")?
+                        .parent()
+                        .map(PathBuf::from)
+                        .unwrap_or_default(),
+                };
+                let mut cfg = corral_agent::jail::JailConfig::new(root, bin);
+                cfg.submounts = args.jail_submounts;
+                Some(cfg)
+            }
+            None => None,
+        },
     };
     let agent = Agent::new(cfg).context("starting agent")?;
     let listener = local::bind(&args.socket)?;

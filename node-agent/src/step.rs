@@ -40,6 +40,7 @@ pub(crate) async fn run(
     argv: &[String],
     io: StepIo,
 ) -> Result<ExitStatus, StepError> {
+    let jail = agent.jail_for(l)?;
     let cfg = tls::pinned_client_config(io.cert_sha256).map_err(StepError::Pin)?;
     let dial = |e: Box<dyn std::error::Error + Send + Sync>| StepError::Dial {
         addr: io.addr,
@@ -82,7 +83,7 @@ pub(crate) async fn run(
     let mut waits = Vec::new();
     for (local, &task) in tasks.iter().enumerate() {
         let spec = TaskSpec {
-            jail: None,
+            jail: jail.clone(),
             argv: argv.to_vec(),
             env: agent.env_for(l, &user, local as u32),
             cwd: l.work_dir.clone().into(),

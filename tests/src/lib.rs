@@ -59,7 +59,7 @@ pub struct Env {
 }
 
 /// Cluster options for a test.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Opts {
     pub nodes: u32,
     pub gpus: u32,
@@ -67,6 +67,10 @@ pub struct Opts {
     pub kill_wait: u64,
     /// Agents do not run batch scripts (control-plane benches).
     pub no_exec: bool,
+    /// The shared root jobs run in (needs root).
+    pub jail: Option<PathBuf>,
+    /// Its submounts, `SOURCE:TARGET[:ro]`.
+    pub jail_submounts: Vec<String>,
 }
 
 impl Default for Opts {
@@ -77,6 +81,8 @@ impl Default for Opts {
             heartbeat_timeout: 30,
             kill_wait: 1,
             no_exec: false,
+            jail: None,
+            jail_submounts: Vec::new(),
         }
     }
 }
@@ -111,6 +117,8 @@ impl Env {
             no_exec: o.no_exec,
             bin_dir: bin_dir().to_path_buf(),
             dir: tmp.path().join("cluster"),
+            jail: o.jail.clone(),
+            jail_submounts: o.jail_submounts.clone(),
         };
         let cluster = Cluster::start(spec).expect("starting the cluster");
         runtime()

@@ -48,6 +48,14 @@ pub struct UpArgs {
     /// Seconds between SIGTERM and SIGKILL when a job is ended.
     #[arg(long, default_value_t = 5)]
     pub kill_wait: u64,
+    /// Run every job inside this shared root (needs root): see
+    /// `shared_root::scaffold` for a tiny one.
+    #[arg(long)]
+    pub jail: Option<PathBuf>,
+    /// With --jail: SOURCE:TARGET[:ro], a host path at the same path in
+    /// every node's jail (repeatable).
+    #[arg(long = "jail-submount")]
+    pub jail_submounts: Vec<String>,
     /// Run this with the cluster's commands on PATH, then stop.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -90,6 +98,10 @@ pub struct ClusterSpec {
     pub bin_dir: PathBuf,
     /// The cluster's directory (must be empty or absent).
     pub dir: PathBuf,
+    /// The shared root every job runs in (`None`: the host's).
+    pub jail: Option<PathBuf>,
+    /// `SOURCE:TARGET[:ro]` submounts of the jail.
+    pub jail_submounts: Vec<String>,
 }
 
 /// A running cluster; stopped when dropped.
@@ -99,6 +111,24 @@ pub struct Cluster {
     pub addr: SocketAddr,
     ctld: Option<Child>,
     agents: Vec<Option<Child>>,
+}
+
+/// The cluster's commands as a jail sees them: `corral` itself (a hard
+/// link, or a copy across filesystems) and relative links to it, which
+/// resolve inside the jail too.
+fn jail_bin(corral: &Path, dir: &Path) -> Result<(), UpError> {
+    mkdir(dir)?;
+    let inside = dir.join("corral");
+    let _ = std::fs::remove_file(&inside);
+    if std::fs::hard_link(corral, &inside).is_err() {
+        std::fs::copy(corral, &inside).map_err(io(&inside))?;
+    }
+    for name in COMMANDS {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("corral", &link).map_err(io(&link))?;
+    }
+    Ok(())
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> UpError + '_ {
@@ -202,6 +232,9 @@ impl Cluster {
             let _ = std::fs::remove_file(&link);
             std::os::unix::fs::symlink(&corral, &link).map_err(io(&link))?;
         }
+        if spec.jail.is_some() {
+            jail_bin(&corral, &dir.join("jail-bin"))?;
+        }
         let addr_file = dir.join("ctld.addr");
         let ctld_bin = spec.bin_dir.join("corral-ctld");
         let log = dir.join("log").join("ctld.log");
@@ -280,6 +313,20 @@ impl Cluster {
             .arg("--sim-gpus")
             .arg(self.spec.gpus_per_node.to_string())
             .args(self.spec.no_exec.then_some("--no-exec"))
+            .args(self.spec.jail.iter().flat_map(|root| {
+                [
+                    "--jail".into(),
+                    root.clone().into_os_string(),
+                    "--jail-bin".into(),
+                    dir.join("jail-bin").into_os_string(),
+                ]
+            }))
+            .args(
+                self.spec
+                    .jail_submounts
+                    .iter()
+                    .flat_map(|m| ["--jail-submount", m.as_str()]),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(logf)
@@ -447,6 +494,8 @@ pub fn main(args: &[OsString]) -> i32 {
         no_exec: false,
         bin_dir,
         dir: dir.clone(),
+        jail: a.jail.clone(),
+        jail_submounts: a.jail_submounts.clone(),
     };
     let code = super::block_on(CMD, async move {
         let cluster = match Cluster::start(spec) {

@@ -1,0 +1,70 @@
+//! Jobs in the shared root (`corral up --jail`), as root: every node's
+//! jobs see the same root, not the host's, and the cluster's commands work
+//! inside. Without root it says SKIPPED and checks nothing.
+
+use std::os::unix::fs::PermissionsExt;
+
+use corral_e2e::{is_root, Env, Opts};
+
+#[test]
+fn jobs_on_every_node_run_in_the_one_shared_root() {
+    if !is_root() {
+        println!("SKIPPED (needs root): jobs_on_every_node_run_in_the_one_shared_root");
+        return;
+    }
+    let root = tempfile::tempdir().expect("root dir");
+    shared_root::scaffold::host_usr(root.path(), "corral-e2e-jail").expect("a tiny root");
+    let home = root.path().join("home");
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let env = Env::start(Opts {
+        nodes: 2,
+        jail: Some(root.path().to_path_buf()),
+        // The tiny root borrows the host's /usr for its shell and tools.
+        jail_submounts: vec!["/usr:/usr:ro".into()],
+        ..Opts::default()
+    });
+    // On worker-0: the jail's os-release, no host path, a file left in
+    // the shared root, and the cluster's commands from inside.
+    let first = env.sbatch(
+        &["-w", "worker-0", "-D", "/home", "-o", "first.out"],
+        "#!/bin/sh\n\
+         cat /etc/os-release\n\
+         test -e /work || echo no-host-root\n\
+         echo hello-from-worker-0 > /home/shared.txt\n\
+         srun -N1 -w worker-0 echo srun-inside\n\
+         scontrol show hostnames\n",
+    );
+    let st = env.wait_state(first, &["COMPLETED", "FAILED"], 60);
+    let out = std::fs::read_to_string(home.join("first.out")).unwrap_or_default();
+    let why = env.ok(&["scontrol", "show", "job", &first.to_string()]);
+    assert_eq!(st, "COMPLETED", "{why}\n{out}");
+    for line in [
+        "ID=corral-e2e-jail",
+        "no-host-root",
+        "srun-inside",
+        "worker-0",
+    ] {
+        assert!(out.lines().any(|l| l == line), "{line:?} in:\n{out}");
+    }
+    // On worker-1: the same root, so the file is there.
+    let second = env.sbatch(
+        &["-w", "worker-1", "-D", "/home", "-o", "second.out"],
+        "#!/bin/sh\ncat /home/shared.txt\nls /dev\n",
+    );
+    let st = env.wait_state(second, &["COMPLETED", "FAILED"], 60);
+    let out = std::fs::read_to_string(home.join("second.out")).unwrap_or_default();
+    let why = env.ok(&["scontrol", "show", "job", &second.to_string()]);
+    assert_eq!(st, "COMPLETED", "{why}\n{out}");
+    assert!(out.contains("hello-from-worker-0"), "{out}");
+    // Simulated GPUs have no device nodes: none is exposed.
+    assert!(!out.contains("nvidia"), "{out}");
+    // Nothing of the jail's machinery was written on the root.
+    assert!(std::fs::read_dir(root.path().join("run"))
+        .expect("run")
+        .next()
+        .is_none());
+    assert!(std::fs::read_dir(root.path().join("dev"))
+        .expect("dev")
+        .next()
+        .is_none());
+}
