@@ -460,6 +460,17 @@ impl Agent {
         env
     }
 
+    /// The user's name: from the shared root's `/etc/passwd` when tasks
+    /// run in it, else the node's; the uid as text when unknown.
+    pub(crate) fn user_name(&self, uid: u32) -> String {
+        match &self.cfg.jail {
+            Some(j) => shared_root::users::account(&j.root, uid)
+                .map(|a| a.name)
+                .unwrap_or_else(|| uid.to_string()),
+            None => crate::task::user_name(uid),
+        }
+    }
+
     /// The jail a task of `l` enters, if this node jails its tasks.
     pub(crate) fn jail_for(
         &self,

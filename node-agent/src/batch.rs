@@ -9,7 +9,7 @@ use nix::sys::signal::Signal;
 use crate::agent::{Agent, StepError};
 use crate::launch::{Io, TaskSpec};
 use crate::procs::{exit_status, signal_group};
-use crate::task::{expand_pattern, user_name, PatternVars};
+use crate::task::{expand_pattern, PatternVars};
 
 impl Agent {
     pub(crate) async fn run_batch(
@@ -20,7 +20,7 @@ impl Agent {
         stdout: &str,
         stderr: Option<&str>,
     ) -> Result<ExitStatus, StepError> {
-        let user = user_name(l.user.uid);
+        let user = self.user_name(l.user.uid);
         let vars = PatternVars {
             job: l.job.0,
             name: &l.name,

@@ -155,6 +155,16 @@ fn groups_of(user: Ident) -> Vec<nix::unistd::Gid> {
         .unwrap_or_else(|| vec![gid])
 }
 
+/// The user's groups by a shared root's own files: a jailed cluster's
+/// users are the root's users.
+fn jail_groups(root: &std::path::Path, user: Ident) -> Vec<nix::unistd::Gid> {
+    let gids = match shared_root::users::account(root, user.uid) {
+        Some(a) => shared_root::users::groups(root, &a.name, user.gid),
+        None => vec![user.gid],
+    };
+    gids.into_iter().map(nix::unistd::Gid::from_raw).collect()
+}
+
 impl Launcher for ProcessLauncher {
     fn spawn(&self, spec: TaskSpec) -> Result<tokio::process::Child, LaunchError> {
         let me = nix::unistd::geteuid().as_raw();
@@ -177,11 +187,10 @@ impl Launcher for ProcessLauncher {
             .stderr(spec.stderr.stdio())
             .process_group(0)
             .kill_on_drop(false);
-        let groups = if switch {
-            Some(groups_of(spec.user))
-        } else {
-            None
-        };
+        let groups = switch.then(|| match &spec.jail {
+            Some(jail) => jail_groups(jail.root(), spec.user),
+            None => groups_of(spec.user),
+        });
         let child = ChildSetup {
             jail: spec.jail.clone(),
             user: spec.user,
@@ -455,6 +464,43 @@ mod tests {
         assert!(st.success());
         let out = std::fs::read_to_string(data.path().join("out")).unwrap();
         assert_eq!(out, "ID=corral-launch-jail\n/data\nno-host\n");
+    }
+
+    #[test]
+    fn a_jailed_task_gets_the_groups_of_the_roots_own_files() {
+        use std::os::unix::fs::PermissionsExt;
+        if !nix::unistd::geteuid().is_root() {
+            println!("SKIPPED (needs root): a_jailed_task_gets_the_groups_of_the_roots_own_files");
+            return;
+        }
+        let (root, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let open = std::fs::Permissions::from_mode(0o777);
+        std::fs::set_permissions(data.path(), open).unwrap();
+        let plan = jail(root.path(), data.path());
+        // A user only the shared root knows, in a group only it knows.
+        std::fs::write(
+            root.path().join("etc/passwd"),
+            "jailuser:x:4242:4242::/home:/bin/sh\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.path().join("etc/group"),
+            "jailuser:x:4242:\nlab:x:4343:jailuser\n",
+        )
+        .unwrap();
+        let mut spec = task(
+            &["/bin/sh", "-c", "id -u; id -G"],
+            std::path::Path::new("/data"),
+            { Io::Path("/data/ids".into()) },
+        );
+        spec.user = Ident {
+            uid: 4242,
+            gid: 4242,
+        };
+        spec.jail = Some(Arc::new(plan.prepare().unwrap()));
+        assert!(spawn_within(spec, 10).unwrap().success());
+        let ids = std::fs::read_to_string(data.path().join("ids")).unwrap();
+        assert_eq!(ids, "4242\n4242 4343\n");
     }
 
     #[test]

@@ -77,7 +77,7 @@ pub(crate) async fn run(
         send
     });
 
-    let user = crate::task::user_name(l.user.uid);
+    let user = agent.user_name(l.user.uid);
     let run = l.job_run();
     let mut stdin0 = None;
     let mut waits = Vec::new();

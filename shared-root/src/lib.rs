@@ -39,6 +39,7 @@ mod error;
 mod plan;
 pub mod scaffold;
 mod sys;
+pub mod users;
 
 pub use error::{JailError, PlanError};
 pub use plan::{Extra, Failed, Plan, Prepared, StepKind, Submount, USUAL_DEVICES};

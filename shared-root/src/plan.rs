@@ -434,6 +434,11 @@ impl Prepared {
         Ok(())
     }
 
+    /// The shared root this jail enters.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// How many calls entering makes.
     pub fn len(&self) -> usize {
         self.steps.len()
