@@ -491,7 +491,7 @@ mod tests {
         let mut spec = task(
             &["/bin/sh", "-c", "id -u; id -G"],
             std::path::Path::new("/data"),
-            { Io::Path("/data/ids".into()) },
+            Io::Path("/data/ids".into()),
         );
         spec.user = Ident {
             uid: 4242,
