@@ -71,6 +71,10 @@ struct Args {
     /// every node's jail (repeatable; TARGET must exist in the root).
     #[arg(long = "jail-submount", value_parser = parse_submount)]
     jail_submounts: Vec<shared_root::Submount>,
+    /// With --jail: where this node's device nodes are (tests point it at
+    /// a directory of made-up `nvidiaN` nodes).
+    #[arg(long, default_value = "/dev")]
+    jail_dev: PathBuf,
 }
 
 /// `SOURCE:TARGET[:ro]`; the submount is named after its target.
@@ -153,6 +157,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 };
                 let mut cfg = corral_agent::jail::JailConfig::new(root, bin);
                 cfg.submounts = args.jail_submounts;
+                cfg.host_dev = args.jail_dev;
                 Some(cfg)
             }
             None => None,

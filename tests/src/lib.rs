@@ -71,6 +71,8 @@ pub struct Opts {
     pub jail: Option<PathBuf>,
     /// Its submounts, `SOURCE:TARGET[:ro]`.
     pub jail_submounts: Vec<String>,
+    /// Where agents find device nodes for the jail.
+    pub jail_dev: Option<PathBuf>,
 }
 
 impl Default for Opts {
@@ -83,6 +85,7 @@ impl Default for Opts {
             no_exec: false,
             jail: None,
             jail_submounts: Vec::new(),
+            jail_dev: None,
         }
     }
 }
@@ -119,6 +122,7 @@ impl Env {
             dir: tmp.path().join("cluster"),
             jail: o.jail.clone(),
             jail_submounts: o.jail_submounts.clone(),
+            jail_dev: o.jail_dev.clone(),
         };
         let cluster = Cluster::start(spec).expect("starting the cluster");
         runtime()

@@ -68,3 +68,74 @@ fn jobs_on_every_node_run_in_the_one_shared_root() {
         .next()
         .is_none());
 }
+
+#[test]
+fn a_job_sees_only_its_own_gpus_device_nodes() {
+    if !is_root() {
+        println!("SKIPPED (needs root): a_job_sees_only_its_own_gpus_device_nodes");
+        return;
+    }
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    let root = tempfile::tempdir().expect("root dir");
+    shared_root::scaffold::host_usr(root.path(), "corral-e2e-jail").expect("a tiny root");
+    // A node's /dev with four GPUs (NVIDIA's major 195) and the usual
+    // devices, made up: without a driver they open to nothing, but they
+    // are there to be shown or hidden.
+    let dev = tempfile::tempdir().expect("dev dir");
+    let mut nodes: Vec<(String, u64, u64)> =
+        (0..4).map(|i| (format!("nvidia{i}"), 195, i)).collect();
+    nodes.push(("nvidiactl".into(), 195, 255));
+    for (name, minor) in [
+        ("null", 3),
+        ("zero", 5),
+        ("full", 7),
+        ("random", 8),
+        ("urandom", 9),
+    ] {
+        nodes.push((name.into(), 1, minor));
+    }
+    nodes.push(("tty".into(), 5, 0));
+    for (name, major, minor) in &nodes {
+        let mode = Mode::from_bits_truncate(0o666);
+        mknod(
+            &dev.path().join(name),
+            SFlag::S_IFCHR,
+            mode,
+            makedev(*major, *minor),
+        )
+        .expect("mknod");
+    }
+    let env = Env::start(Opts {
+        nodes: 1,
+        gpus: 4,
+        jail: Some(root.path().to_path_buf()),
+        jail_submounts: vec!["/usr:/usr:ro".into()],
+        jail_dev: Some(dev.path().to_path_buf()),
+        ..Opts::default()
+    });
+    let script = "ls /dev | grep nvidia | tr '\\n' ' '; echo; echo $CUDA_VISIBLE_DEVICES";
+    let out = env.ok(&["srun", "-N1", "--gres=gpu:1", "-D", "/", "sh", "-c", script]);
+    let mut lines = out.lines();
+    let shown: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+    let gpu = lines.next().unwrap_or("").trim().to_string();
+    assert_eq!(gpu.len(), 1, "one GPU, by index: {out}");
+    let mut want = vec![format!("nvidia{gpu}"), "nvidiactl".to_string()];
+    want.sort();
+    let mut shown: Vec<String> = shown.into_iter().map(String::from).collect();
+    shown.sort();
+    assert_eq!(
+        shown, want,
+        "only its GPU's node and the control node: {out}"
+    );
+    // A job without GPUs sees no NVIDIA device at all.
+    let out = env.ok(&[
+        "srun",
+        "-N1",
+        "-D",
+        "/",
+        "sh",
+        "-c",
+        "ls /dev | grep -c nvidia || true",
+    ]);
+    assert_eq!(out.trim(), "0", "{out}");
+}

@@ -102,6 +102,8 @@ pub struct ClusterSpec {
     pub jail: Option<PathBuf>,
     /// `SOURCE:TARGET[:ro]` submounts of the jail.
     pub jail_submounts: Vec<String>,
+    /// Where the agents find device nodes for the jail (default `/dev`).
+    pub jail_dev: Option<PathBuf>,
 }
 
 /// A running cluster; stopped when dropped.
@@ -327,6 +329,12 @@ impl Cluster {
                     .iter()
                     .flat_map(|m| ["--jail-submount", m.as_str()]),
             )
+            .args(
+                self.spec
+                    .jail_dev
+                    .iter()
+                    .flat_map(|d| ["--jail-dev".into(), d.clone().into_os_string()]),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(logf)
@@ -496,6 +504,7 @@ pub fn main(args: &[OsString]) -> i32 {
         dir: dir.clone(),
         jail: a.jail.clone(),
         jail_submounts: a.jail_submounts.clone(),
+        jail_dev: None,
     };
     let code = super::block_on(CMD, async move {
         let cluster = match Cluster::start(spec) {
