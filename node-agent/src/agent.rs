@@ -451,10 +451,17 @@ impl Agent {
         };
         let mut env =
             crate::task::task_env(l, &self.cfg.name, user, local, &socket, &self.cfg.cluster);
-        if self.cfg.jail.is_some() {
+        if let Some(jail) = &self.cfg.jail {
             // The cluster's commands first, as on a login node.
             if let Some((_, path)) = env.iter_mut().find(|(k, _)| k == "PATH") {
                 *path = format!("{}:{path}", crate::jail::BIN);
+            }
+            env.retain(|(k, _)| k != "DOCKER_HOST");
+            if l.exclusive && jail.docker_socket.is_some() {
+                env.push((
+                    "DOCKER_HOST".into(),
+                    format!("unix://{}", crate::jail::DOCKER),
+                ));
             }
         }
         env
@@ -479,7 +486,7 @@ impl Agent {
         let Some(cfg) = &self.cfg.jail else {
             return Ok(None);
         };
-        let plan = cfg.plan(&l.gpus, &self.cfg.socket, &self.cfg.spool);
+        let plan = cfg.plan(&l.gpus, l.exclusive, &self.cfg.socket, &self.cfg.spool);
         let prepared = plan.prepare().map_err(StepError::Jail)?;
         Ok(Some(Arc::new(prepared)))
     }

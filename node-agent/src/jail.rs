@@ -14,6 +14,8 @@ pub const BIN: &str = "/run/corral/bin";
 pub const SOCKET: &str = "/run/corral/agent.sock";
 /// The spool inside a jail.
 pub const SPOOL: &str = "/run/corral/spool";
+/// The node's Docker socket inside an exclusive job's jail.
+pub const DOCKER: &str = "/run/corral/docker.sock";
 
 /// A node's jail: the shared root and what every task gets in it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +27,9 @@ pub struct JailConfig {
     pub bin: PathBuf,
     /// Where the host's device nodes are.
     pub host_dev: PathBuf,
+    /// The node's Docker socket, given to exclusive jobs only: containers
+    /// Docker starts escape the job's limits.
+    pub docker_socket: Option<PathBuf>,
 }
 
 /// NVIDIA's device nodes every GPU job needs beside its own GPUs.
@@ -37,13 +42,14 @@ impl JailConfig {
             submounts: Vec::new(),
             bin,
             host_dev: "/dev".into(),
+            docker_socket: None,
         }
     }
 
     /// The plan for one task holding `gpus` (indices on this node): only
     /// those GPUs' device nodes, where the host has them (simulated GPUs
-    /// have none).
-    pub fn plan(&self, gpus: &[u32], socket: &Path, spool: &Path) -> Plan {
+    /// have none); the Docker socket only if the job is `exclusive`.
+    pub fn plan(&self, gpus: &[u32], exclusive: bool, socket: &Path, spool: &Path) -> Plan {
         let mut plan = Plan::new(&self.root);
         plan.host_dev = self.host_dev.clone();
         let mut devices: Vec<PathBuf> = gpus
@@ -65,6 +71,11 @@ impl JailConfig {
             extra("agent.sock", socket),
             extra("spool", spool),
         ];
+        if let Some(docker) = self.docker_socket.as_ref().filter(|_| exclusive) {
+            // Read-only is about the mount; the socket still takes
+            // connections.
+            plan.extras.push(extra("docker.sock", docker));
+        }
         plan
     }
 }
@@ -86,7 +97,13 @@ mod tests {
         }
         let mut cfg = JailConfig::new("/srv/root".into(), "/opt/corral/bin".into());
         cfg.host_dev = dev.path().to_path_buf();
-        let plan = cfg.plan(&[1, 2], Path::new("/run/a.sock"), Path::new("/var/spool/c"));
+        cfg.docker_socket = Some("/run/docker.sock".into());
+        let plan = cfg.plan(
+            &[1, 2],
+            false,
+            Path::new("/run/a.sock"),
+            Path::new("/var/spool/c"),
+        );
         let names: Vec<String> = plan
             .devices
             .iter()
@@ -108,10 +125,15 @@ mod tests {
             ]
         );
         // A CPU job sees no NVIDIA device at all.
-        assert!(cfg
-            .plan(&[], Path::new("/s"), Path::new("/p"))
-            .devices
-            .is_empty());
+        let cpu_job = cfg.plan(&[], false, Path::new("/s"), Path::new("/p"));
+        assert!(cpu_job.devices.is_empty());
+        // Only an exclusive job gets the Docker socket.
+        let exclusive = cfg.plan(&[], true, Path::new("/s"), Path::new("/p"));
+        let last = exclusive
+            .extras
+            .last()
+            .map(|e| (e.name.as_str(), e.source.as_path()));
+        assert_eq!(last, Some(("docker.sock", Path::new("/run/docker.sock"))));
         assert_eq!(
             spool_path(Path::new("/var/spool/c/job7.0.sh")),
             Path::new("/run/corral/spool/job7.0.sh")

@@ -75,6 +75,9 @@ struct Args {
     /// a directory of made-up `nvidiaN` nodes).
     #[arg(long, default_value = "/dev")]
     jail_dev: PathBuf,
+    /// With --jail: the node's Docker socket, given to exclusive jobs only.
+    #[arg(long)]
+    jail_docker_socket: Option<PathBuf>,
 }
 
 /// `SOURCE:TARGET[:ro]`; the submount is named after its target.
@@ -158,6 +161,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 let mut cfg = corral_agent::jail::JailConfig::new(root, bin);
                 cfg.submounts = args.jail_submounts;
                 cfg.host_dev = args.jail_dev;
+                cfg.docker_socket = args.jail_docker_socket;
                 Some(cfg)
             }
             None => None,

@@ -190,6 +190,7 @@ mod tests {
             gpus_per_task,
             memory_mb: 0,
             time_limit: Some(60),
+            exclusive: false,
             what: LaunchKind::Step {
                 argv: vec!["true".into()],
                 io: StepIo {

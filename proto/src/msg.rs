@@ -180,6 +180,9 @@ pub struct Launch {
     pub memory_mb: u64,
     /// The job's time limit in seconds (information for the task).
     pub time_limit: Option<u64>,
+    /// The job holds its nodes alone (`--exclusive`): it may be given
+    /// what escapes a job's limits, such as the node's Docker socket.
+    pub exclusive: bool,
     pub what: LaunchKind,
 }
 

@@ -73,6 +73,8 @@ pub struct Opts {
     pub jail_submounts: Vec<String>,
     /// Where agents find device nodes for the jail.
     pub jail_dev: Option<PathBuf>,
+    /// The Docker socket exclusive jobs get in the jail.
+    pub jail_docker_socket: Option<PathBuf>,
 }
 
 impl Default for Opts {
@@ -86,6 +88,7 @@ impl Default for Opts {
             jail: None,
             jail_submounts: Vec::new(),
             jail_dev: None,
+            jail_docker_socket: None,
         }
     }
 }
@@ -123,6 +126,7 @@ impl Env {
             jail: o.jail.clone(),
             jail_submounts: o.jail_submounts.clone(),
             jail_dev: o.jail_dev.clone(),
+            jail_docker_socket: o.jail_docker_socket.clone(),
         };
         let cluster = Cluster::start(spec).expect("starting the cluster");
         runtime()

@@ -139,3 +139,33 @@ fn a_job_sees_only_its_own_gpus_device_nodes() {
     ]);
     assert_eq!(out.trim(), "0", "{out}");
 }
+
+#[test]
+fn only_an_exclusive_job_gets_the_nodes_docker_socket() {
+    if !is_root() {
+        println!("SKIPPED (needs root): only_an_exclusive_job_gets_the_nodes_docker_socket");
+        return;
+    }
+    let root = tempfile::tempdir().expect("root dir");
+    shared_root::scaffold::host_usr(root.path(), "corral-e2e-jail").expect("a tiny root");
+    // A stand-in for dockerd's socket.
+    let sockets = tempfile::tempdir().expect("socket dir");
+    let docker = sockets.path().join("docker.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&docker).expect("socket");
+    let env = Env::start(Opts {
+        nodes: 1,
+        jail: Some(root.path().to_path_buf()),
+        jail_submounts: vec!["/usr:/usr:ro".into()],
+        jail_docker_socket: Some(docker),
+        ..Opts::default()
+    });
+    let probe = "test -S /run/corral/docker.sock && echo socket || echo no-socket; \
+                 echo \"DOCKER_HOST=[$DOCKER_HOST]\"";
+    let shared = env.ok(&["srun", "-N1", "-D", "/", "sh", "-c", probe]);
+    assert_eq!(shared, "no-socket\nDOCKER_HOST=[]\n");
+    let alone = env.ok(&["srun", "-N1", "--exclusive", "-D", "/", "sh", "-c", probe]);
+    assert_eq!(
+        alone,
+        "socket\nDOCKER_HOST=[unix:///run/corral/docker.sock]\n"
+    );
+}

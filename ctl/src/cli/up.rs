@@ -56,6 +56,9 @@ pub struct UpArgs {
     /// every node's jail (repeatable).
     #[arg(long = "jail-submount")]
     pub jail_submounts: Vec<String>,
+    /// With --jail: the Docker socket given to exclusive jobs only.
+    #[arg(long)]
+    pub jail_docker_socket: Option<PathBuf>,
     /// Run this with the cluster's commands on PATH, then stop.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -104,6 +107,8 @@ pub struct ClusterSpec {
     pub jail_submounts: Vec<String>,
     /// Where the agents find device nodes for the jail (default `/dev`).
     pub jail_dev: Option<PathBuf>,
+    /// The Docker socket exclusive jobs get in the jail.
+    pub jail_docker_socket: Option<PathBuf>,
 }
 
 /// A running cluster; stopped when dropped.
@@ -335,6 +340,12 @@ impl Cluster {
                     .iter()
                     .flat_map(|d| ["--jail-dev".into(), d.clone().into_os_string()]),
             )
+            .args(
+                self.spec
+                    .jail_docker_socket
+                    .iter()
+                    .flat_map(|d| ["--jail-docker-socket".into(), d.clone().into_os_string()]),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(logf)
@@ -505,6 +516,7 @@ pub fn main(args: &[OsString]) -> i32 {
         jail: a.jail.clone(),
         jail_submounts: a.jail_submounts.clone(),
         jail_dev: None,
+        jail_docker_socket: a.jail_docker_socket.clone(),
     };
     let code = super::block_on(CMD, async move {
         let cluster = match Cluster::start(spec) {

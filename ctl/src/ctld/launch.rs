@@ -59,6 +59,7 @@ impl StepPlan<'_> {
                 gpus_per_task,
                 memory_mb: a.memory_mb,
                 time_limit,
+                exclusive: j.spec.exclusive,
                 what: self.what.clone(),
             };
             first_task += here;
