@@ -35,6 +35,7 @@
 //! unit-tested without root; the tests in `tests/jail.rs` enter a real
 //! jail as root.
 
+pub mod check;
 mod error;
 mod plan;
 pub mod scaffold;

@@ -10,6 +10,7 @@ use corral_proto::msg::JobId;
 use std::future::Future;
 
 pub mod certs;
+pub mod jail;
 pub mod opts;
 pub mod sbatch;
 pub mod scancel;
@@ -126,7 +127,7 @@ pub fn parse_ids(s: &str) -> Result<Vec<JobId>, String> {
 
 fn usage() -> i32 {
     eprintln!(
-        "usage: corral COMMAND [ARGS]\n\ncommands: sbatch srun squeue sinfo scancel scontrol\n          up (a cluster on this machine), sim (trace replay), certs (cluster certificates)"
+        "usage: corral COMMAND [ARGS]\n\ncommands: sbatch srun squeue sinfo scancel scontrol\n          up (a cluster on this machine), sim (trace replay), certs (cluster certificates),\n          jail (prepare and check a shared root)"
     );
     2
 }
@@ -176,6 +177,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         "scontrol" => scontrol::main(&args),
         "up" => up::main(&args),
         "certs" => certs::main(&args),
+        "jail" => jail::main(&args),
         "sim" => sim(&args),
         "-h" | "--help" | "help" => {
             usage();

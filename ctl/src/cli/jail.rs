@@ -1,0 +1,102 @@
+//! `corral jail`: prepare and check a shared root.
+
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use super::{fail, parse};
+
+const CMD: &str = "corral jail";
+
+/// Prepare or check the shared root jobs run in.
+#[derive(Debug, Parser)]
+#[command(name = "corral jail")]
+pub struct JailArgs {
+    #[command(subcommand)]
+    pub what: What,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum What {
+    /// Lay out a tiny root in DIR that borrows the host's /usr (give the
+    /// agents `--jail-submount /usr:/usr:ro`): for tests and demos.
+    Init {
+        dir: PathBuf,
+        /// The ID in its /etc/os-release.
+        #[arg(long, default_value = "corral-tiny")]
+        id: String,
+    },
+    /// Say in plain lines what DIR lacks to be a usable shared root.
+    Check {
+        dir: PathBuf,
+        /// A jail path a submount will cover (repeatable).
+        #[arg(long = "submount")]
+        submounts: Vec<PathBuf>,
+    },
+}
+
+pub fn main(args: &[OsString]) -> i32 {
+    let mut args = args.to_vec();
+    args[0] = CMD.into();
+    let a: JailArgs = match parse(CMD, &args) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    match a.what {
+        What::Init { dir, id } => {
+            let made = shared_root::scaffold::host_usr(&dir, &id).and_then(|()| {
+                let home = dir.join("home");
+                std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o1777))?;
+                for (file, text) in [
+                    ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"),
+                    ("etc/group", "root:x:0:\n"),
+                ] {
+                    if !dir.join(file).exists() {
+                        std::fs::write(dir.join(file), text)?;
+                    }
+                }
+                Ok(())
+            });
+            match made {
+                Ok(()) => {
+                    println!(
+                        "{}: a tiny root; run jobs in it with\n  corral up --jail {} --jail-submount /usr:/usr:ro",
+                        dir.display(),
+                        dir.display()
+                    );
+                    0
+                }
+                Err(e) => fail(CMD, format!("{}: {e}", dir.display())),
+            }
+        }
+        What::Check { dir, submounts } => {
+            let lacks = shared_root::check::check(&dir, &submounts);
+            if lacks.is_empty() {
+                println!("{}: a usable shared root", dir.display());
+                return 0;
+            }
+            for l in &lacks {
+                println!("{}: {l}", dir.display());
+            }
+            1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subcommands_parse() {
+        let a =
+            JailArgs::try_parse_from(["corral jail", "check", "/srv/root", "--submount", "/usr"])
+                .expect("check parses");
+        assert!(
+            matches!(a.what, What::Check { ref submounts, .. } if submounts == &[PathBuf::from("/usr")])
+        );
+        assert!(JailArgs::try_parse_from(["corral jail", "init"]).is_err());
+    }
+}
