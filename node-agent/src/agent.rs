@@ -48,6 +48,8 @@ pub struct AgentConfig {
     pub no_exec: bool,
     /// Run every task in this jail (`None`: on the host's filesystem).
     pub jail: Option<crate::jail::JailConfig>,
+    /// Where GPU health readings come from, and the checks on them.
+    pub gpu_health: Option<(Arc<dyn crate::gpu::GpuBackend>, crate::health::GpuChecks)>,
 }
 
 /// Why the agent could not start or lost its controller.
@@ -127,21 +129,6 @@ pub struct Agent {
     procs: Mutex<ProcTable>,
     /// This node's address as ctld sees it.
     seen_as: Mutex<Option<std::net::IpAddr>>,
-}
-
-/// Descriptors the agent keeps free for launches (a task needs several
-/// while it starts: pipes, output files, the exec error pipe).
-pub const FD_RESERVE: u64 = 64;
-
-/// Why this agent cannot take more work, if it cannot: today, running
-/// short of file descriptors (a node that cannot launch would otherwise
-/// fail every job sent to it).
-pub fn health() -> Option<String> {
-    let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-        .map(|(soft, _)| soft)
-        .ok()?;
-    let open = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
-    (open + FD_RESERVE > limit).then(|| format!("too many open files: {open} of {limit} in use"))
 }
 
 impl Agent {
@@ -281,7 +268,7 @@ impl Agent {
                     if let Err(e) = write_frame(&mut send, &hb).await {
                         break Err(e.into());
                     }
-                    let problem = health();
+                    let problem = self.health();
                     if told.as_ref() != Some(&problem) {
                         if let Some(p) = &problem {
                             tracing::warn!(problem = %p, "node unhealthy");
@@ -465,6 +452,15 @@ impl Agent {
             }
         }
         env
+    }
+
+    /// Why this node cannot take more work, if it cannot: the first
+    /// failing check, as `<check>: <detail>`.
+    fn health(&self) -> Option<String> {
+        crate::health::fd_problem().or_else(|| {
+            let (backend, checks) = self.cfg.gpu_health.as_ref()?;
+            checks.problem(backend.health())
+        })
     }
 
     /// The user's name: from the shared root's `/etc/passwd` when tasks

@@ -25,15 +25,32 @@ pub enum GpuError {
     Repeated { path: PathBuf, index: u32 },
 }
 
-/// A source of GPU inventory.
-pub trait GpuBackend: Send + Sync + std::fmt::Debug {
-    fn gpus(&self) -> Result<Vec<GpuInfo>, GpuError>;
+/// One GPU's health readings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuHealth {
+    pub index: u32,
+    /// The last XID error the driver reported, if any.
+    pub xid: Option<u32>,
+    /// Uncorrectable ECC errors counted so far.
+    pub ecc_uncorrectable: u64,
+    pub temperature_c: Option<u32>,
+    /// The GPU is gone (fell off the bus).
+    pub lost: bool,
 }
 
-/// Simulated GPUs: a fixed list.
+/// A source of GPU inventory and health.
+pub trait GpuBackend: Send + Sync + std::fmt::Debug {
+    fn gpus(&self) -> Result<Vec<GpuInfo>, GpuError>;
+    /// Current readings of every GPU still present.
+    fn health(&self) -> Result<Vec<GpuHealth>, GpuError>;
+}
+
+/// Simulated GPUs: a fixed list, or a file re-read for every health
+/// reading, so a test (or a person) injects a fault by editing it.
 #[derive(Clone, Debug, Default)]
 pub struct SimGpus {
     gpus: Vec<GpuInfo>,
+    file: Option<(String, PathBuf)>,
 }
 
 #[derive(Deserialize)]
@@ -52,6 +69,13 @@ struct GpuEntry {
     memory_mb: u64,
     #[serde(default)]
     group: u32,
+    // Injected faults.
+    xid: Option<u32>,
+    #[serde(default)]
+    ecc_uncorrectable: u64,
+    temperature_c: Option<u32>,
+    #[serde(default)]
+    lost: bool,
 }
 
 fn default_memory() -> u64 {
@@ -71,12 +95,11 @@ impl SimGpus {
                     group: i.checked_div(per_group).unwrap_or(0),
                 })
                 .collect(),
+            file: None,
         }
     }
 
-    /// From a TOML file of `[[gpu]]` tables (`index`, `uuid`, `memory_mb`,
-    /// `group`).
-    pub fn from_file(node: &str, path: &Path) -> Result<Self, GpuError> {
+    fn read(path: &Path) -> Result<Vec<GpuEntry>, GpuError> {
         let text = std::fs::read_to_string(path).map_err(|source| GpuError::Read {
             path: path.to_path_buf(),
             source,
@@ -85,8 +108,13 @@ impl SimGpus {
             path: path.to_path_buf(),
             source,
         })?;
-        let mut gpus: Vec<GpuInfo> = file
-            .gpu
+        Ok(file.gpu)
+    }
+
+    /// From a TOML file of `[[gpu]]` tables (`index`, `uuid`, `memory_mb`,
+    /// `group`).
+    pub fn from_file(node: &str, path: &Path) -> Result<Self, GpuError> {
+        let mut gpus: Vec<GpuInfo> = Self::read(path)?
             .into_iter()
             .map(|g| GpuInfo {
                 index: g.index,
@@ -102,7 +130,10 @@ impl SimGpus {
                 index: w[0].index,
             });
         }
-        Ok(SimGpus { gpus })
+        Ok(SimGpus {
+            gpus,
+            file: Some((node.to_string(), path.to_path_buf())),
+        })
     }
 }
 
@@ -124,6 +155,29 @@ fn sim_uuid(node: &str, index: u32) -> String {
 impl GpuBackend for SimGpus {
     fn gpus(&self) -> Result<Vec<GpuInfo>, GpuError> {
         Ok(self.gpus.clone())
+    }
+
+    fn health(&self) -> Result<Vec<GpuHealth>, GpuError> {
+        let Some((_, path)) = &self.file else {
+            return Ok(self
+                .gpus
+                .iter()
+                .map(|g| GpuHealth {
+                    index: g.index,
+                    ..GpuHealth::default()
+                })
+                .collect());
+        };
+        Ok(Self::read(path)?
+            .into_iter()
+            .map(|g| GpuHealth {
+                index: g.index,
+                xid: g.xid,
+                ecc_uncorrectable: g.ecc_uncorrectable,
+                temperature_c: g.temperature_c,
+                lost: g.lost,
+            })
+            .collect())
     }
 }
 

@@ -20,6 +20,7 @@
 pub mod agent;
 pub mod batch;
 pub mod gpu;
+pub mod health;
 pub mod jail;
 pub mod launch;
 pub mod local;

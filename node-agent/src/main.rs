@@ -127,15 +127,17 @@ fn hostname() -> String {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let name = args.name.unwrap_or_else(hostname);
-    let gpus: Box<dyn GpuBackend> = match &args.sim_gpu_file {
-        Some(p) => Box::new(SimGpus::from_file(&name, p)?),
-        None => Box::new(SimGpus::uniform(
+    let gpus: Arc<dyn GpuBackend> = match &args.sim_gpu_file {
+        Some(p) => Arc::new(SimGpus::from_file(&name, p)?),
+        None => Arc::new(SimGpus::uniform(
             &name,
             args.sim_gpus,
             args.sim_gpus_per_group,
             args.sim_gpu_memory,
         )),
     };
+    let inventory = gpus.gpus()?;
+    let checks = corral_agent::health::GpuChecks::new(inventory.len());
     let cfg = AgentConfig {
         certs: CertFiles::in_dir(&args.certs, &name),
         name,
@@ -144,10 +146,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         socket: args.socket.clone(),
         spool: args.spool,
         resources: resources::detect(args.cpus, args.mem),
-        gpus: gpus.gpus()?,
+        gpus: inventory.clone(),
         features: args.features,
         launcher: Arc::new(ProcessLauncher),
         no_exec: args.no_exec,
+        gpu_health: Some((gpus, checks)),
         jail: match args.jail {
             Some(root) => {
                 let bin = match args.jail_bin {

@@ -706,7 +706,7 @@ fn an_agent_short_of_descriptors_drains_its_node_until_it_recovers() {
     env.wait_sinfo("the node drained", |s| s.contains("drain"), 10);
     let why = env.ok(&["scontrol", "show", "node", "worker-0"]);
     assert!(
-        why.contains("Agent unhealthy: too many open files"),
+        why.contains("node_problem: agent: too many open files"),
         "{why}"
     );
     let id = env.sbatch(&["-o", "/dev/null"], "#!/bin/sh\ntrue\n");

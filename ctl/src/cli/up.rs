@@ -180,6 +180,16 @@ impl Cluster {
             .join(format!("{}.sock", Cluster::node_name(i)))
     }
 
+    /// Node `i`'s simulated GPUs, re-read at every health check: edit it
+    /// to inject a fault (`xid = 79`, `ecc_uncorrectable = 1`,
+    /// `temperature_c = 95`, `lost = true` under a `[[gpu]]`).
+    pub fn gpu_file(&self, i: u32) -> PathBuf {
+        self.spec
+            .dir
+            .join("gpus")
+            .join(format!("{}.toml", Cluster::node_name(i)))
+    }
+
     pub fn path_dir(&self) -> PathBuf {
         self.spec.dir.join("bin")
     }
@@ -213,7 +223,7 @@ impl Cluster {
         spec.dir = std::path::absolute(&spec.dir).map_err(io(&spec.dir))?;
         let dir = &spec.dir;
         mkdir(dir)?;
-        for sub in ["run", "log", "spool", "bin"] {
+        for sub in ["run", "log", "spool", "bin", "gpus"] {
             mkdir(&dir.join(sub))?;
         }
         let certs = dir.join("certs");
@@ -290,6 +300,11 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(20));
         };
         for i in 0..cluster.spec.nodes {
+            let file = cluster.gpu_file(i);
+            let gpus: String = (0..cluster.spec.gpus_per_node)
+                .map(|g| format!("[[gpu]]\nindex = {g}\n"))
+                .collect();
+            std::fs::write(&file, gpus).map_err(io(&file))?;
             let child = cluster.spawn_agent(i)?;
             cluster.agents.push(Some(child));
         }
@@ -317,8 +332,8 @@ impl Cluster {
             .arg(self.spec.cpus_per_node.to_string())
             .arg("--mem")
             .arg(self.spec.mem_per_node.to_string())
-            .arg("--sim-gpus")
-            .arg(self.spec.gpus_per_node.to_string())
+            .arg("--sim-gpu-file")
+            .arg(self.gpu_file(i))
             .args(self.spec.no_exec.then_some("--no-exec"))
             .args(self.spec.jail.iter().flat_map(|root| {
                 [

@@ -153,7 +153,7 @@ impl Controller {
             },
             _ => match &n.problem {
                 Some((why, _)) => NodeAdmin::Drain {
-                    reason: format!("Agent unhealthy: {why}"),
+                    reason: format!("node_problem: {why}"),
                 },
                 None => NodeAdmin::Up,
             },

@@ -175,11 +175,9 @@ impl Controller {
                         Some(n.last_seen),
                     ),
                     (None, false) => match &n.problem {
-                        Some((why, since)) => (
-                            Some(format!("Agent unhealthy: {why}")),
-                            Some(0),
-                            Some(*since),
-                        ),
+                        Some((why, since)) => {
+                            (Some(format!("node_problem: {why}")), Some(0), Some(*since))
+                        }
                         None => (None, None, None),
                     },
                 };

@@ -686,7 +686,7 @@ fn an_unhealthy_agent_drains_its_node_until_it_is_well() {
     c.agent_message(
         "worker-0",
         AgentMsg::Health {
-            problem: Some("too many open files: 1000 of 1024 in use".into()),
+            problem: Some("agent: too many open files: 1000 of 1024 in use".into()),
         },
         5,
     );
@@ -694,7 +694,7 @@ fn an_unhealthy_agent_drains_its_node_until_it_is_well() {
     assert_eq!(node_state(&n), "drained");
     assert_eq!(
         n.reason.as_deref(),
-        Some("Agent unhealthy: too many open files: 1000 of 1024 in use")
+        Some("node_problem: agent: too many open files: 1000 of 1024 in use")
     );
     let id = c.submit(ALICE, batch("x"), 5).unwrap();
     assert_eq!(c.schedule(5), 0, "a drained node takes no work");
