@@ -129,6 +129,8 @@ pub struct Agent {
     procs: Mutex<ProcTable>,
     /// This node's address as ctld sees it.
     seen_as: Mutex<Option<std::net::IpAddr>>,
+    /// ctld has removed the node (after `leave`).
+    farewell: tokio::sync::Notify,
 }
 
 impl Agent {
@@ -161,6 +163,7 @@ impl Agent {
             up_rx: Mutex::new(Some(up_rx)),
             procs: Mutex::new(ProcTable::default()),
             seen_as: Mutex::new(None),
+            farewell: tokio::sync::Notify::new(),
         }))
     }
 
@@ -310,6 +313,7 @@ impl Agent {
                 self.signal(job, step, sig);
             }
             CtldMsg::Terminate { job, grace_ms } => self.terminate(job, grace_ms),
+            CtldMsg::Farewell => self.farewell.notify_one(),
             CtldMsg::Welcome { .. } | CtldMsg::Refused { .. } => {}
         }
     }
@@ -485,6 +489,23 @@ impl Agent {
         let plan = cfg.plan(&l.gpus, l.exclusive, &self.cfg.socket, &self.cfg.spool);
         let prepared = plan.prepare().map_err(StepError::Jail)?;
         Ok(Some(Arc::new(prepared)))
+    }
+
+    /// Leaves the cluster (on SIGTERM): ctld drains the node, lets its
+    /// jobs finish within `grace`, removes it and says farewell. Whatever
+    /// still runs here then (or if ctld never answers) is killed.
+    pub async fn leave(&self, grace: Duration) {
+        let grace_ms = grace.as_millis().min(u128::from(u64::MAX)) as u64;
+        self.send_up(AgentMsg::Leaving { grace_ms });
+        let answered =
+            tokio::time::timeout(grace + Duration::from_secs(30), self.farewell.notified());
+        if answered.await.is_err() {
+            tracing::warn!("ctld did not confirm the node left; stopping anyway");
+        }
+        let procs = self.procs.lock();
+        for g in procs.all_groups() {
+            signal_group(g, Signal::SIGKILL);
+        }
     }
 
     /// Relays a CLI request to ctld with a fresh credential for `who`.

@@ -75,6 +75,10 @@ struct Args {
     /// a directory of made-up `nvidiaN` nodes).
     #[arg(long, default_value = "/dev")]
     jail_dev: PathBuf,
+    /// On SIGTERM, seconds the node's running jobs get to finish before
+    /// they are ended (failed, or requeued if they asked).
+    #[arg(long, default_value_t = 300)]
+    leave_grace: u64,
     /// With --jail: the node's Docker socket, given to exclusive jobs only.
     #[arg(long)]
     jail_docker_socket: Option<PathBuf>,
@@ -174,7 +178,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let listener = local::bind(&args.socket)?;
     let limits = local::LocalLimits::for_fd_limit(raise_fd_limit());
     tokio::spawn(local::serve(agent.clone(), listener, limits));
-    agent.run_control().await?;
+    let control = {
+        let agent = agent.clone();
+        tokio::spawn(async move { agent.run_control().await })
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("watching for SIGTERM")?;
+    tokio::select! {
+        r = control => r.context("the control session")??,
+        _ = term.recv() => {
+            tracing::info!("SIGTERM: leaving the cluster");
+            agent.leave(std::time::Duration::from_secs(args.leave_grace)).await;
+        }
+    }
     Ok(())
 }
 

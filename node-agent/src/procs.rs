@@ -66,6 +66,11 @@ pub struct ProcTable {
 }
 
 impl ProcTable {
+    /// Every live group of every run here.
+    pub fn all_groups(&self) -> Vec<u32> {
+        self.jobs.values().flat_map(JobProcs::groups).collect()
+    }
+
     /// Runs with a step here (for heartbeats and registration).
     pub fn running(&self) -> Vec<JobRun> {
         self.jobs

@@ -101,6 +101,11 @@ pub enum AgentMsg {
     Health {
         problem: Option<String>,
     },
+    /// The agent is stopping (SIGTERM): drain the node, let its jobs
+    /// finish within `grace_ms`, then remove it ([`CtldMsg::Farewell`]).
+    Leaving {
+        grace_ms: u64,
+    },
 }
 
 /// How a step ended on one node: the highest exit code of its tasks, and
@@ -143,6 +148,8 @@ pub enum CtldMsg {
         job: JobRun,
         grace_ms: u64,
     },
+    /// The node has left the cluster: the agent may exit.
+    Farewell,
 }
 
 /// One step of a job on one node.

@@ -30,6 +30,7 @@ impl Controller {
             }
             AgentMsg::JobCleaned { job } => self.cleaned(now, node, job),
             AgentMsg::Health { problem } => self.health(node, problem, now),
+            AgentMsg::Leaving { grace_ms } => self.leaving(node, grace_ms, now),
         }
     }
 
@@ -165,6 +166,7 @@ impl Controller {
         self.jobs.retain(|_, j| {
             !(j.state.is_final() && j.end.is_some_and(|e| now.saturating_sub(e) > age))
         });
+        self.finish_leaving(now);
         // A begin time or a reservation's end came: a pass may start jobs.
         if self.wake_at.is_some_and(|w| w <= now) {
             self.dirty = true;

@@ -138,6 +138,8 @@ struct NodeRecord {
     /// The agent's own word that it cannot take work: (why, since). The
     /// node drains for it and comes back when the agent says it is well.
     problem: Option<(String, u64)>,
+    /// The agent is stopping: (since, the end of the grace for its jobs).
+    leaving: Option<(u64, u64)>,
 }
 
 /// A refusal to show the user.

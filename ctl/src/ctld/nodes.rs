@@ -9,6 +9,9 @@ use std::collections::HashSet;
 use corral_proto::msg::{CtldMsg, ExitStatus, Ident, JobRun, JobState, NodeUpdate, Registration};
 use scheduler_core::{hostlist, LostJob, NodeAdmin};
 
+/// The drain reason of a node whose agent is stopping.
+pub(super) const LEAVING: &str = "node_leaving: its agent is stopping";
+
 impl Controller {
     // ---- nodes -------------------------------------------------------
 
@@ -66,6 +69,7 @@ impl Controller {
                 not_responding: false,
                 admin: None,
                 problem: None,
+                leaving: None,
             },
         );
         for job in running {
@@ -150,6 +154,9 @@ impl Controller {
             },
             Some((NodeUpdate::Down, reason, _, _)) => NodeAdmin::Down {
                 reason: reason.clone(),
+            },
+            _ if n.leaving.is_some() => NodeAdmin::Drain {
+                reason: LEAVING.into(),
             },
             _ => match &n.problem {
                 Some((why, _)) => NodeAdmin::Drain {
@@ -312,5 +319,47 @@ impl Controller {
         }
         self.dirty = true;
         Ok(())
+    }
+
+    /// The node's agent is stopping: drain it; its jobs get `grace_ms`.
+    pub(super) fn leaving(&mut self, node: &str, grace_ms: u64, now: u64) {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return;
+        };
+        tracing::info!(%node, grace_ms, "agent stopping; draining its node");
+        n.leaving = Some((now, now + grace_ms.div_ceil(1000)));
+        let id = n.id;
+        let admin = self.admin_state(node);
+        let _ = self.sched.handle_node_admin(now, id, admin);
+        self.dirty = true;
+    }
+
+    /// Removes nodes whose agents are leaving once their jobs are done,
+    /// or once the grace is over (their jobs then fail or requeue).
+    pub(super) fn finish_leaving(&mut self, now: u64) {
+        let due: Vec<(String, bool)> = self
+            .nodes
+            .values()
+            .filter_map(|n| {
+                let (_, deadline) = n.leaving?;
+                let busy = self
+                    .sched
+                    .node_info(n.id)
+                    .is_some_and(|i| !i.jobs.is_empty());
+                (!busy || now >= deadline).then(|| (n.reg.name.clone(), busy))
+            })
+            .collect();
+        for (name, busy) in due {
+            if busy {
+                self.node_lost(now, &name, "node_leaving: grace expired");
+            }
+            let Some(n) = self.nodes.remove(&name) else {
+                continue;
+            };
+            let _ = self.sched.handle_node_removed(now, n.id);
+            tracing::info!(node = %name, "node left the cluster");
+            self.outbox.push((name, CtldMsg::Farewell));
+            self.dirty = true;
+        }
     }
 }

@@ -71,6 +71,8 @@ struct FakeAgent {
     gone: bool,
     /// Steps running here, by run and step.
     tasks: BTreeMap<(JobRun, StepId), Task>,
+    /// ctld said the node has left.
+    farewell: bool,
 }
 
 impl FakeAgent {
@@ -124,6 +126,24 @@ impl Sim {
         if let Some(a) = self.agents.get_mut(node) {
             a.gone = true;
         }
+    }
+
+    /// The node's agent stops (SIGTERM): it asks to leave with `grace`
+    /// seconds for its jobs.
+    pub fn stop_agent(&mut self, node: &str, grace: u64) {
+        self.c.agent_message(
+            node,
+            AgentMsg::Leaving {
+                grace_ms: grace * 1000,
+            },
+            self.now,
+        );
+        self.deliver();
+    }
+
+    /// Whether ctld told the node's agent it has left.
+    pub fn farewell(&self, node: &str) -> bool {
+        self.agents.get(node).is_some_and(|a| a.farewell)
     }
 
     /// What the fake node still runs.
@@ -201,6 +221,10 @@ impl Sim {
                     out.push(AgentMsg::JobCleaned { job });
                 }
                 out
+            }
+            CtldMsg::Farewell => {
+                agent.farewell = true;
+                Vec::new()
             }
             CtldMsg::Welcome { .. } | CtldMsg::Refused { .. } => Vec::new(),
         }

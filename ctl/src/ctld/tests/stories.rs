@@ -94,3 +94,50 @@ fn a_cancel_that_crosses_the_launch_ends_the_job_cleanly() {
     sim.run_for(10);
     assert_eq!(sim.state(next), JobState::Completed);
 }
+
+#[test]
+fn a_stopping_agent_drains_its_node_lets_its_job_finish_and_leaves() {
+    let mut sim = Sim::new(2);
+    let id = sim.submit(job().runs(20).on("worker-1"));
+    sim.run_for(2);
+    sim.stop_agent("worker-1", 60);
+    let late = sim.submit(job().runs(5).on("worker-1"));
+    sim.run_for(5);
+    assert_eq!(sim.state(id), JobState::Running, "running jobs finish");
+    assert_eq!(
+        sim.state(late),
+        JobState::Pending,
+        "nothing new starts there"
+    );
+    let n = sim
+        .c
+        .node_views()
+        .into_iter()
+        .find(|n| n.name == "worker-1");
+    let reason = n.and_then(|n| n.reason).unwrap_or_default();
+    assert_eq!(reason, "node_leaving: its agent is stopping");
+    sim.run_for(20);
+    assert_eq!(sim.state(id), JobState::Completed);
+    assert!(sim.farewell("worker-1"));
+    assert!(
+        sim.c.node_views().iter().all(|n| n.name != "worker-1"),
+        "the node is gone"
+    );
+}
+
+#[test]
+fn a_stopping_agents_jobs_end_with_the_grace_and_requeue_if_they_asked() {
+    let mut sim = Sim::new(2);
+    let plain = sim.submit(job().runs(1_000).nodes(1).on("worker-1"));
+    let again = sim.submit(job().runs(30).requeue().nodes(1));
+    sim.run_for(2);
+    assert_eq!(sim.state(again), JobState::Running);
+    sim.stop_agent("worker-0", 10);
+    sim.stop_agent("worker-1", 10);
+    sim.run_for(12);
+    assert_eq!(sim.state(plain), JobState::NodeFail);
+    // Requeued, it waits for a node: both are gone.
+    assert_eq!(sim.state(again), JobState::Pending);
+    assert_eq!(sim.view(again).restarts, 1);
+    assert!(sim.c.node_views().is_empty(), "both nodes left");
+}
