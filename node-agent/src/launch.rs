@@ -489,7 +489,11 @@ mod tests {
         )
         .unwrap();
         let mut spec = task(
-            &["/bin/sh", "-c", "id -u; id -G"],
+            &[
+                "/bin/sh",
+                "-c",
+                "id -u; id -G; test -e /proc/1 && echo SEES-PID-1 || echo pid-1-hidden",
+            ],
             std::path::Path::new("/data"),
             Io::Path("/data/ids".into()),
         );
@@ -500,7 +504,8 @@ mod tests {
         spec.jail = Some(Arc::new(plan.prepare().unwrap()));
         assert!(spawn_within(spec, 10).unwrap().success());
         let ids = std::fs::read_to_string(data.path().join("ids")).unwrap();
-        assert_eq!(ids, "4242\n4242 4343\n");
+        // The jail's /proc hides other users' processes (pid 1 is root's).
+        assert_eq!(ids, "4242\n4242 4343\npid-1-hidden\n");
     }
 
     #[test]

@@ -242,6 +242,8 @@ impl Plan {
             )?,
         );
         push(StepKind::BindRoot, bind(&root, &root)?);
+        // Other users' processes stay invisible: the jail shares the
+        // host's PID namespace.
         push(
             StepKind::Proc,
             mount(
@@ -249,7 +251,7 @@ impl Plan {
                 &at("proc"),
                 Some("proc"),
                 nosuid_nodev | MsFlags::MS_NOEXEC,
-                None,
+                Some("hidepid=2"),
             )?,
         );
         push(StepKind::Sys, bind(Path::new("/sys"), &at("sys"))?);
