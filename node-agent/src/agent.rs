@@ -502,6 +502,17 @@ impl Agent {
         if answered.await.is_err() {
             tracing::warn!("ctld did not confirm the node left; stopping anyway");
         }
+        self.kill_all();
+    }
+
+    /// Returns once ctld has removed the node (`scontrol delete`, or the
+    /// end of `leave`).
+    pub async fn removed(&self) {
+        self.farewell.notified().await;
+    }
+
+    /// Kills every task still running here.
+    pub fn kill_all(&self) {
         let procs = self.procs.lock();
         for g in procs.all_groups() {
             signal_group(g, Signal::SIGKILL);

@@ -190,6 +190,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             tracing::info!("SIGTERM: leaving the cluster");
             agent.leave(std::time::Duration::from_secs(args.leave_grace)).await;
         }
+        _ = agent.removed() => {
+            tracing::info!("removed from the cluster; stopping");
+            agent.kill_all();
+        }
     }
     Ok(())
 }

@@ -456,6 +456,12 @@ pub enum Request {
     Jobs(JobFilter),
     Nodes,
     Partitions,
+    /// `scontrol delete NodeName=…`: the nodes leave the cluster (drained,
+    /// their jobs given the grace, then removed; their agents exit).
+    DeleteNodes {
+        /// A hostlist expression.
+        names: String,
+    },
     UpdateNode {
         /// A hostlist expression.
         names: String,

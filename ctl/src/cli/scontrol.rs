@@ -279,6 +279,17 @@ pub fn action(args: &[String]) -> Result<Action, String> {
                 reason,
             }))
         }
+        (Some("delete"), _) => {
+            let names = args[1..]
+                .iter()
+                .find_map(|kv| {
+                    kv.split_once('=')
+                        .filter(|(k, _)| k.eq_ignore_ascii_case("nodename"))
+                        .map(|(_, v)| v.to_string())
+                })
+                .ok_or("delete needs NodeName=")?;
+            Ok(Action::Remote(Request::DeleteNodes { names }))
+        }
         (Some(other), _) => Err(format!("invalid keyword: {other}")),
         (None, _) => Err("no command given (show, update, hold, release)".into()),
     }
@@ -427,5 +438,16 @@ mod tests {
         assert!(action(&words("update NodeName=w-1 State=sideways")).is_err());
         assert!(action(&words("frobnicate")).is_err());
         assert!(action(&words("show job x")).is_err());
+    }
+
+    #[test]
+    fn delete_names_nodes_by_hostlist() {
+        assert_eq!(
+            action(&words("delete NodeName=worker-[1-2]")),
+            Ok(Action::Remote(Request::DeleteNodes {
+                names: "worker-[1-2]".into()
+            }))
+        );
+        assert!(action(&words("delete")).is_err());
     }
 }

@@ -6,6 +6,7 @@
 //! certs = "/etc/corral/certs"      # ca.pem, corral-ctld.pem, corral-ctld.key
 //! heartbeat_timeout = 30           # seconds of agent silence before DOWN
 //! kill_wait = 30                   # seconds between SIGTERM and SIGKILL
+//! leave_grace = 300                # seconds a deleted node's jobs get to finish
 //! operators = [1000]               # uids that may act on any job and node
 //! policy = "conservative"          # or "easy", "fcfs"
 //!
@@ -71,6 +72,8 @@ struct RawConfig {
     heartbeat_timeout: u64,
     #[serde(default = "default_kill_wait")]
     kill_wait: u64,
+    #[serde(default = "default_leave_grace")]
+    leave_grace: u64,
     #[serde(default)]
     operators: Vec<u32>,
     #[serde(default = "default_policy")]
@@ -138,6 +141,9 @@ fn default_heartbeat() -> u64 {
 fn default_kill_wait() -> u64 {
     30
 }
+fn default_leave_grace() -> u64 {
+    300
+}
 fn default_policy() -> String {
     "conservative".into()
 }
@@ -158,6 +164,8 @@ pub struct Config {
     pub heartbeat_timeout: u64,
     /// Seconds between SIGTERM and SIGKILL when a job is ended.
     pub kill_wait: u64,
+    /// Seconds a deleted node's running jobs get to finish.
+    pub leave_grace: u64,
     pub operators: Vec<u32>,
     pub policy: BackfillPolicy,
     /// Seconds a finished job stays visible to squeue and scontrol.
@@ -225,6 +233,7 @@ impl Config {
             certs: raw.certs,
             heartbeat_timeout: raw.heartbeat_timeout.max(1),
             kill_wait: raw.kill_wait,
+            leave_grace: raw.leave_grace,
             operators: raw.operators,
             policy,
             min_job_age: raw.min_job_age,

@@ -362,4 +362,23 @@ impl Controller {
             self.dirty = true;
         }
     }
+
+    /// `scontrol delete NodeName=…` (operators): each node leaves as if its
+    /// agent had been stopped, its jobs given the configured grace.
+    pub fn delete_nodes(&mut self, who: Ident, names: &str, now: u64) -> Result<(), Refusal> {
+        if !self.privileged(who) {
+            return Err(CtldError::AccessDenied);
+        }
+        let list = hostlist::expand(names).map_err(|e| CtldError::UnknownNode(e.to_string()))?;
+        if let Some(bad) = list.iter().find(|n| !self.nodes.contains_key(*n)) {
+            return Err(CtldError::UnknownNode(bad.clone()));
+        }
+        let grace_ms = self.cfg.leave_grace * 1000;
+        for name in list {
+            self.leaving(&name, grace_ms, now);
+        }
+        // Idle ones go at once.
+        self.finish_leaving(now);
+        Ok(())
+    }
 }

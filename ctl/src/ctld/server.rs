@@ -345,6 +345,10 @@ impl Server {
             Request::Jobs(_) => Response::Error("job views are served in slices".into()),
             Request::Nodes => Response::Nodes(c.node_views()),
             Request::Partitions => Response::Partitions(c.partition_views()),
+            Request::DeleteNodes { names } => match c.delete_nodes(who, &names, now) {
+                Ok(()) => Response::Done,
+                Err(e) => Response::Error(e.to_string()),
+            },
             Request::UpdateNode {
                 names,
                 state,

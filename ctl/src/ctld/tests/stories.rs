@@ -141,3 +141,25 @@ fn a_stopping_agents_jobs_end_with_the_grace_and_requeue_if_they_asked() {
     assert_eq!(sim.view(again).restarts, 1);
     assert!(sim.c.node_views().is_empty(), "both nodes left");
 }
+
+#[test]
+fn operators_delete_nodes_idle_ones_at_once_busy_ones_after_their_jobs() {
+    let mut sim = Sim::new(3);
+    let id = sim.submit(job().runs(10).on("worker-1"));
+    sim.run_for(2);
+    let refused = sim.c.delete_nodes(ALICE, "worker-0", sim.now).unwrap_err();
+    assert_eq!(refused.to_string(), "Access/permission denied");
+    let unknown = sim.c.delete_nodes(ROOT, "worker-9", sim.now).unwrap_err();
+    assert_eq!(unknown.to_string(), "Invalid node name specified: worker-9");
+    sim.c
+        .delete_nodes(ROOT, "worker-[0-1]", sim.now)
+        .expect("an operator deletes nodes");
+    sim.deliver();
+    assert!(sim.farewell("worker-0"), "idle: gone at once");
+    assert!(!sim.farewell("worker-1"), "busy: its job finishes first");
+    sim.run_for(10);
+    assert_eq!(sim.state(id), JobState::Completed);
+    assert!(sim.farewell("worker-1"));
+    let left: Vec<String> = sim.c.node_views().into_iter().map(|n| n.name).collect();
+    assert_eq!(left, ["worker-2"]);
+}
