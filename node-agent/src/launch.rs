@@ -220,9 +220,23 @@ mod stage {
     /// + index of the output file (0 or 1).
     pub const OUTPUT_KIND: i32 = 5;
     pub const SETUP: i32 = 7;
-    /// The failing step of the jail is in the bits above the stage.
     pub const JAIL: i32 = 8;
-    pub const JAIL_STEP_SHIFT: i32 = 24;
+
+    /// A failed jail step as one errno-sized number: errno (below 256 on
+    /// Linux) in bits 0–7, the step's low byte in bits 8–15, the stage in
+    /// 16–23 and the step's next 7 bits in 24–30, so up to
+    /// [`shared_root::MAX_STEPS`] steps stay distinct. Arithmetic only:
+    /// safe between fork and exec.
+    pub fn jail(step: usize, errno: i32) -> i32 {
+        let step = step as i32;
+        ((step >> 8) & 0x7f) << 24 | JAIL << SHIFT | (step & 0xff) << 8 | (errno & 0xff)
+    }
+
+    /// The step and errno [`jail`] packed.
+    pub fn jail_parts(raw: i32) -> (usize, i32) {
+        let step = ((raw >> 24) & 0x7f) << 8 | ((raw >> 8) & 0xff);
+        (step as usize, raw & 0xff)
+    }
 }
 
 fn stage_error(
@@ -237,13 +251,16 @@ fn stage_error(
     let errno = std::io::Error::from_raw_os_error(raw & 0xffff);
     let output = |i: i32| outputs.get(i as usize).cloned().unwrap_or_default();
     match (raw >> stage::SHIFT) & 0xff {
-        stage::JAIL => match jail {
-            Some(j) => LaunchError::Jail(j.error(shared_root::Failed {
-                step: (raw >> stage::JAIL_STEP_SHIFT) as usize,
-                errno: nix::errno::Errno::from_raw(raw & 0xffff),
-            })),
-            None => LaunchError::Setup(errno),
-        },
+        stage::JAIL => {
+            let (step, errno) = stage::jail_parts(raw);
+            match jail {
+                Some(j) => LaunchError::Jail(j.error(shared_root::Failed {
+                    step,
+                    errno: nix::errno::Errno::from_raw(errno),
+                })),
+                None => LaunchError::Setup(std::io::Error::from_raw_os_error(errno)),
+            }
+        }
         stage::IDENTITY => LaunchError::Identity {
             uid: user.uid,
             source: errno,
@@ -322,9 +339,7 @@ impl ChildSetup {
             cmd.pre_exec(move || {
                 if let Some(jail) = &jail {
                     jail.enter(&shared_root::Kernel).map_err(|f| {
-                        let step = (f.step as i32 & 0x7f) << stage::JAIL_STEP_SHIFT;
-                        let tagged = (stage::JAIL << stage::SHIFT) | f.errno as i32;
-                        std::io::Error::from_raw_os_error(step | tagged)
+                        std::io::Error::from_raw_os_error(stage::jail(f.step, f.errno as i32))
                     })?;
                 }
                 if let Some(groups) = &groups {
@@ -464,6 +479,18 @@ mod tests {
         assert!(st.success());
         let out = std::fs::read_to_string(data.path().join("out")).unwrap();
         assert_eq!(out, "ID=corral-launch-jail\n/data\nno-host\n");
+    }
+
+    #[test]
+    fn a_jail_failure_keeps_its_step_and_errno_for_every_possible_step() {
+        for step in [0, 1, 127, 128, 200, 255, 256, shared_root::MAX_STEPS - 1] {
+            for errno in [1, 2, 13, 133] {
+                let raw = stage::jail(step, errno);
+                assert!(raw > 0, "an errno-sized positive number");
+                assert_eq!((raw >> stage::SHIFT) & 0xff, stage::JAIL);
+                assert_eq!(stage::jail_parts(raw), (step, errno));
+            }
+        }
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub enum PlanError {
     NotAbsolute { what: &'static str, path: PathBuf },
     #[error("{what} may not contain `..`, a NUL or an empty name: {path}")]
     BadPath { what: &'static str, path: PathBuf },
+    #[error("too many steps for one jail: {steps}, the most is {max}", max = crate::plan::MAX_STEPS)]
+    TooLarge { steps: usize },
     #[error("{what} is given twice: {name}")]
     Duplicate { what: &'static str, name: String },
     #[error("{what} {path}")]

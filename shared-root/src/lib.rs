@@ -43,5 +43,5 @@ mod sys;
 pub mod users;
 
 pub use error::{JailError, PlanError};
-pub use plan::{Extra, Failed, Plan, Prepared, StepKind, Submount, USUAL_DEVICES};
+pub use plan::{Extra, Failed, Plan, Prepared, StepKind, Submount, MAX_STEPS, USUAL_DEVICES};
 pub use sys::{Kernel, Recorder, Syscall};

@@ -12,6 +12,10 @@ use nix::sys::stat::Mode;
 use crate::error::{JailError, PlanError};
 use crate::sys::Syscall;
 
+/// The most calls a plan may make: a failure is reported through an
+/// errno-sized number that holds the step's index in 15 bits.
+pub const MAX_STEPS: usize = 1 << 15;
+
 /// The devices every jail has, from the host's `/dev`.
 pub const USUAL_DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 
@@ -397,6 +401,9 @@ impl Plan {
             Call::Umount2(cs("."), MntFlags::MNT_DETACH),
         );
         push(StepKind::DetachOldRoot, Call::Chdir(cs("/")));
+        if steps.len() > MAX_STEPS {
+            return Err(PlanError::TooLarge { steps: steps.len() });
+        }
         Ok(Prepared {
             root,
             devices,
@@ -674,6 +681,12 @@ mod tests {
         assert!(refused(&|p| p.extras[0].name = "a/b".into()).contains("a/b"));
         let missing = refused(&|p| p.extras[0].source = "/no/such/corral".into());
         assert!(missing.contains("/no/such/corral"), "{missing}");
+        let huge = refused(&|p| {
+            p.devices = (0..MAX_STEPS)
+                .map(|i| format!("/dev/nvidia{i}").into())
+                .collect()
+        });
+        assert!(huge.contains("too many"), "{huge}");
         assert!(good.prepare().is_ok());
     }
 }
