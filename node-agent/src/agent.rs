@@ -467,14 +467,13 @@ impl Agent {
         })
     }
 
-    /// The user's name: from the shared root's `/etc/passwd` when tasks
-    /// run in it, else the node's; the uid as text when unknown.
-    pub(crate) fn user_name(&self, uid: u32) -> String {
+    /// A launch's user, resolved once for all its tasks: the name, and
+    /// the groups when tasks run in the shared root (whose users are the
+    /// root's); outside it the launcher asks the node's database.
+    pub(crate) fn user_of(&self, l: &Launch) -> (String, Option<Arc<[u32]>>) {
         match &self.cfg.jail {
-            Some(j) => shared_root::users::account(&j.root, uid)
-                .map(|a| a.name)
-                .unwrap_or_else(|| uid.to_string()),
-            None => crate::task::user_name(uid),
+            Some(j) => crate::jail::identity(&j.root, l.user),
+            None => (crate::task::user_name(l.user.uid), None),
         }
     }
 

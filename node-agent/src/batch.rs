@@ -20,7 +20,7 @@ impl Agent {
         stdout: &str,
         stderr: Option<&str>,
     ) -> Result<ExitStatus, StepError> {
-        let user = self.user_name(l.user.uid);
+        let (user, groups) = self.user_of(l);
         let vars = PatternVars {
             job: l.job.0,
             name: &l.name,
@@ -46,6 +46,7 @@ impl Agent {
             None => path.clone(),
         };
         let spec = TaskSpec {
+            groups,
             jail,
             argv: std::iter::once(script.to_string_lossy().into_owned())
                 .chain(args.iter().cloned())

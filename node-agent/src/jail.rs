@@ -6,6 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
+use corral_proto::msg::Ident;
 use shared_root::{Extra, Plan, Submount};
 
 /// The cluster's commands inside a jail.
@@ -80,6 +83,19 @@ impl JailConfig {
     }
 }
 
+/// A user as a shared root knows them, read once per step: the name (the
+/// uid as text when the root has no entry) and the groups, by the root's
+/// own `/etc/passwd` and `/etc/group`.
+pub fn identity(root: &Path, user: Ident) -> (String, Option<Arc<[u32]>>) {
+    match shared_root::users::account(root, user.uid) {
+        Some(a) => {
+            let groups = shared_root::users::groups(root, &a.name, user.gid);
+            (a.name, Some(groups.into()))
+        }
+        None => (user.uid.to_string(), Some(Arc::from([user.gid]))),
+    }
+}
+
 /// A script in the host's spool, as the jail sees it.
 pub fn spool_path(script: &Path) -> PathBuf {
     Path::new(SPOOL).join(script.file_name().unwrap_or_default())
@@ -138,5 +154,33 @@ mod tests {
             spool_path(Path::new("/var/spool/c/job7.0.sh")),
             Path::new("/run/corral/spool/job7.0.sh")
         );
+    }
+
+    #[test]
+    fn a_user_is_the_roots_user_name_and_groups_and_all() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("etc")).unwrap();
+        std::fs::write(
+            root.path().join("etc/passwd"),
+            "alice:x:1000:1000::/home/alice:/bin/sh\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.path().join("etc/group"),
+            "alice:x:1000:\ngpu:x:44:alice\n",
+        )
+        .unwrap();
+        let alice = Ident {
+            uid: 1000,
+            gid: 1000,
+        };
+        let (name, groups) = identity(root.path(), alice);
+        assert_eq!(
+            (name.as_str(), groups.as_deref()),
+            ("alice", Some(&[1000, 44][..]))
+        );
+        // Someone the root does not know keeps only the group they came with.
+        let (name, groups) = identity(root.path(), Ident { uid: 4242, gid: 7 });
+        assert_eq!((name.as_str(), groups.as_deref()), ("4242", Some(&[7][..])));
     }
 }

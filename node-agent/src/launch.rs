@@ -130,6 +130,9 @@ pub struct TaskSpec {
     pub stderr: Io,
     /// The jail to enter first (then every path above is the jail's).
     pub jail: Option<Arc<shared_root::Prepared>>,
+    /// The user's groups, when the caller resolved them (a jail's users are
+    /// its root's); `None`: the node's group database.
+    pub groups: Option<Arc<[u32]>>,
 }
 
 /// Starts tasks. Implementations must put each task in its own process
@@ -155,16 +158,6 @@ fn groups_of(user: Ident) -> Vec<nix::unistd::Gid> {
         .unwrap_or_else(|| vec![gid])
 }
 
-/// The user's groups by a shared root's own files: a jailed cluster's
-/// users are the root's users.
-fn jail_groups(root: &std::path::Path, user: Ident) -> Vec<nix::unistd::Gid> {
-    let gids = match shared_root::users::account(root, user.uid) {
-        Some(a) => shared_root::users::groups(root, &a.name, user.gid),
-        None => vec![user.gid],
-    };
-    gids.into_iter().map(nix::unistd::Gid::from_raw).collect()
-}
-
 impl Launcher for ProcessLauncher {
     fn spawn(&self, spec: TaskSpec) -> Result<tokio::process::Child, LaunchError> {
         let me = nix::unistd::geteuid().as_raw();
@@ -187,8 +180,11 @@ impl Launcher for ProcessLauncher {
             .stderr(spec.stderr.stdio())
             .process_group(0)
             .kill_on_drop(false);
-        let groups = switch.then(|| match &spec.jail {
-            Some(jail) => jail_groups(jail.root(), spec.user),
+        let groups = switch.then(|| match &spec.groups {
+            Some(gids) => gids
+                .iter()
+                .map(|&g| nix::unistd::Gid::from_raw(g))
+                .collect(),
             None => groups_of(spec.user),
         });
         let child = ChildSetup {
@@ -439,6 +435,7 @@ mod tests {
             stdout,
             stderr: Io::Null,
             jail: None,
+            groups: None,
         }
     }
 
@@ -528,6 +525,7 @@ mod tests {
             uid: 4242,
             gid: 4242,
         };
+        spec.groups = crate::jail::identity(root.path(), spec.user).1;
         spec.jail = Some(Arc::new(plan.prepare().unwrap()));
         assert!(spawn_within(spec, 10).unwrap().success());
         let ids = std::fs::read_to_string(data.path().join("ids")).unwrap();

@@ -77,12 +77,13 @@ pub(crate) async fn run(
         send
     });
 
-    let user = agent.user_name(l.user.uid);
+    let (user, groups) = agent.user_of(l);
     let run = l.job_run();
     let mut stdin0 = None;
     let mut waits = Vec::new();
     for (local, &task) in tasks.iter().enumerate() {
         let spec = TaskSpec {
+            groups: groups.clone(),
             jail: jail.clone(),
             argv: argv.to_vec(),
             env: agent.env_for(l, &user, local as u32),
