@@ -50,6 +50,9 @@ pub struct AgentConfig {
     pub jail: Option<crate::jail::JailConfig>,
     /// Where GPU health readings come from, and the checks on them.
     pub gpu_health: Option<(Arc<dyn crate::gpu::GpuBackend>, crate::health::GpuChecks)>,
+    /// Put each job in its own cgroup (`None`: no limits, processes
+    /// tracked by their process groups only).
+    pub cgroups: Option<Arc<crate::cgroup::Cgroups>>,
 }
 
 /// Why the agent could not start or lost its controller.
@@ -109,6 +112,8 @@ pub enum StepError {
     Hello(#[source] WireError),
     #[error("the node's jail")]
     Jail(#[source] shared_root::PlanError),
+    #[error("the job's cgroup")]
+    Cgroup(#[source] crate::cgroup::CgroupError),
 }
 
 /// How long a relayed request waits for ctld's answer.
@@ -300,7 +305,7 @@ impl Agent {
                 let (job, step) = (l.job_run(), l.step);
                 if !self.begin_step(job, step) {
                     let why = error_chain(&StepError::Ending);
-                    self.end_step(job, step, None, Some(why));
+                    self.end_step(job, step, Err(why));
                     return;
                 }
                 let me = self.clone();
@@ -327,7 +332,7 @@ impl Agent {
             match procs.terminate(job) {
                 Termination::Clean => {
                     drop(procs);
-                    self.send_up(AgentMsg::JobCleaned { job });
+                    self.job_cleaned(job);
                     return;
                 }
                 Termination::Signal(groups) => {
@@ -341,9 +346,15 @@ impl Agent {
         let me = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(grace_ms)).await;
-            let procs = me.procs.lock();
-            for g in procs.groups(job, None) {
-                signal_group(g, Signal::SIGKILL);
+            {
+                let procs = me.procs.lock();
+                for g in procs.groups(job, None) {
+                    signal_group(g, Signal::SIGKILL);
+                }
+            }
+            // And what left its process group (setsid, double forks).
+            if let Some(cg) = me.cfg.cgroups.clone() {
+                let _ = tokio::task::spawn_blocking(move || cg.kill_job(job)).await;
             }
         });
     }
@@ -389,50 +400,143 @@ impl Agent {
     }
 
     fn end_step(
-        &self,
+        self: &Arc<Self>,
         job: JobRun,
         step: StepId,
-        exit: Option<ExitStatus>,
-        failure: Option<String>,
+        exit: Result<(ExitStatus, bool), String>,
     ) {
         let cleaned = self.procs.lock().end_step(job, step);
-        match failure {
-            Some(message) => self.send_up(AgentMsg::LaunchFailed { job, step, message }),
-            None => self.send_up(AgentMsg::StepExited {
+        match exit {
+            Err(message) => self.send_up(AgentMsg::LaunchFailed { job, step, message }),
+            Ok((exit, oom)) => self.send_up(AgentMsg::StepExited {
                 job,
                 step,
-                exit: exit.unwrap_or_default(),
+                exit,
+                oom,
             }),
         }
         if cleaned {
-            self.send_up(AgentMsg::JobCleaned { job });
+            self.job_cleaned(job);
+        }
+    }
+
+    /// Nothing of the run is left here: what its cgroup still holds is
+    /// killed, its usage read, and ctld told.
+    fn job_cleaned(self: &Arc<Self>, job: JobRun) {
+        let Some(cg) = self.cfg.cgroups.clone() else {
+            self.send_up(AgentMsg::JobCleaned { job, usage: None });
+            return;
+        };
+        let me = self.clone();
+        tokio::spawn(async move {
+            let u = tokio::task::spawn_blocking(move || cg.end_job(job))
+                .await
+                .unwrap_or_default();
+            let usage = corral_proto::msg::JobUsage {
+                cpu_ms: u.cpu_ns / 1_000_000,
+                max_rss_kb: u.max_rss_bytes / 1024,
+            };
+            me.send_up(AgentMsg::JobCleaned {
+                job,
+                usage: Some(usage),
+            });
+        });
+    }
+
+    /// Creates the step's cgroup (and its job's, with the job's limits,
+    /// for its first step here); returns what tasks need to join it and
+    /// the job's OOM kills so far.
+    async fn step_cgroup(
+        &self,
+        l: &Launch,
+    ) -> Result<Option<(Arc<crate::cgroup::Join>, u64)>, StepError> {
+        let Some(cg) = self.cfg.cgroups.clone() else {
+            return Ok(None);
+        };
+        let limits = self.limits(l);
+        let (job, step) = (l.job_run(), l.step);
+        tokio::task::spawn_blocking(move || {
+            cg.create_job(job, &limits)?;
+            let join = cg.create_step(job, step)?;
+            Ok(Some((Arc::new(join), cg.oom_kills(job))))
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(crate::cgroup::CgroupError::Detect(format!(
+                "cgroup setup panicked: {e}"
+            )))
+        })
+        .map_err(StepError::Cgroup)
+    }
+
+    /// A job's limits on this node: its CPUs, its memory, and every GPU of
+    /// the node it was not given denied.
+    fn limits(&self, l: &Launch) -> crate::cgroup::Limits {
+        let dev = self
+            .cfg
+            .jail
+            .as_ref()
+            .map_or_else(|| PathBuf::from("/dev"), |j| j.host_dev.clone());
+        crate::cgroup::Limits {
+            cpus: l.cpus.clone(),
+            memory_bytes: (l.memory_mb > 0).then(|| l.memory_mb.saturating_mul(1 << 20)),
+            denied: self
+                .cfg
+                .gpus
+                .iter()
+                .filter(|g| !l.gpus.contains(&g.index))
+                .map(|g| crate::gpu::device_numbers(&dev, g.index))
+                .collect(),
         }
     }
 
     /// Runs a step already in the table (see `handle`).
     async fn launch(self: Arc<Self>, l: Launch) {
         let (job, step) = (l.job_run(), l.step);
+        match self.run_step(&l).await {
+            Ok(exit) => self.end_step(job, step, Ok(exit)),
+            Err(e) => {
+                let why = error_chain(&e);
+                tracing::warn!(job = %job.job, run = job.run, step = %step, error = %why, "launch failed");
+                self.end_step(job, step, Err(why));
+            }
+        }
+    }
+
+    /// A step's tasks here, from its cgroup's creation to its removal:
+    /// the worst exit, and whether a process was killed for memory while
+    /// it ran.
+    async fn run_step(self: &Arc<Self>, l: &Launch) -> Result<(ExitStatus, bool), StepError> {
+        if matches!(l.what, LaunchKind::Batch { .. }) && self.cfg.no_exec {
+            return Ok((ExitStatus::default(), false));
+        }
+        let cgroup = self.step_cgroup(l).await?;
+        let join = cgroup.as_ref().map(|(j, _)| j.clone());
         let result = match &l.what {
-            LaunchKind::Batch { .. } if self.cfg.no_exec => Ok(ExitStatus::default()),
             LaunchKind::Batch {
                 script,
                 args,
                 stdout,
                 stderr,
             } => {
-                self.run_batch(&l, script, args, stdout, stderr.as_deref())
+                self.run_batch(l, script, args, stdout, stderr.as_deref(), join)
                     .await
             }
-            LaunchKind::Step { argv, io } => crate::step::run(&self, &l, argv, *io).await,
+            LaunchKind::Step { argv, io } => crate::step::run(self, l, argv, *io, join).await,
         };
-        match result {
-            Ok(exit) => self.end_step(job, step, Some(exit), None),
-            Err(e) => {
-                let why = error_chain(&e);
-                tracing::warn!(job = %job.job, run = job.run, step = %step, error = %why, "launch failed");
-                self.end_step(job, step, None, Some(why));
-            }
-        }
+        // What the step left behind goes with it.
+        let (job, step) = (l.job_run(), l.step);
+        let oom = match (cgroup, self.cfg.cgroups.clone()) {
+            (Some((_, before)), Some(cg)) => tokio::task::spawn_blocking(move || {
+                let oom = cg.oom_kills(job) > before;
+                cg.end_step(job, step);
+                oom
+            })
+            .await
+            .unwrap_or(false),
+            _ => false,
+        };
+        result.map(|exit| (exit, oom))
     }
 
     pub(crate) fn env_for(&self, l: &Launch, user: &str, local: u32) -> Vec<(String, String)> {
@@ -510,11 +614,17 @@ impl Agent {
         self.farewell.notified().await;
     }
 
-    /// Kills every task still running here.
+    /// Kills every task still running here, and whatever the jobs' cgroups
+    /// still hold.
     pub fn kill_all(&self) {
-        let procs = self.procs.lock();
-        for g in procs.all_groups() {
-            signal_group(g, Signal::SIGKILL);
+        {
+            let procs = self.procs.lock();
+            for g in procs.all_groups() {
+                signal_group(g, Signal::SIGKILL);
+            }
+        }
+        if let Some(cg) = &self.cfg.cgroups {
+            cg.remove_all();
         }
     }
 

@@ -19,6 +19,7 @@ impl Agent {
         args: &[String],
         stdout: &str,
         stderr: Option<&str>,
+        cgroup: Option<std::sync::Arc<crate::cgroup::Join>>,
     ) -> Result<ExitStatus, StepError> {
         let (user, groups) = self.user_of(l);
         let vars = PatternVars {
@@ -46,6 +47,7 @@ impl Agent {
             None => path.clone(),
         };
         let spec = TaskSpec {
+            cgroup,
             groups,
             jail,
             argv: std::iter::once(script.to_string_lossy().into_owned())

@@ -82,6 +82,30 @@ fn default_memory() -> u64 {
     141 * 1024
 }
 
+/// NVIDIA's character-device major: `/dev/nvidiaN` is `195:N`.
+pub const NVIDIA_MAJOR: u32 = 195;
+
+/// The device numbers of GPU `index` of this node: those of
+/// `DEV/nvidiaN` where it exists as a character device, else NVIDIA's
+/// convention (`195:N`), so a GPU's device is denied even before its node
+/// exists.
+pub fn device_numbers(dev: &Path, index: u32) -> crate::cgroup::Denied {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    match std::fs::metadata(dev.join(format!("nvidia{index}"))) {
+        Ok(m) if m.file_type().is_char_device() => {
+            let rdev = m.rdev();
+            crate::cgroup::Denied {
+                major: nix::sys::stat::major(rdev) as u32,
+                minor: nix::sys::stat::minor(rdev) as u32,
+            }
+        }
+        _ => crate::cgroup::Denied {
+            major: NVIDIA_MAJOR,
+            minor: index,
+        },
+    }
+}
+
 impl SimGpus {
     /// `count` GPUs of `memory_mb` each, in topology groups of `per_group`
     /// (0: one group), with UUIDs derived from the node name.

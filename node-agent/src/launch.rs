@@ -60,6 +60,8 @@ pub enum LaunchError {
     Setup(#[source] std::io::Error),
     #[error("entering the jail")]
     Jail(#[source] shared_root::JailError),
+    #[error("joining the step's cgroup")]
+    Cgroup(#[source] std::io::Error),
 }
 
 /// Where one of a task's standard streams goes.
@@ -133,6 +135,9 @@ pub struct TaskSpec {
     /// The user's groups, when the caller resolved them (a jail's users are
     /// its root's); `None`: the node's group database.
     pub groups: Option<Arc<[u32]>>,
+    /// The step's cgroup, joined first (so everything the task runs,
+    /// the jail's setup included, is in it).
+    pub cgroup: Option<Arc<crate::cgroup::Join>>,
 }
 
 /// Starts tasks. Implementations must put each task in its own process
@@ -188,6 +193,7 @@ impl Launcher for ProcessLauncher {
             None => groups_of(spec.user),
         });
         let child = ChildSetup {
+            cgroup: spec.cgroup.clone(),
             jail: spec.jail.clone(),
             user: spec.user,
             groups,
@@ -217,6 +223,7 @@ mod stage {
     pub const OUTPUT_KIND: i32 = 5;
     pub const SETUP: i32 = 7;
     pub const JAIL: i32 = 8;
+    pub const CGROUP: i32 = 9;
 
     /// A failed jail step as one errno-sized number: errno (below 256 on
     /// Linux) in bits 0–7, the step's low byte in bits 8–15, the stage in
@@ -273,6 +280,7 @@ fn stage_error(
             path: output(s - stage::OUTPUT_KIND),
         },
         stage::SETUP => LaunchError::Setup(errno),
+        stage::CGROUP => LaunchError::Cgroup(errno),
         _ => LaunchError::Spawn {
             program: program.to_string(),
             source: e,
@@ -289,6 +297,7 @@ fn fd_limit() -> i32 {
 
 /// What the child does between fork and exec, prepared before the fork.
 struct ChildSetup {
+    cgroup: Option<Arc<crate::cgroup::Join>>,
     jail: Option<Arc<shared_root::Prepared>>,
     user: Ident,
     groups: Option<Vec<nix::unistd::Gid>>,
@@ -298,7 +307,7 @@ struct ChildSetup {
 }
 
 impl ChildSetup {
-    /// In order: enter the jail, if any (as root: mounts need it); drop
+    /// In order: join the step's cgroup, if any; enter the jail, if any (as root: mounts need it); drop
     /// to the user; enter the working directory as the
     /// user (so a directory the user may not enter stays closed); open the
     /// output files as the user, refusing anything that is not a regular
@@ -314,6 +323,7 @@ impl ChildSetup {
         use nix::sys::stat::{fstat, Mode, SFlag};
         use nix::unistd::{chdir, close, dup2, setgid, setgroups, setuid, Gid, Uid};
         let ChildSetup {
+            cgroup,
             jail,
             user,
             groups,
@@ -333,6 +343,9 @@ impl ChildSetup {
         // nothing unsafe left to uphold.
         unsafe {
             cmd.pre_exec(move || {
+                if let Some(cg) = &cgroup {
+                    cg.enter().map_err(|e| fail(stage::CGROUP, e))?;
+                }
                 if let Some(jail) = &jail {
                     jail.enter(&shared_root::Kernel).map_err(|f| {
                         std::io::Error::from_raw_os_error(stage::jail(f.step, f.errno as i32))
@@ -436,6 +449,7 @@ mod tests {
             stderr: Io::Null,
             jail: None,
             groups: None,
+            cgroup: None,
         }
     }
 

@@ -13,12 +13,15 @@
 //! - [`launch`]: the privileged seam that starts a task as its user; the
 //!   jail will live behind it.
 //! - [`spool`]: the directories a root daemon keeps files in.
+//! - [`cgroup`]: a cgroup per job and step (CPUs, memory, pids, GPU
+//!   devices), killing what they hold, reading what they used.
 //!
 //! The agent never imports the controller or the scheduler: it runs what
 //! ctld says.
 
 pub mod agent;
 pub mod batch;
+pub mod cgroup;
 pub mod gpu;
 pub mod health;
 pub mod jail;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
+use corral_agent::cgroup::{Cgroups, Layout};
 use corral_agent::gpu::{GpuBackend, SimGpus};
 use corral_agent::launch::ProcessLauncher;
 use corral_agent::{local, resources, Agent, AgentConfig};
@@ -82,6 +83,54 @@ struct Args {
     /// With --jail: the node's Docker socket, given to exclusive jobs only.
     #[arg(long)]
     jail_docker_socket: Option<PathBuf>,
+    /// A cgroup per job (CPUs, memory, pids, GPU devices): `auto` when
+    /// running as root and the node's cgroups are writable, `on` (fail
+    /// if they are not), or `off`.
+    #[arg(long, value_enum, default_value_t = CgroupMode::Auto)]
+    cgroups: CgroupMode,
+    /// The cgroup jobs go under (`PARENT/NODE/job_ID.RUN`).
+    #[arg(long, default_value = "corral")]
+    cgroup_parent: String,
+    /// Most processes and threads one job may have on the node (0: no
+    /// limit).
+    #[arg(long, default_value_t = 32768)]
+    cgroup_pids_max: u64,
+    /// Kill every job under --cgroup-parent (all nodes), remove it, and
+    /// exit: what `corral up` does once its agents are gone.
+    #[arg(long)]
+    remove_cgroups: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum CgroupMode {
+    Auto,
+    On,
+    Off,
+}
+
+/// The node's job cgroups as `--cgroups` asks; stale ones of an agent
+/// that died are killed and removed.
+fn cgroups(args: &Args, node: &str) -> anyhow::Result<Option<Arc<Cgroups>>> {
+    let root = nix::unistd::geteuid().is_root();
+    if args.cgroups == CgroupMode::Off || (args.cgroups == CgroupMode::Auto && !root) {
+        return Ok(None);
+    }
+    let pids = (args.cgroup_pids_max > 0).then_some(args.cgroup_pids_max);
+    let made = Layout::detect().and_then(|l| Cgroups::new(l, &args.cgroup_parent, node, pids));
+    match (made, args.cgroups) {
+        (Ok(cg), _) => {
+            cg.sweep();
+            tracing::info!(layout = ?cg.layout(), "jobs run in cgroups");
+            Ok(Some(Arc::new(cg)))
+        }
+        (Err(e), CgroupMode::On) => {
+            Err(anyhow::Error::new(e).context("setting up the node's cgroups"))
+        }
+        (Err(e), _) => {
+            tracing::warn!(error = %corral_agent::agent::error_chain(&e), "no cgroups: jobs run without limits");
+            Ok(None)
+        }
+    }
 }
 
 /// `SOURCE:TARGET[:ro]`; the submount is named after its target.
@@ -130,7 +179,16 @@ fn hostname() -> String {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let name = args.name.unwrap_or_else(hostname);
+    if args.remove_cgroups {
+        if nix::unistd::geteuid().is_root() {
+            let layout = Layout::detect().context("finding the cgroups")?;
+            Cgroups::new(layout, &args.cgroup_parent, "", None)
+                .context("opening the cgroups")?
+                .remove_all();
+        }
+        return Ok(());
+    }
+    let name = args.name.clone().unwrap_or_else(hostname);
     let gpus: Arc<dyn GpuBackend> = match &args.sim_gpu_file {
         Some(p) => Arc::new(SimGpus::from_file(&name, p)?),
         None => Arc::new(SimGpus::uniform(
@@ -142,6 +200,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let inventory = gpus.gpus()?;
     let checks = corral_agent::health::GpuChecks::new(inventory.len());
+    let cgroups = cgroups(&args, &name)?;
     let cfg = AgentConfig {
         certs: CertFiles::in_dir(&args.certs, &name),
         name,
@@ -155,6 +214,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         launcher: Arc::new(ProcessLauncher),
         no_exec: args.no_exec,
         gpu_health: Some((gpus, checks)),
+        cgroups,
         jail: match args.jail {
             Some(root) => {
                 let bin = match args.jail_bin {

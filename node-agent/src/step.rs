@@ -39,6 +39,7 @@ pub(crate) async fn run(
     l: &Launch,
     argv: &[String],
     io: StepIo,
+    cgroup: Option<Arc<crate::cgroup::Join>>,
 ) -> Result<ExitStatus, StepError> {
     let jail = agent.jail_for(l)?;
     let cfg = tls::pinned_client_config(io.cert_sha256).map_err(StepError::Pin)?;
@@ -83,6 +84,7 @@ pub(crate) async fn run(
     let mut waits = Vec::new();
     for (local, &task) in tasks.iter().enumerate() {
         let spec = TaskSpec {
+            cgroup: cgroup.clone(),
             groups: groups.clone(),
             jail: jail.clone(),
             argv: argv.to_vec(),

@@ -83,6 +83,9 @@ pub enum AgentMsg {
         job: JobRun,
         step: StepId,
         exit: ExitStatus,
+        /// The kernel killed a process of the job for exceeding its
+        /// memory limit while the step ran.
+        oom: bool,
     },
     /// A launch failed before any task ran.
     LaunchFailed {
@@ -94,6 +97,9 @@ pub enum AgentMsg {
     /// [`CtldMsg::Terminate`]).
     JobCleaned {
         job: JobRun,
+        /// What the run used on this node (from its cgroup), where the
+        /// node measures it.
+        usage: Option<JobUsage>,
     },
     /// The agent's own health changed: `Some` says why it cannot run more
     /// work (ctld drains the node for it), `None` that it can again. Sent
@@ -114,6 +120,15 @@ pub enum AgentMsg {
 pub struct ExitStatus {
     pub code: i32,
     pub signal: Option<i32>,
+}
+
+/// What a job's run used on one node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobUsage {
+    /// CPU time of all its processes, user and system.
+    pub cpu_ms: u64,
+    /// Peak memory of its processes together.
+    pub max_rss_kb: u64,
 }
 
 impl ExitStatus {
@@ -362,10 +377,12 @@ pub enum JobState {
     Cancelled,
     Timeout,
     NodeFail,
+    /// A process of the job was killed for exceeding its memory limit.
+    OutOfMemory,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 8] = [
+    pub const ALL: [JobState; 9] = [
         JobState::Pending,
         JobState::Running,
         JobState::Completing,
@@ -374,6 +391,7 @@ impl JobState {
         JobState::Cancelled,
         JobState::Timeout,
         JobState::NodeFail,
+        JobState::OutOfMemory,
     ];
 
     /// The long name (`scontrol`, `sacct`, `squeue -t`).
@@ -387,6 +405,7 @@ impl JobState {
             JobState::Cancelled => "CANCELLED",
             JobState::Timeout => "TIMEOUT",
             JobState::NodeFail => "NODE_FAIL",
+            JobState::OutOfMemory => "OUT_OF_MEMORY",
         }
     }
 
@@ -401,6 +420,7 @@ impl JobState {
             JobState::Cancelled => "CA",
             JobState::Timeout => "TO",
             JobState::NodeFail => "NF",
+            JobState::OutOfMemory => "OOM",
         }
     }
 
@@ -553,6 +573,9 @@ pub struct JobView {
     pub restarts: u32,
     /// Why the job failed to launch, naming the step and node.
     pub failure: Option<String>,
+    /// What the job used, summed over its nodes (CPU) or the most on one
+    /// node (memory), once its nodes have reported it.
+    pub usage: Option<JobUsage>,
 }
 
 /// Why a job waits, or why it ended as it did. The CLI writes Slurm's word

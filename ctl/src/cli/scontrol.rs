@@ -20,6 +20,17 @@ fn t(v: Option<u64>) -> String {
     v.map_or("Unknown".into(), timestamp)
 }
 
+/// CPU time as sacct writes it: `[D-][HH:]MM:SS.mmm`.
+fn cpu_time(ms: u64) -> String {
+    let (s, ms) = (ms / 1000, ms % 1000);
+    let (d, h, m, s) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    match (d, h) {
+        (0, 0) => format!("{m:02}:{s:02}.{ms:03}"),
+        (0, _) => format!("{h:02}:{m:02}:{s:02}.{ms:03}"),
+        _ => format!("{d}-{h:02}:{m:02}:{s:02}.{ms:03}"),
+    }
+}
+
 /// `scontrol show job` for one job.
 pub fn show_job(j: &JobView, now: u64) -> String {
     let run = limit(Some(super::squeue::run_secs(j, now)), "00:00:00");
@@ -87,6 +98,13 @@ pub fn show_job(j: &JobView, now: u64) -> String {
         tres.push_str(&format!(",gres/gpu={}", j.gpus));
     }
     s.push_str(&format!("   TRES={tres}\n"));
+    if let Some(u) = j.usage {
+        s.push_str(&format!(
+            "   TotalCPU={} MaxRSS={}K\n",
+            cpu_time(u.cpu_ms),
+            u.max_rss_kb
+        ));
+    }
     s.push_str(&format!("   Command={}\n", j.command));
     s.push_str(&format!("   WorkDir={}\n", j.work_dir));
     if j.batch {

@@ -320,6 +320,7 @@ mod tests {
             requeue: false,
             restarts: 0,
             failure: None,
+            usage: None,
         }
     }
 

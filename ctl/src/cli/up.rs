@@ -334,6 +334,8 @@ impl Cluster {
             .arg(self.spec.mem_per_node.to_string())
             .arg("--sim-gpu-file")
             .arg(self.gpu_file(i))
+            .arg("--cgroup-parent")
+            .arg(self.cgroup_parent())
             .args(self.spec.no_exec.then_some("--no-exec"))
             .args(self.spec.jail.iter().flat_map(|root| {
                 [
@@ -369,6 +371,16 @@ impl Cluster {
                 program: bin.clone(),
                 source,
             })
+    }
+
+    /// The cgroup this cluster's jobs go under (as root): one per cluster
+    /// directory, so clusters on one machine (tests run several at once)
+    /// never touch each other's jobs, and a restarted agent finds its own.
+    pub fn cgroup_parent(&self) -> String {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.spec.dir.hash(&mut h);
+        format!("corral/up-{:016x}", h.finish())
     }
 
     /// Node `i`'s agent's process id.
@@ -481,6 +493,18 @@ impl Cluster {
             }
             let _ = c.kill();
             let _ = c.wait();
+        }
+        // What the agents' jobs left in their cgroups (a daemon that
+        // outlived a killed agent) goes, and the cgroups with it.
+        if nix::unistd::geteuid().is_root() {
+            let _ = Command::new(self.spec.bin_dir.join("corral-agent"))
+                .arg("--cgroup-parent")
+                .arg(self.cgroup_parent())
+                .arg("--remove-cgroups")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
         }
     }
 }

@@ -6,7 +6,8 @@ use super::{Controller, CtldError, JobRecord, Kill, KillRefusal, Refusal, Select
 use std::collections::HashSet;
 
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, ExitStatus, Ident, JobFilter, JobId, JobRun, JobSpec, JobState, StepId,
+    AgentMsg, CtldMsg, ExitStatus, Ident, JobFilter, JobId, JobRun, JobSpec, JobState, JobUsage,
+    StepId,
 };
 use scheduler_core::{HoldKind, JobOutcome};
 
@@ -18,7 +19,15 @@ impl Controller {
         }
         match msg {
             AgentMsg::Heartbeat { running } => self.heartbeat(node, now, &running),
-            AgentMsg::StepExited { job, step, exit } => {
+            AgentMsg::StepExited {
+                job,
+                step,
+                exit,
+                oom,
+            } => {
+                if oom {
+                    self.record_oom(job);
+                }
                 self.step_exited(now, node, job, step, exit, None)
             }
             AgentMsg::LaunchFailed { job, step, message } => {
@@ -28,9 +37,36 @@ impl Controller {
                 };
                 self.step_exited(now, node, job, step, exit, Some(message));
             }
-            AgentMsg::JobCleaned { job } => self.cleaned(now, node, job),
+            AgentMsg::JobCleaned { job, usage } => {
+                self.record_usage(node, job, usage);
+                self.cleaned(now, node, job)
+            }
             AgentMsg::Health { problem } => self.health(node, problem, now),
             AgentMsg::Leaving { grace_ms } => self.leaving(node, grace_ms, now),
+        }
+    }
+
+    /// A step of the run had a process killed for memory: the job ends
+    /// OUT_OF_MEMORY (unless it is cancelled or times out first).
+    fn record_oom(&mut self, run: JobRun) {
+        if let Some(j) = self.jobs.get_mut(&run.job).filter(|j| j.run() == run) {
+            j.oom = true;
+        }
+    }
+
+    /// A node's report of what the run used there, counted once per node.
+    fn record_usage(&mut self, node: &str, run: JobRun, usage: Option<JobUsage>) {
+        let Some(u) = usage else {
+            return;
+        };
+        if let Some(j) = self
+            .jobs
+            .get_mut(&run.job)
+            .filter(|j| j.run() == run && j.cleaning.contains(node))
+        {
+            let total = j.used.get_or_insert_with(JobUsage::default);
+            total.cpu_ms = total.cpu_ms.saturating_add(u.cpu_ms);
+            total.max_rss_kb = total.max_rss_kb.max(u.max_rss_kb);
         }
     }
 
@@ -111,6 +147,12 @@ impl Controller {
         let (state, outcome) = match j.kill {
             Some(Kill::Cancelled) => (JobState::Cancelled, JobOutcome::Cancelled),
             Some(Kill::Timeout) => (JobState::Timeout, JobOutcome::Timeout),
+            None if j.oom => (
+                JobState::OutOfMemory,
+                JobOutcome::Failed {
+                    exit_code: j.exit.code.max(1),
+                },
+            ),
             None if j.exit.success() && j.failure.is_none() => {
                 (JobState::Completed, JobOutcome::Completed)
             }
@@ -212,6 +254,8 @@ impl Controller {
                 next_step: 0,
                 restarts: 0,
                 failure: None,
+                oom: false,
+                used: None,
                 bytes,
             },
         );

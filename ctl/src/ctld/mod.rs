@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use corral_proto::cred::{CredError, Token, Verifier};
 use corral_proto::msg::{
-    CtldMsg, ExitStatus, Ident, JobId, JobKind, JobRun, JobSpec, JobState, NodeUpdate,
+    CtldMsg, ExitStatus, Ident, JobId, JobKind, JobRun, JobSpec, JobState, JobUsage, NodeUpdate,
     Registration, Stats, StepId,
 };
 use scheduler_core::{NodeAllocation, Scheduler, SchedulerConfig};
@@ -78,6 +78,10 @@ struct JobRecord {
     /// Times the job was requeued: the number of its current run.
     restarts: u32,
     failure: Option<String>,
+    /// A process was killed for exceeding the memory limit.
+    oom: bool,
+    /// What its nodes reported using.
+    used: Option<JobUsage>,
     /// Bytes of script, arguments and environment held for it (counted
     /// against its user until it is final).
     bytes: u64,

@@ -238,6 +238,8 @@ impl Controller {
                 j.start = None;
                 j.end_by = None;
                 j.exit = ExitStatus::default();
+                j.oom = false;
+                j.used = None;
                 j.restarts += 1;
             } else {
                 j.state = JobState::NodeFail;

@@ -148,6 +148,7 @@ impl Controller {
             requeue: j.spec.requeue,
             restarts: j.restarts,
             failure: j.failure.clone(),
+            usage: j.used,
         }
     }
 

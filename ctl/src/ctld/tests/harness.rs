@@ -215,10 +215,11 @@ impl Sim {
                             code: 128 + 15,
                             signal: Some(15),
                         },
+                        oom: false,
                     });
                 }
                 if killed {
-                    out.push(AgentMsg::JobCleaned { job });
+                    out.push(AgentMsg::JobCleaned { job, usage: None });
                 }
                 out
             }
@@ -251,6 +252,7 @@ impl Sim {
                             job: key.0,
                             step: key.1,
                             exit: t.exit,
+                            oom: false,
                         },
                     ));
                 }

@@ -6,8 +6,8 @@ mod harness;
 mod stories;
 use corral_proto::msg::{
     AgentMsg, CtldMsg, ExitStatus, GpuAsk, GpuInfo, Ident, JobFilter, JobKind, JobReason, JobRun,
-    JobSpec, JobState, JobView, Launch, NodeUpdate, NodeView, Registration, StepIo, StepSpec,
-    JOBS_PER_PAGE,
+    JobSpec, JobState, JobUsage, JobView, Launch, NodeUpdate, NodeView, Registration, StepIo,
+    StepSpec, JOBS_PER_PAGE,
 };
 
 /// A node's state in Slurm's long words, `*` when not responding.
@@ -119,13 +119,21 @@ fn batch_job_runs_completes_and_frees_its_node() {
             job: r0(id),
             step: StepId::BATCH,
             exit: ExitStatus::default(),
+            oom: false,
         },
         12,
     );
     assert_eq!(state(&c, id), JobState::Completing);
     let terms: Vec<_> = c.take_outbox();
     assert!(matches!(terms[0].1, CtldMsg::Terminate { job, .. } if job == r0(id)));
-    c.agent_message(node, AgentMsg::JobCleaned { job: r0(id) }, 12);
+    c.agent_message(
+        node,
+        AgentMsg::JobCleaned {
+            job: r0(id),
+            usage: None,
+        },
+        12,
+    );
     assert_eq!(state(&c, id), JobState::Completed);
     assert!(c.node_views().iter().all(|n| node_state(n) == "idle"));
 }
@@ -146,12 +154,81 @@ fn failing_exit_is_failed_with_its_code() {
             job: r0(id),
             step: StepId::BATCH,
             exit,
+            oom: false,
         },
         1,
     );
-    c.agent_message(&node, AgentMsg::JobCleaned { job: r0(id) }, 1);
+    c.agent_message(
+        &node,
+        AgentMsg::JobCleaned {
+            job: r0(id),
+            usage: None,
+        },
+        1,
+    );
     let v = &c.job_views(&JobFilter::default(), 1)[0];
     assert_eq!((v.state, v.exit.code), (JobState::Failed, 3));
+}
+
+#[test]
+fn an_oom_kill_ends_the_job_out_of_memory_with_its_nodes_usage() {
+    let mut c = cluster(2);
+    let mut spec = batch("x");
+    spec.nodes = Some(2);
+    let id = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    let (first, _) = launches(&mut c).remove(0);
+    let killed = ExitStatus {
+        code: 128 + 9,
+        signal: Some(9),
+    };
+    c.agent_message(
+        &first,
+        AgentMsg::StepExited {
+            job: r0(id),
+            step: StepId::BATCH,
+            exit: killed,
+            oom: true,
+        },
+        1,
+    );
+    let used = |cpu_ms, max_rss_kb| Some(JobUsage { cpu_ms, max_rss_kb });
+    // A report from a node not cleaning this job counts for nothing.
+    c.agent_message(
+        "worker-9",
+        AgentMsg::JobCleaned {
+            job: r0(id),
+            usage: used(1, 1 << 30),
+        },
+        2,
+    );
+    c.agent_message(
+        "worker-0",
+        AgentMsg::JobCleaned {
+            job: r0(id),
+            usage: used(1500, 4096),
+        },
+        2,
+    );
+    assert_eq!(state(&c, id), JobState::Completing);
+    c.agent_message(
+        "worker-1",
+        AgentMsg::JobCleaned {
+            job: r0(id),
+            usage: used(250, 8192),
+        },
+        2,
+    );
+    let v = &c.job_views(&JobFilter::default(), 2)[0];
+    assert_eq!(v.state, JobState::OutOfMemory);
+    assert_eq!(v.state.code(), "OOM");
+    // CPU time adds up over nodes; peak memory is the largest node's.
+    assert_eq!(v.usage, used(1750, 8192));
+    let shown = crate::cli::scontrol::show_job(v, 2);
+    assert!(
+        shown.contains("   TotalCPU=00:01.750 MaxRSS=8192K\n"),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -205,7 +282,14 @@ fn cancelling_a_running_job_terminates_it_with_grace() {
         CtldMsg::Terminate { grace_ms: 5000, .. }
     ));
     assert_eq!(state(&c, id), JobState::Completing);
-    c.agent_message(&node, AgentMsg::JobCleaned { job: r0(id) }, 2);
+    c.agent_message(
+        &node,
+        AgentMsg::JobCleaned {
+            job: r0(id),
+            usage: None,
+        },
+        2,
+    );
     assert_eq!(state(&c, id), JobState::Cancelled);
 }
 
@@ -235,7 +319,14 @@ fn time_limit_turns_into_timeout() {
     );
     c.tick(60);
     assert_eq!(state(&c, id), JobState::Completing);
-    c.agent_message(&node, AgentMsg::JobCleaned { job: r0(id) }, 61);
+    c.agent_message(
+        &node,
+        AgentMsg::JobCleaned {
+            job: r0(id),
+            usage: None,
+        },
+        61,
+    );
     assert_eq!(state(&c, id), JobState::Timeout);
 }
 
@@ -511,10 +602,18 @@ fn a_node_heard_again_comes_back_and_ends_its_stale_runs() {
             job: r0(id),
             step: StepId::BATCH,
             exit: stale,
+            oom: false,
         },
         13,
     );
-    c.agent_message(&node, AgentMsg::JobCleaned { job: r0(id) }, 13);
+    c.agent_message(
+        &node,
+        AgentMsg::JobCleaned {
+            job: r0(id),
+            usage: None,
+        },
+        13,
+    );
     assert_eq!(
         state(&c, id),
         JobState::Running,
@@ -527,10 +626,18 @@ fn a_node_heard_again_comes_back_and_ends_its_stale_runs() {
             job: run1,
             step: StepId::BATCH,
             exit: ExitStatus::default(),
+            oom: false,
         },
         14,
     );
-    c.agent_message(new_node, AgentMsg::JobCleaned { job: run1 }, 14);
+    c.agent_message(
+        new_node,
+        AgentMsg::JobCleaned {
+            job: run1,
+            usage: None,
+        },
+        14,
+    );
     assert_eq!(state(&c, id), JobState::Completed);
     let _ = plain;
 }
@@ -668,7 +775,14 @@ fn a_launch_failure_names_its_step_and_node() {
         },
         1,
     );
-    c.agent_message(&node, AgentMsg::JobCleaned { job: r0(id) }, 1);
+    c.agent_message(
+        &node,
+        AgentMsg::JobCleaned {
+            job: r0(id),
+            usage: None,
+        },
+        1,
+    );
     let v = view(&c, id);
     assert_eq!(
         (v.state, v.reason),

@@ -1,0 +1,821 @@
+//! One cgroup per job per node, one below it per step: the job's CPUs
+//! (cpuset), memory limit, pids limit and GPU devices are set on the job's
+//! cgroup; every task joins its step's cgroup before it execs, so it and
+//! everything it forks stay there (setsid and double forks included: a
+//! user cannot move a process out of a root-owned cgroup). The end of a
+//! step and of a job kill what their cgroup holds, and the job's usage
+//! (CPU time, peak memory, OOM kills) is read from it before it goes.
+//!
+//! Both cgroup versions: v1 (one hierarchy per controller; this is what
+//! the CI machine has) and v2 (one unified hierarchy; device control by an
+//! eBPF program, see [`bpf`]). Layout, under the configured parent:
+//! `PARENT/NODE/job_ID.RUN/step_STEP`.
+//!
+//! The cgroup filesystem is written directly (a few files per job) rather
+//! than through cgroups-rs: its v1 `create` drops mkdir errors, its v2
+//! code assumes the unified hierarchy at `/sys/fs/cgroup` (a hybrid
+//! machine mounts it elsewhere), and the parts that matter most here
+//! (joining between fork and exec, killing through the freezer, the
+//! device program) it does not have.
+
+pub mod bpf;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use corral_proto::msg::{JobRun, StepId};
+use nix::sys::signal::Signal;
+
+pub use bpf::Denied;
+
+/// A cgroup v1 controller the agent uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Controller {
+    Cpuset,
+    Memory,
+    Pids,
+    Devices,
+    Freezer,
+    Cpuacct,
+}
+
+impl Controller {
+    pub const ALL: [Controller; 6] = [
+        Controller::Cpuset,
+        Controller::Memory,
+        Controller::Pids,
+        Controller::Devices,
+        Controller::Freezer,
+        Controller::Cpuacct,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Controller::Cpuset => "cpuset",
+            Controller::Memory => "memory",
+            Controller::Pids => "pids",
+            Controller::Devices => "devices",
+            Controller::Freezer => "freezer",
+            Controller::Cpuacct => "cpuacct",
+        }
+    }
+}
+
+/// Where the node's cgroup hierarchies are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// A mount per controller (co-mounted controllers share one path).
+    V1 { mounts: Vec<(Controller, PathBuf)> },
+    /// The unified hierarchy's mount.
+    V2 { root: PathBuf },
+}
+
+impl Layout {
+    /// What this machine has: v1 when its controllers are mounted as v1
+    /// hierarchies (a hybrid machine's `unified` mount holds none of
+    /// them), else the cgroup2 mount.
+    pub fn detect() -> Result<Layout, CgroupError> {
+        let mounts = procfs::process::Process::myself()
+            .and_then(|p| p.mountinfo())
+            .map_err(|e| CgroupError::Detect(e.to_string()))?;
+        let mut v1 = Vec::new();
+        let mut v2 = None;
+        for m in mounts.iter() {
+            match m.fs_type.as_str() {
+                "cgroup" => {
+                    for c in Controller::ALL {
+                        if m.super_options.contains_key(c.name()) {
+                            v1.push((c, m.mount_point.clone()));
+                        }
+                    }
+                }
+                "cgroup2" if v2.is_none() => v2 = Some(m.mount_point.clone()),
+                _ => {}
+            }
+        }
+        let has = |c: Controller| v1.iter().any(|(x, _)| *x == c);
+        if has(Controller::Memory) || has(Controller::Freezer) {
+            v1.sort();
+            v1.dedup_by(|a, b| a.0 == b.0);
+            return Ok(Layout::V1 { mounts: v1 });
+        }
+        match v2 {
+            Some(root) => Ok(Layout::V2 { root }),
+            None => Err(CgroupError::Detect("no cgroup hierarchy is mounted".into())),
+        }
+    }
+}
+
+/// Why a cgroup operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("finding the cgroup hierarchies: {0}")]
+    Detect(String),
+    #[error("creating cgroup {path}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing {value:?} to {path}")]
+    Write {
+        path: PathBuf,
+        value: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("reading {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cgroup device control")]
+    Devices(#[source] bpf::BpfError),
+}
+
+fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
+    fs::write(path, value).map_err(|source| CgroupError::Write {
+        path: path.to_path_buf(),
+        value: value.to_string(),
+        source,
+    })
+}
+
+fn read(path: &Path) -> Result<String, CgroupError> {
+    fs::read_to_string(path).map_err(|source| CgroupError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// A `key value` line's value in a flat-keyed cgroup file.
+fn keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+fn mkdir(path: &Path) -> Result<bool, CgroupError> {
+    match fs::create_dir(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(source) => Err(CgroupError::Create {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Parses a cpu list (`0-3,8,10-11`).
+pub fn parse_cpu_list(s: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                    out.extend(a..=b.min(a.saturating_add(1 << 16)));
+                }
+            }
+            None => out.extend(part.parse::<u32>().ok()),
+        }
+    }
+    out
+}
+
+/// Formats CPU ids as a cpu list, ranges folded.
+pub fn cpu_list(cpus: &BTreeSet<u32>) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut it = cpus.iter().copied().peekable();
+    while let Some(start) = it.next() {
+        let mut end = start;
+        while it.peek() == Some(&(end + 1)) {
+            end += 1;
+            it.next();
+        }
+        out.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+    }
+    out.join(",")
+}
+
+/// What a job may use on this node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// The CPU ids the controller allocated.
+    pub cpus: Vec<u32>,
+    /// `None`: no memory limit.
+    pub memory_bytes: Option<u64>,
+    /// The GPU devices of this node the job was not given.
+    pub denied: Vec<Denied>,
+}
+
+/// What a job used on this node, from its cgroup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub cpu_ns: u64,
+    /// Peak memory of the job's processes together.
+    pub max_rss_bytes: u64,
+}
+
+/// Descriptors of a step's `cgroup.procs` files, opened by the agent; a
+/// task's child writes `0` to each between fork and exec, which moves it
+/// into the step's cgroups before it runs anything.
+#[derive(Debug)]
+pub struct Join {
+    procs: Vec<OwnedFd>,
+}
+
+impl Join {
+    /// Moves the calling process into the step's cgroups. Only `write(2)`:
+    /// safe between fork and exec.
+    pub fn enter(&self) -> Result<(), nix::errno::Errno> {
+        for fd in &self.procs {
+            nix::unistd::write(fd, b"0")?;
+        }
+        Ok(())
+    }
+}
+
+/// The node's cgroups for jobs.
+#[derive(Debug)]
+pub struct Cgroups {
+    layout: Layout,
+    /// `PARENT/NODE`, relative to each hierarchy's mount.
+    base: PathBuf,
+    /// The CPUs jobs may be placed on (the parent's effective cpuset).
+    host_cpus: Vec<u32>,
+    /// v2: controllers enabled for jobs.
+    v2_controllers: Vec<String>,
+    pids_max: Option<u64>,
+}
+
+impl Cgroups {
+    /// Sets up `PARENT/NODE` in every hierarchy of `layout`: v1 cpusets
+    /// copy their parent's CPUs and memory nodes; v2 enables the cpuset,
+    /// memory, pids and cpu controllers down to it (those the kernel has).
+    pub fn new(
+        layout: Layout,
+        parent: &str,
+        node: &str,
+        pids_max: Option<u64>,
+    ) -> Result<Cgroups, CgroupError> {
+        let base = Path::new(parent.trim_matches('/')).join(node);
+        let mut cg = Cgroups {
+            layout,
+            base,
+            host_cpus: Vec::new(),
+            v2_controllers: Vec::new(),
+            pids_max,
+        };
+        let mut rel = PathBuf::new();
+        let parts: Vec<PathBuf> = cg.base.components().map(|c| c.as_os_str().into()).collect();
+        match &cg.layout {
+            Layout::V1 { .. } => {
+                for part in parts {
+                    rel.push(part);
+                    for dir in cg.dirs(&rel) {
+                        mkdir(&dir)?;
+                    }
+                    if let Some(dir) = cg.dir(Controller::Cpuset, &rel) {
+                        cpuset_inherit(&dir)?;
+                    }
+                }
+                if let Some(dir) = cg.dir(Controller::Cpuset, &cg.base) {
+                    cg.host_cpus = parse_cpu_list(&read(&dir.join("cpuset.effective_cpus"))?);
+                }
+            }
+            Layout::V2 { root } => {
+                let root = root.clone();
+                let available = read(&root.join("cgroup.controllers"))?;
+                let want: Vec<String> = ["cpuset", "cpu", "memory", "pids"]
+                    .into_iter()
+                    .filter(|c| available.split_whitespace().any(|a| a == *c))
+                    .map(String::from)
+                    .collect();
+                let enable: String = want
+                    .iter()
+                    .map(|c| format!("+{c}"))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let mut dir = root.clone();
+                for part in parts {
+                    if !enable.is_empty() {
+                        write(&dir.join("cgroup.subtree_control"), &enable)?;
+                    }
+                    dir.push(part);
+                    mkdir(&dir)?;
+                }
+                if !enable.is_empty() {
+                    write(&dir.join("cgroup.subtree_control"), &enable)?;
+                }
+                let effective = dir.join("cpuset.cpus.effective");
+                if want.iter().any(|c| c == "cpuset") {
+                    cg.host_cpus = parse_cpu_list(&read(&effective)?);
+                }
+                cg.v2_controllers = want;
+            }
+        }
+        if cg.host_cpus.is_empty() {
+            cg.host_cpus =
+                (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect();
+        }
+        Ok(cg)
+    }
+
+    /// Whether a controller is in use here.
+    pub fn has(&self, c: Controller) -> bool {
+        match &self.layout {
+            Layout::V1 { mounts } => mounts.iter().any(|(x, _)| *x == c),
+            Layout::V2 { .. } => match c {
+                // The unified hierarchy always has freezing, device
+                // programs and CPU accounting.
+                Controller::Devices | Controller::Freezer | Controller::Cpuacct => true,
+                _ => self.v2_controllers.iter().any(|x| x == c.name()),
+            },
+        }
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// `rel` in the hierarchy of `c` (v2: the one hierarchy).
+    fn dir(&self, c: Controller, rel: &Path) -> Option<PathBuf> {
+        match &self.layout {
+            Layout::V1 { mounts } => mounts
+                .iter()
+                .find(|(x, _)| *x == c)
+                .map(|(_, m)| m.join(rel)),
+            Layout::V2 { root } => Some(root.join(rel)),
+        }
+    }
+
+    /// `rel` in every hierarchy, each once.
+    fn dirs(&self, rel: &Path) -> Vec<PathBuf> {
+        match &self.layout {
+            Layout::V1 { mounts } => {
+                let mut v: Vec<PathBuf> = mounts.iter().map(|(_, m)| m.join(rel)).collect();
+                v.sort();
+                v.dedup();
+                v
+            }
+            Layout::V2 { root } => vec![root.join(rel)],
+        }
+    }
+
+    fn job_rel(&self, job: JobRun) -> PathBuf {
+        self.base.join(format!("job_{}.{}", job.job.0, job.run))
+    }
+
+    fn step_rel(&self, job: JobRun, step: StepId) -> PathBuf {
+        let name = if step == StepId::BATCH {
+            "step_batch".to_string()
+        } else {
+            format!("step_{}", step.0)
+        };
+        self.job_rel(job).join(name)
+    }
+
+    /// The job's cgroup in the hierarchy of `c`, if it is in use.
+    pub fn job_dir(&self, c: Controller, job: JobRun) -> Option<PathBuf> {
+        self.has(c)
+            .then(|| self.dir(c, &self.job_rel(job)))
+            .flatten()
+    }
+
+    /// The job's cgroup path in the first hierarchy (for tests and logs).
+    pub fn job_path(&self, job: JobRun) -> PathBuf {
+        self.dirs(&self.job_rel(job)).swap_remove(0)
+    }
+
+    /// The cpuset for allocated CPU ids: each id on the host CPU of the
+    /// same rank, wrapping when a node declares more CPUs than the host
+    /// has (simulated nodes on one machine).
+    pub fn cpuset_for(&self, allocated: &[u32]) -> String {
+        let host = &self.host_cpus;
+        let set: BTreeSet<u32> = allocated
+            .iter()
+            .map(|&i| host[i as usize % host.len()])
+            .collect();
+        cpu_list(&set)
+    }
+
+    /// Creates the job's cgroup with its limits, unless it exists (a later
+    /// step of the same run).
+    pub fn create_job(&self, job: JobRun, limits: &Limits) -> Result<(), CgroupError> {
+        let rel = self.job_rel(job);
+        let mut created = false;
+        for dir in self.dirs(&rel) {
+            created |= mkdir(&dir)?;
+        }
+        if !created {
+            return Ok(());
+        }
+        let cpus = self.cpuset_for(&limits.cpus);
+        let result = match &self.layout {
+            Layout::V1 { .. } => self.limit_v1(&rel, &cpus, limits),
+            Layout::V2 { .. } => self.limit_v2(&rel, &cpus, limits),
+        };
+        if result.is_err() {
+            self.remove(&rel);
+        }
+        result
+    }
+
+    fn limit_v1(&self, rel: &Path, cpus: &str, limits: &Limits) -> Result<(), CgroupError> {
+        if let Some(dir) = self.dir(Controller::Cpuset, rel) {
+            write(&dir.join("cpuset.cpus"), cpus)?;
+            let mems = read(&dir.join("../cpuset.mems"))?;
+            write(&dir.join("cpuset.mems"), mems.trim())?;
+        }
+        if let (Some(dir), Some(bytes)) = (self.dir(Controller::Memory, rel), limits.memory_bytes) {
+            write(&dir.join("memory.limit_in_bytes"), &bytes.to_string())?;
+            // Swap counts too, where the kernel accounts it.
+            let memsw = dir.join("memory.memsw.limit_in_bytes");
+            if memsw.exists() {
+                write(&memsw, &bytes.to_string())?;
+            }
+        }
+        if let (Some(dir), Some(max)) = (self.dir(Controller::Pids, rel), self.pids_max) {
+            write(&dir.join("pids.max"), &max.to_string())?;
+        }
+        if let Some(dir) = self.dir(Controller::Devices, rel) {
+            for d in &limits.denied {
+                write(
+                    &dir.join("devices.deny"),
+                    &format!("c {}:{} rwm", d.major, d.minor),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn limit_v2(&self, rel: &Path, cpus: &str, limits: &Limits) -> Result<(), CgroupError> {
+        let Layout::V2 { root } = &self.layout else {
+            return Ok(());
+        };
+        let dir = root.join(rel);
+        if self.has(Controller::Cpuset) {
+            write(&dir.join("cpuset.cpus"), cpus)?;
+        }
+        if let (true, Some(bytes)) = (self.has(Controller::Memory), limits.memory_bytes) {
+            write(&dir.join("memory.max"), &bytes.to_string())?;
+            let swap = dir.join("memory.swap.max");
+            if swap.exists() {
+                write(&swap, "0")?;
+            }
+        }
+        if let (true, Some(max)) = (self.has(Controller::Pids), self.pids_max) {
+            write(&dir.join("pids.max"), &max.to_string())?;
+        }
+        if !limits.denied.is_empty() {
+            let fd = fs::File::open(&dir).map_err(|source| CgroupError::Read {
+                path: dir.clone(),
+                source,
+            })?;
+            bpf::attach(&fd, &limits.denied).map_err(CgroupError::Devices)?;
+        }
+        Ok(())
+    }
+
+    /// Creates a step's cgroup (in its job's, which must exist) and opens
+    /// what its tasks need to join it.
+    pub fn create_step(&self, job: JobRun, step: StepId) -> Result<Join, CgroupError> {
+        let rel = self.step_rel(job, step);
+        let mut procs = Vec::new();
+        for dir in self.dirs(&rel) {
+            mkdir(&dir)?;
+            if self.dir(Controller::Cpuset, &rel).as_ref() == Some(&dir)
+                && matches!(self.layout, Layout::V1 { .. })
+            {
+                cpuset_inherit(&dir)?;
+            }
+            let path = dir.join("cgroup.procs");
+            let fd = fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|source| CgroupError::Read { path, source })?;
+            procs.push(OwnedFd::from(fd));
+        }
+        Ok(Join { procs })
+    }
+
+    /// Pids in the cgroup `rel` and below.
+    fn pids(&self, rel: &Path) -> Vec<i32> {
+        let Some(top) = self.dir(self.kill_controller(), rel) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut stack = vec![top];
+        while let Some(dir) = stack.pop() {
+            if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+                out.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+            }
+            if let Ok(entries) = fs::read_dir(&dir) {
+                stack.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+        out
+    }
+
+    /// The hierarchy whose membership kills go by: the freezer's (v1).
+    fn kill_controller(&self) -> Controller {
+        if self.has(Controller::Freezer) {
+            Controller::Freezer
+        } else {
+            Controller::Pids
+        }
+    }
+
+    /// Kills every process in `rel` and below and waits (up to `wait`)
+    /// for them to be gone. Freezes first so nothing forks between the
+    /// listing and the kill; v2 uses `cgroup.kill` where the kernel has it.
+    /// True when the cgroup is empty.
+    fn kill(&self, rel: &Path, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        let Some(dir) = self.dir(self.kill_controller(), rel) else {
+            return true;
+        };
+        let v2 = matches!(self.layout, Layout::V2 { .. });
+        loop {
+            if self.pids(rel).is_empty() {
+                return true;
+            }
+            if v2 && dir.join("cgroup.kill").exists() {
+                let _ = fs::write(dir.join("cgroup.kill"), "1");
+            } else {
+                let (file, frozen, thawed) = if v2 {
+                    ("cgroup.freeze", "1", "0")
+                } else {
+                    ("freezer.state", "FROZEN", "THAWED")
+                };
+                let freeze =
+                    self.has(Controller::Freezer) && fs::write(dir.join(file), frozen).is_ok();
+                if freeze && !v2 {
+                    // FREEZING until every task has stopped.
+                    let until = Instant::now() + Duration::from_millis(100);
+                    while fs::read_to_string(dir.join(file)).is_ok_and(|s| s.trim() != "FROZEN")
+                        && Instant::now() < until
+                    {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+                for pid in self.pids(rel) {
+                    let _ =
+                        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+                }
+                if freeze {
+                    let _ = fs::write(dir.join(file), thawed);
+                }
+            }
+            if Instant::now() >= deadline {
+                return self.pids(rel).is_empty();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Removes `rel` and what is below it, deepest first, in every
+    /// hierarchy. A cgroup still busy stays (and is logged).
+    fn remove(&self, rel: &Path) {
+        for top in self.dirs(rel) {
+            let mut dirs = vec![top.clone()];
+            let mut i = 0;
+            while i < dirs.len() {
+                if let Ok(entries) = fs::read_dir(&dirs[i]) {
+                    dirs.extend(
+                        entries
+                            .flatten()
+                            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                            .map(|e| e.path()),
+                    );
+                }
+                i += 1;
+            }
+            for dir in dirs.iter().rev() {
+                let mut tries = 0;
+                loop {
+                    match fs::remove_dir(dir) {
+                        Ok(()) => break,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                        // Processes that were just killed leave a moment later.
+                        Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) && tries < 200 => {
+                            tries += 1;
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        Err(e) => {
+                            tracing::warn!(cgroup = %dir.display(), error = %e, "cgroup left behind");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Kills what is left of a step and removes its cgroup.
+    pub fn end_step(&self, job: JobRun, step: StepId) {
+        let rel = self.step_rel(job, step);
+        if !self.kill(&rel, Duration::from_secs(5)) {
+            tracing::warn!(job = %job.job, step = %step, "processes of the step survived SIGKILL");
+        }
+        self.remove(&rel);
+    }
+
+    /// Kills every process of the job's run here (all steps).
+    pub fn kill_job(&self, job: JobRun) -> bool {
+        self.kill(&self.job_rel(job), Duration::from_secs(5))
+    }
+
+    /// Kills what is left of the job, reads its usage, removes its cgroup.
+    pub fn end_job(&self, job: JobRun) -> Usage {
+        let rel = self.job_rel(job);
+        self.kill(&rel, Duration::from_secs(5));
+        let usage = self.usage(job);
+        self.remove(&rel);
+        usage
+    }
+
+    /// Processes of the job the kernel killed for memory, so far, in the
+    /// job's cgroups that still exist. v1 counts a kill in the cgroup of
+    /// the process killed (its step's), so the job's and its steps' counts
+    /// are summed; v2's `memory.events` of the job already includes its
+    /// steps'. Ask before a step's cgroup is removed.
+    pub fn oom_kills(&self, job: JobRun) -> u64 {
+        let rel = self.job_rel(job);
+        let Some(dir) = self.dir(Controller::Memory, &rel) else {
+            return 0;
+        };
+        let count = |dir: &Path, file: &str| {
+            fs::read_to_string(dir.join(file))
+                .ok()
+                .and_then(|t| keyed(&t, "oom_kill"))
+                .unwrap_or(0)
+        };
+        match self.layout {
+            Layout::V2 { .. } => count(&dir, "memory.events"),
+            Layout::V1 { .. } => {
+                let steps = fs::read_dir(&dir).into_iter().flatten().flatten();
+                let steps = steps
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| count(&e.path(), "memory.oom_control"));
+                count(&dir, "memory.oom_control") + steps.sum::<u64>()
+            }
+        }
+    }
+
+    /// The job's usage so far.
+    pub fn usage(&self, job: JobRun) -> Usage {
+        let rel = self.job_rel(job);
+        let text = |c: Controller, file: &str| {
+            self.dir(c, &rel)
+                .and_then(|d| fs::read_to_string(d.join(file)).ok())
+        };
+        let (cpu_ns, max_rss_bytes) = match self.layout {
+            Layout::V1 { .. } => (
+                text(Controller::Cpuacct, "cpuacct.usage")
+                    .and_then(|t| t.trim().parse().ok())
+                    .unwrap_or(0),
+                text(Controller::Memory, "memory.max_usage_in_bytes")
+                    .and_then(|t| t.trim().parse().ok())
+                    .unwrap_or(0),
+            ),
+            Layout::V2 { .. } => (
+                text(Controller::Cpuacct, "cpu.stat")
+                    .and_then(|t| keyed(&t, "usage_usec"))
+                    .map_or(0, |us| us.saturating_mul(1000)),
+                text(Controller::Memory, "memory.peak")
+                    .and_then(|t| t.trim().parse().ok())
+                    .unwrap_or(0),
+            ),
+        };
+        Usage {
+            cpu_ns,
+            max_rss_bytes,
+        }
+    }
+
+    /// Every job cgroup left under this node (an agent that died left
+    /// them): killed and removed at start.
+    pub fn sweep(&self) {
+        for top in self.dirs(&self.base) {
+            let Ok(entries) = fs::read_dir(&top) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    let rel = self.base.join(e.file_name());
+                    self.kill(&rel, Duration::from_secs(5));
+                    self.remove(&rel);
+                }
+            }
+        }
+    }
+
+    /// Kills every job here and removes this node's cgroup, and its
+    /// parents where empty (an agent leaving the cluster).
+    pub fn remove_all(&self) {
+        self.sweep();
+        let mut rel = self.base.clone();
+        loop {
+            for dir in self.dirs(&rel) {
+                let _ = fs::remove_dir(dir);
+            }
+            if !rel.pop() || rel.as_os_str().is_empty() {
+                break;
+            }
+        }
+    }
+}
+
+/// A new v1 cpuset has no CPUs and no memory nodes: it copies its
+/// parent's.
+fn cpuset_inherit(dir: &Path) -> Result<(), CgroupError> {
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let mine = read(&dir.join(file))?;
+        if mine.trim().is_empty() {
+            let parent = read(&dir.join("..").join(file))?;
+            write(&dir.join(file), parent.trim())?;
+        }
+    }
+    Ok(())
+}
+
+/// Raw descriptor numbers of a [`Join`] (tests).
+impl Join {
+    pub fn fds(&self) -> Vec<i32> {
+        self.procs.iter().map(|f| f.as_raw_fd()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_round_trip() {
+        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), [0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(parse_cpu_list(""), Vec::<u32>::new());
+        let set: BTreeSet<u32> = [0, 1, 2, 3, 8, 10, 11].into();
+        assert_eq!(cpu_list(&set), "0-3,8,10-11");
+        assert_eq!(cpu_list(&BTreeSet::new()), "");
+    }
+
+    #[test]
+    fn keyed_files_are_read_by_key() {
+        let t = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n";
+        assert_eq!(keyed(t, "oom_kill"), Some(3));
+        assert_eq!(keyed(t, "missing"), None);
+    }
+
+    fn fake(host: &[u32]) -> Cgroups {
+        Cgroups {
+            layout: Layout::V2 {
+                root: "/nonexistent".into(),
+            },
+            base: "corral/n0".into(),
+            host_cpus: host.to_vec(),
+            v2_controllers: Vec::new(),
+            pids_max: None,
+        }
+    }
+
+    #[test]
+    fn allocated_cpus_map_onto_the_hosts_and_wrap() {
+        let cg = fake(&[0, 1, 4, 5]);
+        assert_eq!(cg.cpuset_for(&[0, 1]), "0-1");
+        assert_eq!(cg.cpuset_for(&[2, 3]), "4-5");
+        // A simulated node with more CPUs than the host wraps around.
+        assert_eq!(cg.cpuset_for(&[5, 6]), "1,4");
+    }
+
+    #[test]
+    fn paths_name_job_run_and_step() {
+        let cg = fake(&[0]);
+        let job = JobRun {
+            job: corral_proto::msg::JobId(42),
+            run: 1,
+        };
+        assert_eq!(
+            cg.step_rel(job, StepId::BATCH),
+            Path::new("corral/n0/job_42.1/step_batch")
+        );
+        assert_eq!(
+            cg.step_rel(job, StepId(3)),
+            Path::new("corral/n0/job_42.1/step_3")
+        );
+    }
+}

@@ -1,0 +1,377 @@
+//! Jobs in real cgroups, as root, on whatever hierarchy the machine has
+//! (v1 on CI), plus the v2 device program wherever a cgroup2 hierarchy
+//! is mounted and writable (CI's hybrid `unified` mount holds no
+//! controllers, but device programs attach to it all the same). Without
+//! root each test says SKIPPED and checks nothing.
+//!
+//! Tasks start through the agent's own launcher, joining their step's
+//! cgroup between fork and exec, exactly as jobs do.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use corral_agent::cgroup::{Cgroups, Controller, Denied, Layout, Limits};
+use corral_agent::launch::{Io, Launcher, ProcessLauncher, TaskSpec};
+use corral_proto::msg::{Ident, JobId, JobRun, StepId};
+
+fn root_or_skip(test: &str) -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        println!("SKIPPED (needs root): {test}");
+    }
+    root
+}
+
+/// A node's cgroups under a parent of the test's own, removed after.
+struct Node {
+    cg: Cgroups,
+}
+
+impl Node {
+    fn new(test: &str, layout: Layout, pids_max: Option<u64>) -> Node {
+        let parent = format!("corral-test-{}-{test}", std::process::id());
+        let cg = Cgroups::new(layout, &parent, "n0", pids_max).expect("the node's cgroups");
+        Node { cg }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.cg.remove_all();
+    }
+}
+
+fn run(job: u64) -> JobRun {
+    JobRun {
+        job: JobId(job),
+        run: 0,
+    }
+}
+
+fn me() -> Ident {
+    Ident {
+        uid: nix::unistd::geteuid().as_raw(),
+        gid: nix::unistd::getegid().as_raw(),
+    }
+}
+
+/// Runs `script` with `sh -c` in the step's cgroup, output to `out`;
+/// returns its wait status once it exits (or after `secs`).
+fn sh(
+    node: &Node,
+    job: JobRun,
+    step: StepId,
+    script: &str,
+    out: &Path,
+    secs: u64,
+) -> std::process::ExitStatus {
+    let join = node.cg.create_step(job, step).expect("step cgroup");
+    let spec = TaskSpec {
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        env: vec![("PATH".into(), "/usr/bin:/bin:/usr/sbin:/sbin".into())],
+        cwd: "/".into(),
+        user: me(),
+        stdin: Io::Null,
+        stdout: Io::Path(out.to_path_buf()),
+        stderr: Io::Path(out.to_path_buf()),
+        jail: None,
+        groups: None,
+        cgroup: Some(Arc::new(join)),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut child = ProcessLauncher.spawn(spec).expect("spawn");
+        tokio::time::timeout(Duration::from_secs(secs), child.wait())
+            .await
+            .expect("the task ends in time")
+            .expect("wait")
+    })
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie is dead: only its parent's wait is left.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with(|c| c != 'Z'))
+        })
+        .unwrap_or(false)
+}
+
+fn limits(cpus: &[u32]) -> Limits {
+    Limits {
+        cpus: cpus.to_vec(),
+        memory_bytes: Some(256 << 20),
+        denied: Vec::new(),
+    }
+}
+
+#[test]
+fn a_double_forked_daemon_stays_in_the_cgroup_and_dies_with_its_step() {
+    if !root_or_skip("a_double_forked_daemon_stays_in_the_cgroup_and_dies_with_its_step") {
+        return;
+    }
+    let node = Node::new("daemon", Layout::detect().expect("cgroups"), None);
+    let dir = tempfile::tempdir().expect("dir");
+    let (job, step) = (run(1), StepId::BATCH);
+    node.cg.create_job(job, &limits(&[0])).expect("job cgroup");
+    let pidfile = dir.path().join("pid");
+    // The daemon leaves the task's session and process group.
+    let script = format!(
+        "setsid sh -c 'sleep 300 & echo $! > {}' ; exit 0",
+        pidfile.display()
+    );
+    let st = sh(&node, job, step, &script, &dir.path().join("out"), 10);
+    assert!(st.success(), "{st:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let pid = loop {
+        if let Some(p) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the daemon never started");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(alive(pid), "the daemon outlives its parent");
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("its cgroups");
+    assert!(
+        cgroups.contains("/n0/job_1.0/step_batch"),
+        "the daemon is still in the step's cgroup: {cgroups}"
+    );
+    node.cg.end_step(job, step);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "the daemon survived its step");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(node.cg.oom_kills(job), 0);
+    node.cg.end_job(job);
+    assert!(!node.cg.job_path(job).exists(), "the job's cgroup is gone");
+}
+
+#[test]
+fn a_memory_hog_is_killed_at_the_limit_and_counted_as_oom() {
+    if !root_or_skip("a_memory_hog_is_killed_at_the_limit_and_counted_as_oom") {
+        return;
+    }
+    let node = Node::new("oom", Layout::detect().expect("cgroups"), None);
+    let dir = tempfile::tempdir().expect("dir");
+    let job = run(2);
+    let mut l = limits(&[0]);
+    l.memory_bytes = Some(32 << 20);
+    node.cg.create_job(job, &l).expect("job cgroup");
+    // tail keeps every byte of a file with no newline: it grows until the
+    // kernel kills it.
+    let st = sh(
+        &node,
+        job,
+        StepId(0),
+        "exec tail /dev/zero",
+        &dir.path().join("out"),
+        60,
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(9), "killed by the OOM killer: {st:?}");
+    assert!(node.cg.oom_kills(job) >= 1);
+    node.cg.end_step(job, StepId(0));
+    let usage = node.cg.end_job(job);
+    assert!(
+        usage.max_rss_bytes > 16 << 20 && usage.max_rss_bytes <= 33 << 20,
+        "peak memory near the limit: {}",
+        usage.max_rss_bytes
+    );
+    assert!(usage.cpu_ns > 0);
+}
+
+#[test]
+fn a_fork_bomb_stops_at_the_pids_limit() {
+    if !root_or_skip("a_fork_bomb_stops_at_the_pids_limit") {
+        return;
+    }
+    let node = Node::new("pids", Layout::detect().expect("cgroups"), Some(16));
+    let dir = tempfile::tempdir().expect("dir");
+    let job = run(3);
+    node.cg.create_job(job, &limits(&[0])).expect("job cgroup");
+    let out = dir.path().join("out");
+    let pids = node
+        .cg
+        .job_dir(Controller::Pids, job)
+        .expect("pids controller");
+    // Fifty sleepers from a subshell (which dies when a fork fails, as
+    // sh does), then shell builtins only.
+    let script = format!(
+        "(i=0; while [ $i -lt 50 ]; do sleep 30 & i=$((i+1)); done) 2>/dev/null; \
+         read n < {}/pids.current; echo current $n",
+        pids.display()
+    );
+    let st = sh(&node, job, StepId(0), &script, &out, 30);
+    let text = std::fs::read_to_string(&out).expect("output");
+    assert!(st.success(), "{st:?}: {text}");
+    let number = |prefix: &str| -> u32 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix:?} in {text:?}"))
+    };
+    // The shell and the sleepers that got a pid: forks stopped at 16.
+    let current = number("current ");
+    assert!(
+        (8..=16).contains(&current),
+        "forks stopped at the limit: {current} processes"
+    );
+    node.cg.end_step(job, StepId(0));
+    node.cg.end_job(job);
+}
+
+#[test]
+fn a_task_runs_on_its_jobs_cpus_only() {
+    if !root_or_skip("a_task_runs_on_its_jobs_cpus_only") {
+        return;
+    }
+    let node = Node::new("cpus", Layout::detect().expect("cgroups"), None);
+    let dir = tempfile::tempdir().expect("dir");
+    let job = run(4);
+    node.cg.create_job(job, &limits(&[1])).expect("job cgroup");
+    let out = dir.path().join("out");
+    let st = sh(
+        &node,
+        job,
+        StepId(0),
+        "grep Cpus_allowed_list /proc/self/status",
+        &out,
+        10,
+    );
+    assert!(st.success());
+    let text = std::fs::read_to_string(&out).expect("output");
+    let want = node.cg.cpuset_for(&[1]);
+    assert_eq!(
+        text.split_whitespace().nth(1),
+        Some(want.as_str()),
+        "{text}"
+    );
+    node.cg.end_step(job, StepId(0));
+    node.cg.end_job(job);
+}
+
+/// Makes `nvidia0` and `nvidia1` (major 195) in `dir`. No driver is
+/// loaded, so an allowed open fails with ENXIO or ENODEV and a denied one
+/// with EPERM: the errors tell the two apart.
+fn fake_gpus(dir: &Path) -> Vec<PathBuf> {
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    (0..2)
+        .map(|i| {
+            let p = dir.join(format!("nvidia{i}"));
+            mknod(
+                &p,
+                SFlag::S_IFCHR,
+                Mode::from_bits_truncate(0o666),
+                makedev(195, i),
+            )
+            .expect("mknod");
+            assert!(std::fs::metadata(&p)
+                .expect("node")
+                .file_type()
+                .is_char_device());
+            p
+        })
+        .collect()
+}
+
+/// A job given GPU 1 of two: what opening each device says.
+fn open_gpus(node: &Node, job: JobRun) -> String {
+    let dir = tempfile::tempdir().expect("dir");
+    let devs = fake_gpus(dir.path());
+    let mut l = limits(&[0]);
+    l.denied = vec![Denied {
+        major: 195,
+        minor: 0,
+    }];
+    node.cg.create_job(job, &l).expect("job cgroup");
+    let out = dir.path().join("out");
+    let script = format!(
+        "for d in {} {}; do dd if=$d of=/dev/null count=1; done",
+        devs[0].display(),
+        devs[1].display()
+    );
+    sh(node, job, StepId(0), &script, &out, 10);
+    node.cg.end_step(job, StepId(0));
+    node.cg.end_job(job);
+    std::fs::read_to_string(&out).expect("output")
+}
+
+fn assert_only_gpu1_opens(text: &str) {
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("nvidia")).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].contains("Operation not permitted"), "{text}");
+    assert!(
+        lines[1].contains("No such device"),
+        "the allowed GPU gets past the cgroup to the (absent) driver: {text}"
+    );
+}
+
+#[test]
+fn a_job_opens_its_own_gpu_and_gets_eperm_on_another() {
+    if !root_or_skip("a_job_opens_its_own_gpu_and_gets_eperm_on_another") {
+        return;
+    }
+    let layout = Layout::detect().expect("cgroups");
+    let node = Node::new("gpus", layout, None);
+    assert_only_gpu1_opens(&open_gpus(&node, run(5)));
+}
+
+/// The cgroup2 mount, where one is writable.
+fn cgroup2_root() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(2) == Some(&"cgroup2") && f.get(3).is_some_and(|o| o.starts_with("rw")))
+            .then(|| PathBuf::from(f[1]))
+    })
+}
+
+#[test]
+fn the_v2_device_program_denies_other_gpus_and_cgroup_kill_empties_a_step() {
+    let test = "the_v2_device_program_denies_other_gpus_and_cgroup_kill_empties_a_step";
+    if !root_or_skip(test) {
+        return;
+    }
+    let Some(root) = cgroup2_root() else {
+        println!("SKIPPED (no writable cgroup2 hierarchy): {test}");
+        return;
+    };
+    let node = Node::new("v2", Layout::V2 { root }, None);
+    assert_only_gpu1_opens(&open_gpus(&node, run(6)));
+    // A daemon in a v2 step goes with it too.
+    let dir = tempfile::tempdir().expect("dir");
+    let job = run(7);
+    let mut l = limits(&[0]);
+    l.memory_bytes = None;
+    node.cg.create_job(job, &l).expect("job cgroup");
+    let pidfile = dir.path().join("pid");
+    let script = format!(
+        "setsid sh -c 'sleep 300 & echo $! > {}'; exit 0",
+        pidfile.display()
+    );
+    sh(&node, job, StepId(0), &script, &dir.path().join("out"), 10);
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    assert!(alive(pid));
+    node.cg.end_step(job, StepId(0));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "the daemon survived its v2 step");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    node.cg.end_job(job);
+}
