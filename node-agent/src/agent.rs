@@ -51,7 +51,8 @@ pub struct AgentConfig {
     /// Where GPU health readings come from, and the checks on them.
     pub gpu_health: Option<(Arc<dyn crate::gpu::GpuBackend>, crate::health::GpuChecks)>,
     /// Put each job in its own cgroup (`None`: no limits, processes
-    /// tracked by their process groups only).
+    /// tracked by their process groups only, unless
+    /// [`Agent::use_cgroups`] is called before the agent connects).
     pub cgroups: Option<Arc<crate::cgroup::Cgroups>>,
 }
 
@@ -136,6 +137,8 @@ pub struct Agent {
     seen_as: Mutex<Option<std::net::IpAddr>>,
     /// ctld has removed the node (after `leave`).
     farewell: tokio::sync::Notify,
+    /// The node's job cgroups, once set up.
+    cgroups: std::sync::OnceLock<Arc<crate::cgroup::Cgroups>>,
 }
 
 impl Agent {
@@ -157,6 +160,10 @@ impl Agent {
                 })?;
             }
         }
+        let cgroups_once = std::sync::OnceLock::new();
+        if let Some(cg) = cfg.cgroups.clone() {
+            let _ = cgroups_once.set(cg);
+        }
         Ok(Arc::new(Agent {
             cfg,
             minter,
@@ -169,7 +176,19 @@ impl Agent {
             procs: Mutex::new(ProcTable::default()),
             seen_as: Mutex::new(None),
             farewell: tokio::sync::Notify::new(),
+            cgroups: cgroups_once,
         }))
+    }
+
+    /// Puts jobs in these cgroups from now on (set up once the agent
+    /// itself has started, so a mistaken start leaves none behind). False
+    /// if the agent already has cgroups.
+    pub fn use_cgroups(&self, cg: Arc<crate::cgroup::Cgroups>) -> bool {
+        self.cgroups.set(cg).is_ok()
+    }
+
+    fn cgroups(&self) -> Option<Arc<crate::cgroup::Cgroups>> {
+        self.cgroups.get().cloned()
     }
 
     /// Where other nodes reach this one, once ctld has said.
@@ -353,7 +372,7 @@ impl Agent {
                 }
             }
             // And what left its process group (setsid, double forks).
-            if let Some(cg) = me.cfg.cgroups.clone() {
+            if let Some(cg) = me.cgroups() {
                 let _ = tokio::task::spawn_blocking(move || cg.kill_job(job)).await;
             }
         });
@@ -423,15 +442,13 @@ impl Agent {
     /// Nothing of the run is left here: what its cgroup still holds is
     /// killed, its usage read, and ctld told.
     fn job_cleaned(self: &Arc<Self>, job: JobRun) {
-        let Some(cg) = self.cfg.cgroups.clone() else {
+        let Some(cg) = self.cgroups() else {
             self.send_up(AgentMsg::JobCleaned { job, usage: None });
             return;
         };
         let me = self.clone();
-        tokio::spawn(async move {
-            let u = tokio::task::spawn_blocking(move || cg.end_job(job))
-                .await
-                .unwrap_or_default();
+        tokio::task::spawn_blocking(move || {
+            let u = cg.finish_job(job);
             let usage = corral_proto::msg::JobUsage {
                 cpu_ms: u.cpu_ns / 1_000_000,
                 max_rss_kb: u.max_rss_bytes / 1024,
@@ -440,17 +457,18 @@ impl Agent {
                 job,
                 usage: Some(usage),
             });
+            cg.remove_job(job);
         });
     }
 
     /// Creates the step's cgroup (and its job's, with the job's limits,
     /// for its first step here); returns what tasks need to join it and
-    /// the job's OOM kills so far.
+    /// the baseline its end compares OOM kills with.
     async fn step_cgroup(
         &self,
         l: &Launch,
     ) -> Result<Option<(Arc<crate::cgroup::Join>, u64)>, StepError> {
-        let Some(cg) = self.cfg.cgroups.clone() else {
+        let Some(cg) = self.cgroups() else {
             return Ok(None);
         };
         let limits = self.limits(l);
@@ -526,14 +544,12 @@ impl Agent {
         };
         // What the step left behind goes with it.
         let (job, step) = (l.job_run(), l.step);
-        let oom = match (cgroup, self.cfg.cgroups.clone()) {
-            (Some((_, before)), Some(cg)) => tokio::task::spawn_blocking(move || {
-                let oom = cg.oom_kills(job) > before;
-                cg.end_step(job, step);
-                oom
-            })
-            .await
-            .unwrap_or(false),
+        let oom = match (cgroup, self.cgroups()) {
+            (Some((_, before)), Some(cg)) => {
+                tokio::task::spawn_blocking(move || cg.end_step(job, step, before))
+                    .await
+                    .unwrap_or(false)
+            }
             _ => false,
         };
         result.map(|exit| (exit, oom))
@@ -623,7 +639,7 @@ impl Agent {
                 signal_group(g, Signal::SIGKILL);
             }
         }
-        if let Some(cg) = &self.cfg.cgroups {
+        if let Some(cg) = self.cgroups() {
             cg.remove_all();
         }
     }

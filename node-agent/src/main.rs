@@ -110,14 +110,19 @@ enum CgroupMode {
 
 /// The node's job cgroups as `--cgroups` asks; stale ones of an agent
 /// that died are killed and removed.
-fn cgroups(args: &Args, node: &str) -> anyhow::Result<Option<Arc<Cgroups>>> {
+fn cgroups(
+    mode: CgroupMode,
+    parent: &str,
+    pids_max: u64,
+    node: &str,
+) -> anyhow::Result<Option<Arc<Cgroups>>> {
     let root = nix::unistd::geteuid().is_root();
-    if args.cgroups == CgroupMode::Off || (args.cgroups == CgroupMode::Auto && !root) {
+    if mode == CgroupMode::Off || (mode == CgroupMode::Auto && !root) {
         return Ok(None);
     }
-    let pids = (args.cgroup_pids_max > 0).then_some(args.cgroup_pids_max);
-    let made = Layout::detect().and_then(|l| Cgroups::new(l, &args.cgroup_parent, node, pids));
-    match (made, args.cgroups) {
+    let pids = (pids_max > 0).then_some(pids_max);
+    let made = Layout::detect().and_then(|l| Cgroups::new(l, parent, node, pids));
+    match (made, mode) {
         (Ok(cg), _) => {
             cg.sweep();
             tracing::info!(layout = ?cg.layout(), "jobs run in cgroups");
@@ -184,7 +189,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let layout = Layout::detect().context("finding the cgroups")?;
             Cgroups::new(layout, &args.cgroup_parent, "", None)
                 .context("opening the cgroups")?
-                .remove_all();
+                .remove_cluster();
         }
         return Ok(());
     }
@@ -200,7 +205,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let inventory = gpus.gpus()?;
     let checks = corral_agent::health::GpuChecks::new(inventory.len());
-    let cgroups = cgroups(&args, &name)?;
+    let (cg_mode, cg_parent) = (args.cgroups, args.cgroup_parent.clone());
     let cfg = AgentConfig {
         certs: CertFiles::in_dir(&args.certs, &name),
         name,
@@ -214,7 +219,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         launcher: Arc::new(ProcessLauncher),
         no_exec: args.no_exec,
         gpu_health: Some((gpus, checks)),
-        cgroups,
+        cgroups: None,
         jail: match args.jail {
             Some(root) => {
                 let bin = match args.jail_bin {
@@ -235,6 +240,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         },
     };
     let agent = Agent::new(cfg).context("starting agent")?;
+    if let Some(cg) = cgroups(cg_mode, &cg_parent, args.cgroup_pids_max, agent.name())? {
+        agent.use_cgroups(cg);
+    }
     let listener = local::bind(&args.socket)?;
     let limits = local::LocalLimits::for_fd_limit(raise_fd_limit());
     tokio::spawn(local::serve(agent.clone(), listener, limits));
@@ -245,7 +253,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("watching for SIGTERM")?;
     tokio::select! {
-        r = control => r.context("the control session")??,
+        r = control => {
+            agent.kill_all();
+            r.context("the control session")??
+        }
         _ = term.recv() => {
             tracing::info!("SIGTERM: leaving the cluster");
             agent.leave(std::time::Duration::from_secs(args.leave_grace)).await;

@@ -143,10 +143,10 @@ fn a_double_forked_daemon_stays_in_the_cgroup_and_dies_with_its_step() {
     assert!(alive(pid), "the daemon outlives its parent");
     let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("its cgroups");
     assert!(
-        cgroups.contains("/n0/job_1.0/step_batch"),
+        cgroups.contains("/n0/job_1.0/step_batch") && cgroups.contains(":memory:/corral-test"),
         "the daemon is still in the step's cgroup: {cgroups}"
     );
-    node.cg.end_step(job, step);
+    assert!(!node.cg.end_step(job, step, 0), "no OOM kill");
     let deadline = Instant::now() + Duration::from_secs(5);
     while alive(pid) {
         assert!(Instant::now() < deadline, "the daemon survived its step");
@@ -181,7 +181,7 @@ fn a_memory_hog_is_killed_at_the_limit_and_counted_as_oom() {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(st.signal(), Some(9), "killed by the OOM killer: {st:?}");
     assert!(node.cg.oom_kills(job) >= 1);
-    node.cg.end_step(job, StepId(0));
+    assert!(node.cg.end_step(job, StepId(0), 0), "the step's OOM kill");
     let usage = node.cg.end_job(job);
     assert!(
         usage.max_rss_bytes > 16 << 20 && usage.max_rss_bytes <= 33 << 20,
@@ -227,7 +227,7 @@ fn a_fork_bomb_stops_at_the_pids_limit() {
         (8..=16).contains(&current),
         "forks stopped at the limit: {current} processes"
     );
-    node.cg.end_step(job, StepId(0));
+    node.cg.end_step(job, StepId(0), 0);
     node.cg.end_job(job);
 }
 
@@ -257,7 +257,7 @@ fn a_task_runs_on_its_jobs_cpus_only() {
         Some(want.as_str()),
         "{text}"
     );
-    node.cg.end_step(job, StepId(0));
+    node.cg.end_step(job, StepId(0), 0);
     node.cg.end_job(job);
 }
 
@@ -302,7 +302,7 @@ fn open_gpus(node: &Node, job: JobRun) -> String {
         devs[1].display()
     );
     sh(node, job, StepId(0), &script, &out, 10);
-    node.cg.end_step(job, StepId(0));
+    node.cg.end_step(job, StepId(0), 0);
     node.cg.end_job(job);
     std::fs::read_to_string(&out).expect("output")
 }
@@ -367,7 +367,7 @@ fn the_v2_device_program_denies_other_gpus_and_cgroup_kill_empties_a_step() {
         .parse()
         .expect("a pid");
     assert!(alive(pid));
-    node.cg.end_step(job, StepId(0));
+    node.cg.end_step(job, StepId(0), 0);
     let deadline = Instant::now() + Duration::from_secs(5);
     while alive(pid) {
         assert!(Instant::now() < deadline, "the daemon survived its v2 step");

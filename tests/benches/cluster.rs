@@ -149,8 +149,26 @@ fn benches(c: &mut Criterion) {
              (+{:.1} ms at the median)",
             j50 - p50
         );
+        drop(jailed);
+        // With and without the job's cgroup (as root every job gets one),
+        // on one-node clusters alike.
+        let one = |cgroups| {
+            let env = Env::start(Opts {
+                nodes: 1,
+                cgroups,
+                ..Opts::default()
+            });
+            srun_percentiles(&env)
+        };
+        let (c50, c99) = one(true);
+        let (n50, n99) = one(false);
+        println!(
+            "srun -N1 true on one node, with cgroups: p50 {c50:.1} ms, p99 {c99:.1} ms; \
+             without: p50 {n50:.1} ms, p99 {n99:.1} ms (+{:.1} ms at the median)",
+            c50 - n50
+        );
     } else {
-        println!("SKIPPED (needs root): srun -N1 true in the jail");
+        println!("SKIPPED (needs root): srun -N1 true in the jail and without cgroups");
     }
 
     // Controller memory with 10,000 pending jobs.

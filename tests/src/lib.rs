@@ -75,6 +75,8 @@ pub struct Opts {
     pub jail_dev: Option<PathBuf>,
     /// The Docker socket exclusive jobs get in the jail.
     pub jail_docker_socket: Option<PathBuf>,
+    /// Jobs in cgroups (as root).
+    pub cgroups: bool,
 }
 
 impl Default for Opts {
@@ -89,6 +91,7 @@ impl Default for Opts {
             jail_submounts: Vec::new(),
             jail_dev: None,
             jail_docker_socket: None,
+            cgroups: true,
         }
     }
 }
@@ -127,6 +130,7 @@ impl Env {
             jail_submounts: o.jail_submounts.clone(),
             jail_dev: o.jail_dev.clone(),
             jail_docker_socket: o.jail_docker_socket.clone(),
+            cgroups: o.cgroups,
         };
         let cluster = Cluster::start(spec).expect("starting the cluster");
         runtime()

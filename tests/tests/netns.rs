@@ -120,6 +120,10 @@ fn srun_and_sbatch_across_network_namespaces() {
             &[
                 "--name",
                 name,
+                // Killed with the namespaces: nothing would remove the
+                // cgroups it made.
+                "--cgroups",
+                "off",
                 "--ctld",
                 "10.77.0.10:6817",
                 "--certs",

@@ -89,6 +89,7 @@ fn a_foreign_ca_or_a_borrowed_name_is_refused() {
     // A real agent with a foreign certificate never becomes a node.
     let agent = std::process::Command::new(corral_e2e::bin_dir().join("corral-agent"))
         .args(["--name", "worker-5", "--ctld", &addr.to_string()])
+        .args(["--cgroups", "off"])
         .arg("--certs")
         .arg(foreign.path())
         .arg("--socket")
@@ -120,6 +121,7 @@ fn a_foreign_ca_or_a_borrowed_name_is_refused() {
     .unwrap();
     let o = std::process::Command::new(corral_e2e::bin_dir().join("corral-agent"))
         .args(["--name", "worker-8", "--ctld", &addr.to_string()])
+        .args(["--cgroups", "off"])
         .arg("--certs")
         .arg(borrowed.path())
         .arg("--socket")

@@ -59,6 +59,10 @@ pub struct UpArgs {
     /// With --jail: the Docker socket given to exclusive jobs only.
     #[arg(long)]
     pub jail_docker_socket: Option<PathBuf>,
+    /// Jobs run without cgroups (as root they get one each: CPUs, memory,
+    /// pids and GPU devices limited).
+    #[arg(long)]
+    pub no_cgroups: bool,
     /// Run this with the cluster's commands on PATH, then stop.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -109,6 +113,8 @@ pub struct ClusterSpec {
     pub jail_dev: Option<PathBuf>,
     /// The Docker socket exclusive jobs get in the jail.
     pub jail_docker_socket: Option<PathBuf>,
+    /// Each job in its own cgroup (when the agents run as root).
+    pub cgroups: bool,
 }
 
 /// A running cluster; stopped when dropped.
@@ -336,6 +342,12 @@ impl Cluster {
             .arg(self.gpu_file(i))
             .arg("--cgroup-parent")
             .arg(self.cgroup_parent())
+            .args(
+                (!self.spec.cgroups)
+                    .then_some(["--cgroups", "off"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(self.spec.no_exec.then_some("--no-exec"))
             .args(self.spec.jail.iter().flat_map(|root| {
                 [
@@ -556,6 +568,7 @@ pub fn main(args: &[OsString]) -> i32 {
         jail_submounts: a.jail_submounts.clone(),
         jail_dev: None,
         jail_docker_socket: a.jail_docker_socket.clone(),
+        cgroups: !a.no_cgroups,
     };
     let code = super::block_on(CMD, async move {
         let cluster = match Cluster::start(spec) {

@@ -255,6 +255,8 @@ pub struct Cgroups {
     /// v2: controllers enabled for jobs.
     v2_controllers: Vec<String>,
     pids_max: Option<u64>,
+    /// v1: the kernel accounts swap (`memory.memsw.*`).
+    memsw: bool,
 }
 
 impl Cgroups {
@@ -274,6 +276,7 @@ impl Cgroups {
             host_cpus: Vec::new(),
             v2_controllers: Vec::new(),
             pids_max,
+            memsw: false,
         };
         let mut rel = PathBuf::new();
         let parts: Vec<PathBuf> = cg.base.components().map(|c| c.as_os_str().into()).collect();
@@ -290,7 +293,13 @@ impl Cgroups {
                 }
                 if let Some(dir) = cg.dir(Controller::Cpuset, &cg.base) {
                     cg.host_cpus = parse_cpu_list(&read(&dir.join("cpuset.effective_cpus"))?);
+                    // Jobs and steps below copy the node's CPUs and memory
+                    // nodes when they are made (a job then narrows its CPUs).
+                    write(&dir.join("cgroup.clone_children"), "1")?;
                 }
+                cg.memsw = cg
+                    .dir(Controller::Memory, &cg.base)
+                    .is_some_and(|d| d.join("memory.memsw.limit_in_bytes").exists());
             }
             Layout::V2 { root } => {
                 let root = root.clone();
@@ -425,23 +434,21 @@ impl Cgroups {
             Layout::V2 { .. } => self.limit_v2(&rel, &cpus, limits),
         };
         if result.is_err() {
-            self.remove(&rel);
+            self.remove(&rel, &[]);
         }
         result
     }
 
     fn limit_v1(&self, rel: &Path, cpus: &str, limits: &Limits) -> Result<(), CgroupError> {
         if let Some(dir) = self.dir(Controller::Cpuset, rel) {
+            // Memory nodes came from the node's cgroup (clone_children).
             write(&dir.join("cpuset.cpus"), cpus)?;
-            let mems = read(&dir.join("../cpuset.mems"))?;
-            write(&dir.join("cpuset.mems"), mems.trim())?;
         }
         if let (Some(dir), Some(bytes)) = (self.dir(Controller::Memory, rel), limits.memory_bytes) {
             write(&dir.join("memory.limit_in_bytes"), &bytes.to_string())?;
             // Swap counts too, where the kernel accounts it.
-            let memsw = dir.join("memory.memsw.limit_in_bytes");
-            if memsw.exists() {
-                write(&memsw, &bytes.to_string())?;
+            if self.memsw {
+                write(&dir.join("memory.memsw.limit_in_bytes"), &bytes.to_string())?;
             }
         }
         if let (Some(dir), Some(max)) = (self.dir(Controller::Pids, rel), self.pids_max) {
@@ -487,17 +494,24 @@ impl Cgroups {
     }
 
     /// Creates a step's cgroup (in its job's, which must exist) and opens
-    /// what its tasks need to join it.
+    /// what its tasks need to join it. Steps exist only where processes
+    /// are listed and killed (v1: the freezer's hierarchy); in the other
+    /// v1 hierarchies a task joins its job's cgroup, which holds the
+    /// limits: a cgroup costs tens of microseconds to make and remove in
+    /// each hierarchy, and a step needs no limits of its own.
     pub fn create_step(&self, job: JobRun, step: StepId) -> Result<Join, CgroupError> {
         let rel = self.step_rel(job, step);
+        let own = self.dir(self.kill_controller(), &rel);
+        let job_rel = self.job_rel(job);
         let mut procs = Vec::new();
-        for dir in self.dirs(&rel) {
-            mkdir(&dir)?;
-            if self.dir(Controller::Cpuset, &rel).as_ref() == Some(&dir)
-                && matches!(self.layout, Layout::V1 { .. })
-            {
-                cpuset_inherit(&dir)?;
-            }
+        for dir in self.dirs(&job_rel) {
+            let dir = match &own {
+                Some(step_dir) if step_dir.parent() == Some(dir.as_path()) => {
+                    mkdir(step_dir)?;
+                    step_dir.clone()
+                }
+                _ => dir,
+            };
             let path = dir.join("cgroup.procs");
             let fd = fs::OpenOptions::new()
                 .write(true)
@@ -508,24 +522,30 @@ impl Cgroups {
         Ok(Join { procs })
     }
 
-    /// Pids in the cgroup `rel` and below.
-    fn pids(&self, rel: &Path) -> Vec<i32> {
+    /// The cgroups directly below `rel` (a job's steps), by name.
+    fn children(&self, rel: &Path) -> Vec<std::ffi::OsString> {
+        let Some(dir) = self.dir(self.kill_controller(), rel) else {
+            return Vec::new();
+        };
+        fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.file_name())
+            .collect()
+    }
+
+    /// Pids in the cgroup `rel` and in `children` below it.
+    fn pids(&self, rel: &Path, children: &[std::ffi::OsString]) -> Vec<i32> {
         let Some(top) = self.dir(self.kill_controller(), rel) else {
             return Vec::new();
         };
+        let dirs = std::iter::once(top.clone()).chain(children.iter().map(|c| top.join(c)));
         let mut out = Vec::new();
-        let mut stack = vec![top];
-        while let Some(dir) = stack.pop() {
+        for dir in dirs {
             if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
                 out.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
-            }
-            if let Ok(entries) = fs::read_dir(&dir) {
-                stack.extend(
-                    entries
-                        .flatten()
-                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                        .map(|e| e.path()),
-                );
             }
         }
         out
@@ -540,18 +560,18 @@ impl Cgroups {
         }
     }
 
-    /// Kills every process in `rel` and below and waits (up to `wait`)
-    /// for them to be gone. Freezes first so nothing forks between the
-    /// listing and the kill; v2 uses `cgroup.kill` where the kernel has it.
-    /// True when the cgroup is empty.
-    fn kill(&self, rel: &Path, wait: Duration) -> bool {
+    /// Kills every process in `rel` and its `children` and waits (up to
+    /// `wait`) for them to be gone. Freezes first so nothing forks between
+    /// the listing and the kill; v2 uses `cgroup.kill` where the kernel
+    /// has it. True when the cgroups are empty.
+    fn kill(&self, rel: &Path, children: &[std::ffi::OsString], wait: Duration) -> bool {
         let deadline = Instant::now() + wait;
         let Some(dir) = self.dir(self.kill_controller(), rel) else {
             return true;
         };
         let v2 = matches!(self.layout, Layout::V2 { .. });
         loop {
-            if self.pids(rel).is_empty() {
+            if self.pids(rel, children).is_empty() {
                 return true;
             }
             if v2 && dir.join("cgroup.kill").exists() {
@@ -573,7 +593,7 @@ impl Cgroups {
                         std::thread::sleep(Duration::from_micros(200));
                     }
                 }
-                for pid in self.pids(rel) {
+                for pid in self.pids(rel, children) {
                     let _ =
                         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
                 }
@@ -582,99 +602,79 @@ impl Cgroups {
                 }
             }
             if Instant::now() >= deadline {
-                return self.pids(rel).is_empty();
+                return self.pids(rel, children).is_empty();
             }
             std::thread::sleep(Duration::from_millis(1));
         }
     }
 
-    /// Removes `rel` and what is below it, deepest first, in every
-    /// hierarchy. A cgroup still busy stays (and is logged).
-    fn remove(&self, rel: &Path) {
-        for top in self.dirs(rel) {
-            let mut dirs = vec![top.clone()];
-            let mut i = 0;
-            while i < dirs.len() {
-                if let Ok(entries) = fs::read_dir(&dirs[i]) {
-                    dirs.extend(
-                        entries
-                            .flatten()
-                            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                            .map(|e| e.path()),
-                    );
-                }
-                i += 1;
-            }
-            for dir in dirs.iter().rev() {
-                let mut tries = 0;
-                loop {
-                    match fs::remove_dir(dir) {
-                        Ok(()) => break,
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                        // Processes that were just killed leave a moment later.
-                        Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) && tries < 200 => {
-                            tries += 1;
-                            std::thread::sleep(Duration::from_millis(5));
-                        }
-                        Err(e) => {
-                            tracing::warn!(cgroup = %dir.display(), error = %e, "cgroup left behind");
-                            break;
-                        }
-                    }
-                }
-            }
+    /// Removes `rel`'s `children` (steps: only in the kill hierarchy),
+    /// then `rel` in every hierarchy. A cgroup still busy a second later
+    /// stays (and is logged).
+    fn remove(&self, rel: &Path, children: &[std::ffi::OsString]) {
+        let steps = self.dir(self.kill_controller(), rel);
+        let steps = steps
+            .iter()
+            .flat_map(|d| children.iter().map(|c| d.join(c)));
+        for dir in steps.chain(self.dirs(rel)) {
+            rmdir(&dir);
         }
     }
 
-    /// Kills what is left of a step and removes its cgroup.
-    pub fn end_step(&self, job: JobRun, step: StepId) {
+    /// Kills what is left of a step and removes its cgroup. True when a
+    /// process of the job was killed for memory while the step ran
+    /// (`baseline`: [`Cgroups::oom_kills`] when it started).
+    pub fn end_step(&self, job: JobRun, step: StepId, baseline: u64) -> bool {
         let rel = self.step_rel(job, step);
-        if !self.kill(&rel, Duration::from_secs(5)) {
+        if !self.kill(&rel, &[], Duration::from_secs(5)) {
             tracing::warn!(job = %job.job, step = %step, "processes of the step survived SIGKILL");
         }
-        self.remove(&rel);
+        let oom = self.oom_kills(job) > baseline;
+        if let Some(dir) = self.dir(self.kill_controller(), &rel) {
+            rmdir(&dir);
+        }
+        oom
     }
 
     /// Kills every process of the job's run here (all steps).
     pub fn kill_job(&self, job: JobRun) -> bool {
-        self.kill(&self.job_rel(job), Duration::from_secs(5))
+        let rel = self.job_rel(job);
+        self.kill(&rel, &self.children(&rel), Duration::from_secs(5))
     }
 
-    /// Kills what is left of the job, reads its usage, removes its cgroup.
-    pub fn end_job(&self, job: JobRun) -> Usage {
+    /// Kills what is left of the job and reads its usage; the cgroup
+    /// stays for [`Cgroups::remove_job`] (which the agent calls after it
+    /// has told ctld, to keep removal off the job's critical path).
+    pub fn finish_job(&self, job: JobRun) -> Usage {
         let rel = self.job_rel(job);
-        self.kill(&rel, Duration::from_secs(5));
-        let usage = self.usage(job);
-        self.remove(&rel);
+        self.kill(&rel, &self.children(&rel), Duration::from_secs(5));
+        self.usage(job)
+    }
+
+    /// Removes a finished job's cgroup.
+    pub fn remove_job(&self, job: JobRun) {
+        let rel = self.job_rel(job);
+        self.remove(&rel, &self.children(&rel));
+    }
+
+    /// [`Cgroups::finish_job`] then [`Cgroups::remove_job`].
+    pub fn end_job(&self, job: JobRun) -> Usage {
+        let usage = self.finish_job(job);
+        self.remove_job(job);
         usage
     }
 
-    /// Processes of the job the kernel killed for memory, so far, in the
-    /// job's cgroups that still exist. v1 counts a kill in the cgroup of
-    /// the process killed (its step's), so the job's and its steps' counts
-    /// are summed; v2's `memory.events` of the job already includes its
-    /// steps'. Ask before a step's cgroup is removed.
+    /// Processes of the job the kernel killed for memory so far (its
+    /// tasks are in the job's memory cgroup; v2 counts its steps' too).
     pub fn oom_kills(&self, job: JobRun) -> u64 {
-        let rel = self.job_rel(job);
-        let Some(dir) = self.dir(Controller::Memory, &rel) else {
-            return 0;
+        let file = match self.layout {
+            Layout::V1 { .. } => "memory.oom_control",
+            Layout::V2 { .. } => "memory.events",
         };
-        let count = |dir: &Path, file: &str| {
-            fs::read_to_string(dir.join(file))
-                .ok()
-                .and_then(|t| keyed(&t, "oom_kill"))
-                .unwrap_or(0)
-        };
-        match self.layout {
-            Layout::V2 { .. } => count(&dir, "memory.events"),
-            Layout::V1 { .. } => {
-                let steps = fs::read_dir(&dir).into_iter().flatten().flatten();
-                let steps = steps
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| count(&e.path(), "memory.oom_control"));
-                count(&dir, "memory.oom_control") + steps.sum::<u64>()
-            }
-        }
+        self.dir(Controller::Memory, &self.job_rel(job))
+            .and_then(|d| fs::read_to_string(d.join(file)).ok())
+            .and_then(|t| keyed(&t, "oom_kill"))
+            .unwrap_or(0)
     }
 
     /// The job's usage so far.
@@ -711,17 +711,11 @@ impl Cgroups {
     /// Every job cgroup left under this node (an agent that died left
     /// them): killed and removed at start.
     pub fn sweep(&self) {
-        for top in self.dirs(&self.base) {
-            let Ok(entries) = fs::read_dir(&top) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    let rel = self.base.join(e.file_name());
-                    self.kill(&rel, Duration::from_secs(5));
-                    self.remove(&rel);
-                }
-            }
+        for job in self.children(&self.base) {
+            let rel = self.base.join(job);
+            let steps = self.children(&rel);
+            self.kill(&rel, &steps, Duration::from_secs(5));
+            self.remove(&rel, &steps);
         }
     }
 
@@ -729,6 +723,28 @@ impl Cgroups {
     /// parents where empty (an agent leaving the cluster).
     pub fn remove_all(&self) {
         self.sweep();
+        self.remove_up();
+    }
+
+    /// Treats this node's cgroup as a cluster's parent (`corral up`'s):
+    /// kills every job of every node below it and removes them all, and
+    /// its parents where empty.
+    pub fn remove_cluster(&self) {
+        for node in self.children(&self.base) {
+            let rel = self.base.join(node);
+            for job in self.children(&rel) {
+                let job = rel.join(job);
+                let steps = self.children(&job);
+                self.kill(&job, &steps, Duration::from_secs(5));
+                self.remove(&job, &steps);
+            }
+            self.remove(&rel, &[]);
+        }
+        self.remove_up();
+    }
+
+    /// Removes this node's cgroup and its parents, while empty.
+    fn remove_up(&self) {
         let mut rel = self.base.clone();
         loop {
             for dir in self.dirs(&rel) {
@@ -736,6 +752,28 @@ impl Cgroups {
             }
             if !rel.pop() || rel.as_os_str().is_empty() {
                 break;
+            }
+        }
+    }
+}
+
+/// Removes an empty cgroup, waiting up to a second for processes just
+/// killed to leave it; one still busy stays (and is logged).
+fn rmdir(dir: &Path) {
+    let mut tries = 0;
+    loop {
+        match fs::remove_dir(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            // The last task's exit is still being accounted: back off
+            // from 100 µs up to 10 ms, a second in all.
+            Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) && tries < 110 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_micros(100 << tries.min(7)));
+            }
+            Err(e) => {
+                tracing::warn!(cgroup = %dir.display(), error = %e, "cgroup left behind");
+                return;
             }
         }
     }
@@ -790,6 +828,7 @@ mod tests {
             host_cpus: host.to_vec(),
             v2_controllers: Vec::new(),
             pids_max: None,
+            memsw: false,
         }
     }
 
