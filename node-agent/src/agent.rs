@@ -14,8 +14,8 @@ use std::time::Duration;
 use corral_proto::cred::{Minter, DEFAULT_TTL_MS};
 pub use corral_proto::error_chain;
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, JobRun, Launch, LaunchKind, Open, Registration,
-    Request, Response, StepId,
+    AgentMsg, CtldMsg, ExitStatus, GpuInfo, HealthConfig, Ident, JobRun, Launch, LaunchKind, Open,
+    Registration, Request, Response, StepId,
 };
 use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
 use corral_proto::{now_ms, read_frame, write_frame, WireError};
@@ -139,6 +139,18 @@ pub struct Agent {
     farewell: tokio::sync::Notify,
     /// The node's job cgroups, once set up.
     cgroups: std::sync::OnceLock<Arc<crate::cgroup::Cgroups>>,
+    /// The checks ctld configured (from its Welcome).
+    health_cfg: watch::Sender<Option<HealthConfig>>,
+    /// The latest result of each check.
+    checks: Mutex<CheckResults>,
+}
+
+/// The latest word of each of the node's checks: `Some` is a problem.
+#[derive(Debug, Default)]
+struct CheckResults {
+    gpu: Option<String>,
+    /// In the configured order.
+    commands: Vec<Option<String>>,
 }
 
 impl Agent {
@@ -177,6 +189,8 @@ impl Agent {
             seen_as: Mutex::new(None),
             farewell: tokio::sync::Notify::new(),
             cgroups: cgroups_once,
+            health_cfg: watch::channel(None).0,
+            checks: Mutex::new(CheckResults::default()),
         }))
     }
 
@@ -230,9 +244,19 @@ impl Agent {
         let Some(mut rx) = self.up_rx.lock().take() else {
             return Ok(());
         };
+        let checks = tokio::spawn(self.clone().health_loop());
+        let result = self.control_loop(&mut rx).await;
+        checks.abort();
+        result
+    }
+
+    async fn control_loop(
+        self: &Arc<Self>,
+        rx: &mut mpsc::UnboundedReceiver<AgentMsg>,
+    ) -> Result<(), AgentError> {
         let mut backoff = Duration::from_millis(100);
         loop {
-            match self.session(&mut rx).await {
+            match self.session(rx).await {
                 Err(AgentError::Refused(r)) => return Err(AgentError::Refused(r)),
                 Err(e) => {
                     tracing::warn!(error = %error_chain(&e), "lost ctld; reconnecting");
@@ -259,8 +283,10 @@ impl Agent {
             Some(CtldMsg::Welcome {
                 heartbeat_ms,
                 seen_as,
+                health,
             }) => {
                 *self.seen_as.lock() = Some(seen_as);
+                self.configure_checks(health).await;
                 Duration::from_millis(heartbeat_ms.max(100))
             }
             Some(CtldMsg::Refused { reason }) => return Err(AgentError::Refused(reason)),
@@ -579,12 +605,83 @@ impl Agent {
     }
 
     /// Why this node cannot take more work, if it cannot: the first
-    /// failing check, as `<check>: <detail>`.
+    /// failing check, as `<check>: <detail>` (the latest result of each).
     fn health(&self) -> Option<String> {
         crate::health::fd_problem().or_else(|| {
-            let (backend, checks) = self.cfg.gpu_health.as_ref()?;
-            checks.problem(backend.health())
+            let checks = self.checks.lock();
+            checks
+                .gpu
+                .clone()
+                .or_else(|| checks.commands.iter().flatten().next().cloned())
         })
+    }
+
+    /// Takes ctld's checks: the GPU checks run once now (so the first
+    /// heartbeat already tells a sick node), then the loop runs every
+    /// check at its interval. The same checks again (a reconnection)
+    /// change nothing.
+    async fn configure_checks(self: &Arc<Self>, cfg: HealthConfig) {
+        if self.health_cfg.borrow().as_ref() == Some(&cfg) {
+            return;
+        }
+        self.check_gpus(&cfg).await;
+        self.checks.lock().commands = vec![None; cfg.commands.len()];
+        self.health_cfg.send_replace(Some(cfg));
+    }
+
+    /// Reads the GPUs and records what the built-in checks say.
+    async fn check_gpus(self: &Arc<Self>, cfg: &HealthConfig) {
+        let Some((backend, checks)) = self.cfg.gpu_health.clone() else {
+            return;
+        };
+        let checks = checks.configured(cfg);
+        let problem = tokio::task::spawn_blocking(move || checks.problem(backend.health()))
+            .await
+            .unwrap_or_else(|e| Some(format!("gpu: the check panicked: {e}")));
+        self.checks.lock().gpu = problem;
+    }
+
+    /// Runs every configured check at its interval, starting over when
+    /// ctld's checks change.
+    async fn health_loop(self: Arc<Self>) {
+        let mut rx = self.health_cfg.subscribe();
+        loop {
+            let cfg = rx.borrow_and_update().clone();
+            let mut running = tokio::task::JoinSet::new();
+            if let Some(cfg) = cfg {
+                let every = |ms: u64| {
+                    let mut t = tokio::time::interval(Duration::from_millis(ms.max(100)));
+                    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    t
+                };
+                let me = self.clone();
+                let gpu_cfg = cfg.clone();
+                running.spawn(async move {
+                    let mut t = every(gpu_cfg.interval_ms);
+                    t.tick().await; // ran when configured
+                    loop {
+                        t.tick().await;
+                        me.check_gpus(&gpu_cfg).await;
+                    }
+                });
+                for (i, check) in cfg.commands.into_iter().enumerate() {
+                    let me = self.clone();
+                    running.spawn(async move {
+                        let mut t = every(check.interval_ms);
+                        loop {
+                            t.tick().await;
+                            let result = crate::health::run_command(&check, me.name()).await;
+                            if let Some(slot) = me.checks.lock().commands.get_mut(i) {
+                                *slot = result;
+                            }
+                        }
+                    });
+                }
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// A launch's user, resolved once for all its tasks: the name, and

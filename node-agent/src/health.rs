@@ -5,16 +5,15 @@
 
 use corral_proto::error_chain;
 
+use corral_proto::msg::{CommandCheck, HealthConfig};
+
 use crate::gpu::{GpuError, GpuHealth};
 
 /// Descriptors the agent keeps free for launches (a task needs several
 /// while it starts: pipes, output files, the exec error pipe).
 pub const FD_RESERVE: u64 = 64;
 
-/// XIDs after which a GPU should get no more work until someone looks:
-/// double-bit ECC (48), row remapping failures (63, 64), NVLink (74),
-/// fallen off the bus (79), uncontained ECC (94, 95).
-pub const DRAIN_XIDS: [u32; 7] = [48, 63, 64, 74, 79, 94, 95];
+pub use corral_proto::msg::DEFAULT_DRAIN_XIDS as DRAIN_XIDS;
 
 /// The built-in GPU checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,6 +30,15 @@ impl GpuChecks {
             expected,
             drain_xids: DRAIN_XIDS.to_vec(),
             max_temperature_c: 90,
+        }
+    }
+
+    /// The same checks with the thresholds ctld configured.
+    pub fn configured(&self, cfg: &HealthConfig) -> Self {
+        GpuChecks {
+            expected: self.expected,
+            drain_xids: cfg.drain_xids.clone(),
+            max_temperature_c: cfg.max_temperature_c,
         }
     }
 
@@ -71,6 +79,90 @@ impl GpuChecks {
     }
 }
 
+/// Most bytes of a command check's output read (its first line is the
+/// detail).
+const OUTPUT_LIMIT: usize = 4096;
+
+/// Runs an operator's command check once, as the agent (root), with
+/// `/bin/sh -c` and `CORRAL_NODE_NAME` set, in a process group of its own
+/// that is killed when it times out. `None` when it exits 0; else
+/// `<name>: <detail>`, the detail being the first line of its standard
+/// output, or how it ended.
+pub async fn run_command(check: &CommandCheck, node: &str) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut child = match tokio::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(&check.command)
+        .env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .env("CORRAL_NODE_NAME", node)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return Some(format!("{}: cannot run: {e}", check.name)),
+    };
+    let pgid = child.id();
+    let mut out = child.stdout.take();
+    let run = async {
+        let mut buf = Vec::new();
+        if let Some(o) = out.as_mut() {
+            let _ = o.take(OUTPUT_LIMIT as u64).read_to_end(&mut buf).await;
+        }
+        (child.wait().await, buf)
+    };
+    let timeout = std::time::Duration::from_millis(check.timeout_ms);
+    let (status, buf) = match tokio::time::timeout(timeout, run).await {
+        Ok(r) => r,
+        Err(_) => {
+            if let Some(g) = pgid {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(g as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            return Some(format!(
+                "{}: timed out after {} s",
+                check.name,
+                check.timeout_ms.div_ceil(1000)
+            ));
+        }
+    };
+    let status = match status {
+        Ok(s) if s.success() => return None,
+        Ok(s) => s,
+        Err(e) => return Some(format!("{}: {e}", check.name)),
+    };
+    let text = String::from_utf8_lossy(&buf);
+    let line: String = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect();
+    let detail = if line.is_empty() {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exit code {code}"),
+            (_, Some(sig)) => format!("killed by signal {sig}"),
+            _ => "failed".into(),
+        }
+    } else {
+        line
+    };
+    Some(format!("{}: {detail}", check.name))
+}
+
 /// Whether the agent is short of file descriptors (a node that cannot
 /// launch would otherwise fail every job sent to it).
 pub fn fd_problem() -> Option<String> {
@@ -85,6 +177,75 @@ pub fn fd_problem() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn check(command: &str, timeout_ms: u64) -> CommandCheck {
+        CommandCheck {
+            name: "scratch".into(),
+            command: command.into(),
+            interval_ms: 1000,
+            timeout_ms,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_command_check_is_healthy_on_exit_0_and_says_why_otherwise() {
+        assert_eq!(
+            run_command(&check("test $CORRAL_NODE_NAME = n0", 5000), "n0").await,
+            None
+        );
+        assert_eq!(
+            run_command(
+                &check("echo; echo ' /scratch 99% full '; exit 1", 5000),
+                "n0"
+            )
+            .await
+            .as_deref(),
+            Some("scratch: /scratch 99% full")
+        );
+        assert_eq!(
+            run_command(&check("exit 3", 5000), "n0").await.as_deref(),
+            Some("scratch: exit code 3")
+        );
+        assert_eq!(
+            run_command(&check("kill -9 $$", 5000), "n0")
+                .await
+                .as_deref(),
+            Some("scratch: killed by signal 9")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_hung_command_check_times_out_and_is_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid = dir.path().join("pid");
+        let cmd = format!("sleep 30 & echo $! > {}; wait", pid.display());
+        let t0 = std::time::Instant::now();
+        assert_eq!(
+            run_command(&check(&cmd, 300), "n0").await.as_deref(),
+            Some("scratch: timed out after 1 s")
+        );
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+        // Its whole process group went with it.
+        let sleeper: i32 = std::fs::read_to_string(&pid)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        while std::fs::read_to_string(format!("/proc/{sleeper}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        }) {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(5),
+                "sleep survived"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
 
     fn ok(index: u32) -> GpuHealth {
         GpuHealth {

@@ -137,6 +137,45 @@ impl ExitStatus {
     }
 }
 
+/// XIDs after which a GPU should get no more work until someone looks:
+/// double-bit ECC (48), row remapping failures (63, 64), NVLink (74),
+/// fallen off the bus (79), uncontained ECC (94, 95).
+pub const DEFAULT_DRAIN_XIDS: [u32; 7] = [48, 63, 64, 74, 79, 94, 95];
+
+/// The checks every agent runs on its node (`[health]` in ctld's
+/// `corral.toml`): the built-in GPU checks and operators' commands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthConfig {
+    /// How often the GPU checks run.
+    pub interval_ms: u64,
+    pub max_temperature_c: u32,
+    /// XIDs that drain the node.
+    pub drain_xids: Vec<u32>,
+    pub commands: Vec<CommandCheck>,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            interval_ms: 30_000,
+            max_temperature_c: 90,
+            drain_xids: DEFAULT_DRAIN_XIDS.to_vec(),
+            commands: Vec::new(),
+        }
+    }
+}
+
+/// An operator's check: a command every agent runs (as root, with
+/// `/bin/sh -c`) every `interval_ms`. Exit 0 is healthy; otherwise the
+/// first line of its standard output is the detail of the drain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandCheck {
+    pub name: String,
+    pub command: String,
+    pub interval_ms: u64,
+    pub timeout_ms: u64,
+}
+
 /// ctld → agent on the control stream.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[allow(clippy::large_enum_variant)]
@@ -146,6 +185,8 @@ pub enum CtldMsg {
         /// The address ctld sees the agent at: where other nodes can reach
         /// this one (srun advertises it for dial-back).
         seen_as: std::net::IpAddr,
+        /// The checks the agent runs on its node.
+        health: HealthConfig,
     },
     Refused {
         reason: String,

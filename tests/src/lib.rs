@@ -77,6 +77,10 @@ pub struct Opts {
     pub jail_docker_socket: Option<PathBuf>,
     /// Jobs in cgroups (as root).
     pub cgroups: bool,
+    /// Seconds between the nodes' health checks.
+    pub health_interval: u64,
+    /// Appended to the cluster's `corral.toml`.
+    pub extra_config: String,
 }
 
 impl Default for Opts {
@@ -92,6 +96,8 @@ impl Default for Opts {
             jail_dev: None,
             jail_docker_socket: None,
             cgroups: true,
+            health_interval: 1,
+            extra_config: String::new(),
         }
     }
 }
@@ -131,6 +137,8 @@ impl Env {
             jail_dev: o.jail_dev.clone(),
             jail_docker_socket: o.jail_docker_socket.clone(),
             cgroups: o.cgroups,
+            health_interval: o.health_interval,
+            extra_config: o.extra_config.clone(),
         };
         let cluster = Cluster::start(spec).expect("starting the cluster");
         runtime()

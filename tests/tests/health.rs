@@ -91,3 +91,46 @@ fn a_sick_gpu_drains_its_node_until_it_is_well_and_an_admin_drain_stays() {
     let node = env.ok(&["scontrol", "show", "node", "worker-0"]);
     assert!(node.contains("Reason=maintenance"), "{node}");
 }
+
+#[test]
+fn an_operators_command_check_drains_the_node_it_fails_on_until_it_passes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let flag = dir.path().join("sick");
+    // Fails on the node whose flag file exists, saying why on stdout.
+    let env = Env::start(Opts {
+        nodes: 2,
+        heartbeat_timeout: 3,
+        extra_config: format!(
+            "[[health.command]]\nname = \"scratch\"\n\
+             command = \"if [ -e {}-$CORRAL_NODE_NAME ]; then echo /scratch is full; exit 1; fi\"\n\
+             timeout = 5\n",
+            flag.display()
+        ),
+        ..Opts::default()
+    });
+    let sick = format!("{}-worker-1", flag.display());
+    std::fs::write(&sick, "").expect("make worker-1 sick");
+    env.wait_sinfo(
+        "worker-1 drained",
+        |s| {
+            s.lines()
+                .any(|l| l.starts_with("worker-1") && l.contains("drain"))
+        },
+        10,
+    );
+    let node = env.ok(&["scontrol", "show", "node", "worker-1"]);
+    assert!(
+        node.contains("Reason=node_problem: scratch: /scratch is full"),
+        "{node}"
+    );
+    assert!(!node_line(&env, "worker-0").contains("drain"));
+    std::fs::remove_file(&sick).expect("well again");
+    env.wait_sinfo(
+        "worker-1 back",
+        |s| {
+            s.lines()
+                .any(|l| l.starts_with("worker-1") && !l.contains("drain"))
+        },
+        10,
+    );
+}

@@ -48,6 +48,10 @@ pub struct UpArgs {
     /// Seconds between SIGTERM and SIGKILL when a job is ended.
     #[arg(long, default_value_t = 5)]
     pub kill_wait: u64,
+    /// Seconds between every node's health checks (a fault injected in
+    /// DIR/gpus/worker-N.toml drains its node within this).
+    #[arg(long, default_value_t = 5)]
+    pub health_interval: u64,
     /// Run every job inside this shared root (needs root): see
     /// `shared_root::scaffold` for a tiny one.
     #[arg(long)]
@@ -115,6 +119,11 @@ pub struct ClusterSpec {
     pub jail_docker_socket: Option<PathBuf>,
     /// Each job in its own cgroup (when the agents run as root).
     pub cgroups: bool,
+    /// Seconds between the nodes' health checks.
+    pub health_interval: u64,
+    /// More of `corral.toml`, appended as it is (tests: `[[health.command]]`,
+    /// `[[health.active]]`).
+    pub extra_config: String,
 }
 
 /// A running cluster; stopped when dropped.
@@ -242,10 +251,13 @@ impl Cluster {
         let last = spec.nodes.saturating_sub(1);
         let config = format!(
             "cluster = \"corral-up\"\nlisten = \"127.0.0.1:0\"\ncerts = \"{}\"\nheartbeat_timeout = {}\n\
-             kill_wait = {}\noperators = [{me}]\n\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-{last}]\"\ndefault = true\n",
+             kill_wait = {}\noperators = [{me}]\n\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-{last}]\"\ndefault = true\n\n\
+             [health]\ninterval = {}\n{}",
             certs.display(),
             spec.heartbeat_timeout,
-            spec.kill_wait
+            spec.kill_wait,
+            spec.health_interval.max(1),
+            spec.extra_config,
         );
         let conf = dir.join("corral.toml");
         std::fs::write(&conf, config).map_err(io(&conf))?;
@@ -569,6 +581,8 @@ pub fn main(args: &[OsString]) -> i32 {
         jail_dev: None,
         jail_docker_socket: a.jail_docker_socket.clone(),
         cgroups: !a.no_cgroups,
+        health_interval: a.health_interval,
+        extra_config: String::new(),
     };
     let code = super::block_on(CMD, async move {
         let cluster = match Cluster::start(spec) {

@@ -16,6 +16,24 @@
 //! max_script_size = 4194304        # bytes of one batch script (Slurm's default)
 //! max_bytes_per_user = 268435456   # script and environment bytes of one user's unfinished jobs
 //!
+//! [health]                        # checks that drain sick nodes
+//! interval = 30                    # seconds between every node's GPU checks
+//! max_temperature_c = 90
+//! drain_xids = [48, 63, 64, 74, 79, 94, 95]
+//!
+//! [[health.command]]               # run by every agent, as root
+//! name = "scratch"
+//! command = "/usr/local/sbin/check-scratch"   # exit 0: healthy; stdout: the detail
+//! interval = 60                    # default: health.interval
+//! timeout = 10
+//!
+//! [[health.active]]                # a job ctld runs on idle nodes
+//! name = "burn"
+//! script = "#!/bin/sh\n/opt/gpu-burn 60\n"
+//! nodes = 1                        # nodes per run (2: a communication test)
+//! interval = 3600                  # seconds between runs on a node
+//! time_limit = "10:00"
+//!
 //! [[partition]]
 //! name = "gpu"
 //! nodes = "worker-[0-7]"           # hostlist, or "ALL"
@@ -27,6 +45,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use corral_proto::msg::{CommandCheck, HealthConfig};
 use scheduler_core::{BackfillPolicy, PartitionSpec};
 use serde::Deserialize;
 
@@ -57,6 +76,12 @@ pub enum ConfigError {
     Policy { path: PathBuf, policy: String },
     #[error("{path}: no partitions")]
     NoPartitions { path: PathBuf },
+    #[error("{path}: health check {check:?}: {message}")]
+    Health {
+        path: PathBuf,
+        check: String,
+        message: String,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -84,6 +109,81 @@ struct RawConfig {
     limits: Limits,
     #[serde(default)]
     partition: Vec<RawPartition>,
+    #[serde(default)]
+    health: RawHealth,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawHealth {
+    interval: u64,
+    max_temperature_c: u32,
+    drain_xids: Vec<u32>,
+    command: Vec<RawCommand>,
+    active: Vec<RawActive>,
+}
+
+impl Default for RawHealth {
+    fn default() -> Self {
+        let d = HealthConfig::default();
+        RawHealth {
+            interval: d.interval_ms / 1000,
+            max_temperature_c: d.max_temperature_c,
+            drain_xids: d.drain_xids,
+            command: Vec::new(),
+            active: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCommand {
+    name: String,
+    command: String,
+    interval: Option<u64>,
+    #[serde(default = "default_check_timeout")]
+    timeout: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawActive {
+    name: String,
+    script: String,
+    #[serde(default = "default_active_nodes")]
+    nodes: u32,
+    #[serde(default = "default_active_interval")]
+    interval: u64,
+    #[serde(default = "default_active_limit")]
+    time_limit: String,
+}
+
+fn default_check_timeout() -> u64 {
+    10
+}
+fn default_active_nodes() -> u32 {
+    1
+}
+fn default_active_interval() -> u64 {
+    3600
+}
+fn default_active_limit() -> String {
+    "10:00".into()
+}
+
+/// A check the controller runs as a job on idle nodes; its failure drains
+/// the nodes it ran on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActiveCheck {
+    pub name: String,
+    pub script: String,
+    /// Nodes per run.
+    pub nodes: u32,
+    /// Seconds between runs on a node.
+    pub interval: u64,
+    /// Seconds the run may take.
+    pub time_limit: u64,
 }
 
 /// What one user, and the cluster as a whole, may queue. Operators are
@@ -172,6 +272,10 @@ pub struct Config {
     pub min_job_age: u64,
     pub limits: Limits,
     pub partitions: Vec<PartitionSpec>,
+    /// What every agent checks on its node.
+    pub health: HealthConfig,
+    /// Checks run as jobs on idle nodes.
+    pub active_checks: Vec<ActiveCheck>,
 }
 
 impl Config {
@@ -227,7 +331,10 @@ impl Config {
             };
             partitions.push(spec);
         }
+        let (health, active_checks) = health(path, raw.health)?;
         Ok(Config {
+            health,
+            active_checks,
             cluster: raw.cluster,
             listen: raw.listen,
             certs: raw.certs,
@@ -241,6 +348,81 @@ impl Config {
             partitions,
         })
     }
+}
+
+/// A check's name becomes part of a drain reason: short, printable, one
+/// word.
+fn check_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+fn health(path: &Path, raw: RawHealth) -> Result<(HealthConfig, Vec<ActiveCheck>), ConfigError> {
+    let err = |check: &str, message: &str| ConfigError::Health {
+        path: path.to_path_buf(),
+        check: check.to_string(),
+        message: message.to_string(),
+    };
+    if raw.interval == 0 {
+        return Err(err("interval", "must be at least 1 second"));
+    }
+    let mut names = std::collections::HashSet::new();
+    let names_ok = |name: &str, names: &mut std::collections::HashSet<String>| {
+        if !check_name_ok(name) {
+            return Err(err(name, "a name is letters, digits, '-', '_' or '.'"));
+        }
+        if name == "gpu" || name == "agent" || !names.insert(name.to_string()) {
+            return Err(err(name, "this name is taken"));
+        }
+        Ok(())
+    };
+    let mut commands = Vec::new();
+    for c in raw.command {
+        names_ok(&c.name, &mut names)?;
+        if c.command.trim().is_empty() {
+            return Err(err(&c.name, "empty command"));
+        }
+        let interval = c.interval.unwrap_or(raw.interval);
+        if interval == 0 || c.timeout == 0 {
+            return Err(err(
+                &c.name,
+                "interval and timeout must be at least 1 second",
+            ));
+        }
+        commands.push(CommandCheck {
+            name: c.name,
+            command: c.command,
+            interval_ms: interval.saturating_mul(1000),
+            timeout_ms: c.timeout.saturating_mul(1000),
+        });
+    }
+    let mut active = Vec::new();
+    for a in raw.active {
+        names_ok(&a.name, &mut names)?;
+        if a.nodes == 0 || a.interval == 0 {
+            return Err(err(&a.name, "nodes and interval must be at least 1"));
+        }
+        let time_limit = parse_limit(&a.time_limit)
+            .map_err(|m| err(&a.name, &m))?
+            .ok_or_else(|| err(&a.name, "an active check needs a time limit"))?;
+        active.push(ActiveCheck {
+            name: a.name,
+            script: a.script,
+            nodes: a.nodes,
+            interval: a.interval,
+            time_limit,
+        });
+    }
+    let cfg = HealthConfig {
+        interval_ms: raw.interval.saturating_mul(1000),
+        max_temperature_c: raw.max_temperature_c,
+        drain_xids: raw.drain_xids,
+        commands,
+    };
+    Ok((cfg, active))
 }
 
 #[cfg(test)]
@@ -259,6 +441,33 @@ mod tests {
         assert_eq!(c.heartbeat_timeout, 5);
         assert_eq!(c.partitions[0].max_time, Some(86400));
         assert!(c.partitions[0].is_default);
+        assert_eq!(c.health, HealthConfig::default());
+    }
+
+    #[test]
+    fn parses_health_checks() {
+        let c = Config::parse(
+            Path::new("c.toml"),
+            "[health]\ninterval = 5\nmax_temperature_c = 80\n\
+             [[health.command]]\nname = \"scratch\"\ncommand = \"df /scratch\"\ntimeout = 3\n\
+             [[health.active]]\nname = \"nccl\"\nscript = \"#!/bin/sh\\ntrue\\n\"\nnodes = 2\n\
+             [[partition]]\nname = \"p\"\nnodes = \"ALL\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.health.interval_ms, 5000);
+        assert_eq!(c.health.max_temperature_c, 80);
+        assert_eq!(
+            c.health.commands,
+            [CommandCheck {
+                name: "scratch".into(),
+                command: "df /scratch".into(),
+                interval_ms: 5000,
+                timeout_ms: 3000,
+            }]
+        );
+        assert_eq!(c.active_checks[0].nodes, 2);
+        assert_eq!(c.active_checks[0].time_limit, 600);
+        assert_eq!(c.active_checks[0].script, "#!/bin/sh\ntrue\n");
     }
 
     #[test]
@@ -278,6 +487,18 @@ mod tests {
             (
                 "[[partition]]\nname = \"p\"\nnodes = \"ALL\"\nmax_time = \"soon\"\n",
                 "time limit",
+            ),
+            (
+                "[[health.command]]\nname = \"gpu\"\ncommand = \"true\"\n[[partition]]\nname=\"p\"\nnodes=\"ALL\"\n",
+                "health check \"gpu\": this name is taken",
+            ),
+            (
+                "[[health.command]]\nname = \"a b\"\ncommand = \"true\"\n[[partition]]\nname=\"p\"\nnodes=\"ALL\"\n",
+                "health check \"a b\"",
+            ),
+            (
+                "[[health.active]]\nname = \"x\"\nscript = \"s\"\ntime_limit = \"UNLIMITED\"\n[[partition]]\nname=\"p\"\nnodes=\"ALL\"\n",
+                "needs a time limit",
             ),
         ] {
             let e = Config::parse(Path::new("c.toml"), text).unwrap_err();

@@ -407,13 +407,17 @@ impl Server {
             return;
         }
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let heartbeat_ms = {
+        let (heartbeat_ms, health) = {
             let c = self.ctl.lock();
-            c.config().heartbeat_timeout * 1000 / 3
+            (
+                c.config().heartbeat_timeout * 1000 / 3,
+                c.config().health.clone(),
+            )
         };
         let _ = tx.send(CtldMsg::Welcome {
             heartbeat_ms,
             seen_as: conn.remote_address().ip(),
+            health,
         });
         let link = conn.stable_id();
         let heard = Arc::new(Heard::default());
