@@ -134,3 +134,54 @@ fn an_operators_command_check_drains_the_node_it_fails_on_until_it_passes() {
         10,
     );
 }
+
+#[test]
+fn a_failing_active_check_drains_the_node_it_ran_on() {
+    // The check fails on worker-1 only; it runs on idle nodes, one at a
+    // time, as the controller's user.
+    let env = Env::start(Opts {
+        nodes: 2,
+        heartbeat_timeout: 3,
+        extra_config: "[[health.active]]\nname = \"burn\"\n\
+             script = \"#!/bin/sh\\n[ \\\"$SLURMD_NODENAME\\\" != worker-1 ]\\n\"\n\
+             interval = 3600\ntime_limit = \"1:00\"\n"
+            .into(),
+        ..Opts::default()
+    });
+    let drained = env.wait_sinfo(
+        "worker-1 drained by the check",
+        |s| {
+            s.lines()
+                .any(|l| l.starts_with("worker-1") && l.contains("drain"))
+        },
+        20,
+    );
+    let node = env.ok(&["scontrol", "show", "node", "worker-1"]);
+    assert!(
+        node.contains("Reason=node_problem: burn: exit code 1"),
+        "{node}\n{drained}"
+    );
+    // worker-0 ran it too (it was due first) and passed.
+    let runs = env.ok(&[
+        "squeue",
+        "-h",
+        "-t",
+        "all",
+        "-n",
+        "health:burn",
+        "-o",
+        "%N %T",
+    ]);
+    assert!(runs.contains("worker-0 COMPLETED"), "{runs}");
+    assert!(!node_line(&env, "worker-0").contains("drain"));
+    // The operator looks, and puts it back.
+    env.ok(&["scontrol", "update", "NodeName=worker-1", "State=RESUME"]);
+    env.wait_sinfo(
+        "worker-1 back",
+        |s| {
+            s.lines()
+                .any(|l| l.starts_with("worker-1") && l.contains("idle"))
+        },
+        10,
+    );
+}

@@ -23,7 +23,11 @@ struct Args {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let cfg = Config::load(&args.config)?;
+    let mut cfg = Config::load(&args.config)?;
+    cfg.check_user = corral_proto::msg::Ident {
+        uid: nix::unistd::getuid().as_raw(),
+        gid: nix::unistd::getgid().as_raw(),
+    };
     let listen = args.listen.unwrap_or(cfg.listen);
     let server = Server::new(cfg)?;
     server.run(listen, args.addr_file).await?;

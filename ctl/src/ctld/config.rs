@@ -45,7 +45,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use corral_proto::msg::{CommandCheck, HealthConfig};
+use corral_proto::msg::{CommandCheck, HealthConfig, Ident};
 use scheduler_core::{BackfillPolicy, PartitionSpec};
 use serde::Deserialize;
 
@@ -276,6 +276,10 @@ pub struct Config {
     pub health: HealthConfig,
     /// Checks run as jobs on idle nodes.
     pub active_checks: Vec<ActiveCheck>,
+    /// Who active checks run as: the controller's own user (root in a
+    /// real cluster; the person running `corral up` otherwise). Set by
+    /// corral-ctld at start; root until then.
+    pub check_user: Ident,
 }
 
 impl Config {
@@ -335,6 +339,7 @@ impl Config {
         Ok(Config {
             health,
             active_checks,
+            check_user: Ident { uid: 0, gid: 0 },
             cluster: raw.cluster,
             listen: raw.listen,
             certs: raw.certs,

@@ -168,6 +168,7 @@ impl Controller {
         let _ = self.sched.handle_job_finished(now, core_id(job), outcome);
         self.stats.finished += 1;
         self.dirty = true;
+        self.active_check_done(job, now);
     }
 
     /// A clock tick: silent agents go DOWN, jobs past their limit time out,
@@ -209,6 +210,7 @@ impl Controller {
             !(j.state.is_final() && j.end.is_some_and(|e| now.saturating_sub(e) > age))
         });
         self.finish_leaving(now);
+        self.active_checks(now);
         // A begin time or a reservation's end came: a pass may start jobs.
         if self.wake_at.is_some_and(|w| w <= now) {
             self.dirty = true;

@@ -18,6 +18,7 @@
 //! checked configuration.
 
 mod admission;
+mod checks;
 pub mod config;
 mod error;
 mod jobs;
@@ -144,6 +145,9 @@ struct NodeRecord {
     problem: Option<(String, u64)>,
     /// The agent is stopping: (since, the end of the grace for its jobs).
     leaving: Option<(u64, u64)>,
+    /// An active check failed here: (`<check>: <detail>`, since). Lifted
+    /// by an operator's RESUME.
+    check_failed: Option<(String, u64)>,
 }
 
 /// A refusal to show the user.
@@ -167,6 +171,8 @@ pub struct Controller {
     /// Unfinished jobs and their bytes, per user and in all.
     usage: HashMap<u32, Usage>,
     unfinished: u64,
+    /// Active health checks in flight and when nodes last ran them.
+    checks: checks::ActiveChecks,
 }
 
 /// What one user has queued.
@@ -198,6 +204,7 @@ impl Controller {
             stats: Stats::default(),
             usage: HashMap::new(),
             unfinished: 0,
+            checks: checks::ActiveChecks::default(),
         })
     }
 

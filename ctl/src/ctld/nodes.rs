@@ -70,6 +70,7 @@ impl Controller {
                 admin: None,
                 problem: None,
                 leaving: None,
+                check_failed: None,
             },
         );
         for job in running {
@@ -158,7 +159,7 @@ impl Controller {
             _ if n.leaving.is_some() => NodeAdmin::Drain {
                 reason: LEAVING.into(),
             },
-            _ => match &n.problem {
+            _ => match n.problem.as_ref().or(n.check_failed.as_ref()) {
                 Some((why, _)) => NodeAdmin::Drain {
                     reason: format!("node_problem: {why}"),
                 },
@@ -303,8 +304,10 @@ impl Controller {
                 s => Some((s, reason.clone().unwrap_or_default(), who.uid, now)),
             };
             if state == NodeUpdate::Resume {
-                // Connected (checked above): it answers.
+                // Connected (checked above): it answers. A failed active
+                // check's drain is the operator's to lift too.
                 n.not_responding = false;
+                n.check_failed = None;
             }
             let id = n.id;
             if state == NodeUpdate::Down {

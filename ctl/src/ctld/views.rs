@@ -175,17 +175,19 @@ impl Controller {
                         Some(0),
                         Some(n.last_seen),
                     ),
-                    (None, false) => match (&n.leaving, &n.problem) {
-                        (Some((since, _)), _) => (
-                            Some(super::nodes::LEAVING.to_string()),
-                            Some(0),
-                            Some(*since),
-                        ),
-                        (None, Some((why, since))) => {
-                            (Some(format!("node_problem: {why}")), Some(0), Some(*since))
+                    (None, false) => {
+                        match (&n.leaving, n.problem.as_ref().or(n.check_failed.as_ref())) {
+                            (Some((since, _)), _) => (
+                                Some(super::nodes::LEAVING.to_string()),
+                                Some(0),
+                                Some(*since),
+                            ),
+                            (None, Some((why, since))) => {
+                                (Some(format!("node_problem: {why}")), Some(0), Some(*since))
+                            }
+                            (None, None) => (None, None, None),
                         }
-                        (None, None) => (None, None, None),
-                    },
+                    }
                 };
                 Some(NodeView {
                     name: n.reg.name.clone(),

@@ -817,3 +817,118 @@ fn an_unhealthy_agent_drains_its_node_until_it_is_well() {
     assert_eq!(c.schedule(6), 1);
     assert_eq!(state(&c, id), JobState::Running);
 }
+
+fn with_active_check() -> Controller {
+    let cfg = Config::parse(
+        std::path::Path::new("t.toml"),
+        "heartbeat_timeout = 10\nkill_wait = 5\n\
+         [[health.active]]\nname = \"burn\"\nscript = \"#!/bin/sh\\nburn\\n\"\ninterval = 600\n\
+         [[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-3]\"\ndefault = true\n",
+    )
+    .unwrap();
+    let mut c = Controller::new(cfg).unwrap();
+    for i in 0..2 {
+        c.register(reg(&format!("worker-{i}"), 4), 0).unwrap();
+    }
+    c
+}
+
+/// Both nodes' agents beat, then the clock ticks.
+fn tick_alive(c: &mut Controller, now: u64) {
+    for n in ["worker-0", "worker-1"] {
+        c.heartbeat(n, now, &[]);
+    }
+    c.tick(now);
+}
+
+fn node_reason(c: &Controller, name: &str) -> Option<String> {
+    c.node_views()
+        .into_iter()
+        .find(|n| n.name == name)
+        .and_then(|n| n.reason)
+}
+
+/// Ends a launched batch job with `code` on its node.
+fn finish(c: &mut Controller, node: &str, l: &Launch, code: i32, now: u64) {
+    let exit = ExitStatus { code, signal: None };
+    let step = StepId::BATCH;
+    let job = l.job_run();
+    c.agent_message(
+        node,
+        AgentMsg::StepExited {
+            job,
+            step,
+            exit,
+            oom: false,
+        },
+        now,
+    );
+    c.agent_message(node, AgentMsg::JobCleaned { job, usage: None }, now);
+}
+
+#[test]
+fn an_active_check_runs_on_idle_nodes_and_its_failure_drains_them() {
+    let mut c = with_active_check();
+    tick_alive(&mut c, 100);
+    assert_eq!(c.schedule(100), 1);
+    let (node, l) = launches(&mut c).remove(0);
+    assert_eq!(node, "worker-0", "the node that waited longest, by name");
+    assert_eq!(l.name, "health:burn");
+    assert_eq!(l.user.uid, 0);
+    assert!(l.exclusive);
+    // One run of a check at a time.
+    tick_alive(&mut c, 101);
+    assert_eq!(c.schedule(101), 0);
+    finish(&mut c, &node, &l, 3, 102);
+    assert_eq!(
+        node_reason(&c, "worker-0").as_deref(),
+        Some("node_problem: burn: exit code 3")
+    );
+    // The next run goes to the other node; it passes, and that node stays.
+    tick_alive(&mut c, 103);
+    assert_eq!(c.schedule(103), 1);
+    let (node, l) = launches(&mut c).remove(0);
+    assert_eq!(node, "worker-1");
+    finish(&mut c, &node, &l, 0, 104);
+    assert_eq!(node_reason(&c, "worker-1"), None);
+    // Nobody is due before the interval; the failed node gets no run.
+    tick_alive(&mut c, 200);
+    assert_eq!(c.schedule(200), 0);
+    // An operator's RESUME lifts the check's drain.
+    c.update_node(ROOT, "worker-0", NodeUpdate::Resume, None, 201)
+        .unwrap();
+    assert_eq!(node_reason(&c, "worker-0"), None);
+}
+
+#[test]
+fn an_active_check_that_cannot_start_at_once_is_withdrawn() {
+    let mut c = with_active_check();
+    // worker-1 runs a user's job, so only worker-0 is idle.
+    let mut spec = batch("x");
+    spec.nodelist = vec!["worker-1".into()];
+    let user = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    launches(&mut c);
+    tick_alive(&mut c, 100);
+    // Before the pass, the idle node is drained by an operator.
+    c.update_node(
+        ROOT,
+        "worker-0",
+        NodeUpdate::Drain,
+        Some("cabling".into()),
+        100,
+    )
+    .unwrap();
+    assert_eq!(c.schedule(100), 0);
+    let pending = c.job_views(&JobFilter::default(), 100);
+    let check = pending
+        .iter()
+        .find(|j| j.name == "health:burn")
+        .expect("the check's run");
+    assert_eq!(check.state, JobState::Pending);
+    let check = check.id;
+    tick_alive(&mut c, 101);
+    assert_eq!(state(&c, check), JobState::Cancelled);
+    assert_eq!(state(&c, user), JobState::Running);
+    assert_eq!(node_reason(&c, "worker-0").as_deref(), Some("cabling"));
+}
