@@ -1,5 +1,6 @@
-//! GPU backends: what GPUs a node has. The simulated backend stands in for
-//! NVML (a later issue) so everything runs on machines without GPUs.
+//! GPU backends: what GPUs a node has and how they are. [`crate::nvml`]
+//! reads real NVIDIA GPUs; the simulated backend here stands in on
+//! machines without them.
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +24,8 @@ pub enum GpuError {
     },
     #[error("{path}: gpu index {index} repeated")]
     Repeated { path: PathBuf, index: u32 },
+    #[error("NVML: {0}")]
+    Nvml(String),
 }
 
 /// One GPU's health readings.
@@ -36,6 +39,8 @@ pub struct GpuHealth {
     pub temperature_c: Option<u32>,
     /// The GPU is gone (fell off the bus).
     pub lost: bool,
+    /// Memory pages wait to be retired: the GPU needs a reset.
+    pub retirement_pending: bool,
 }
 
 /// A source of GPU inventory and health.
@@ -200,6 +205,7 @@ impl GpuBackend for SimGpus {
                 ecc_uncorrectable: g.ecc_uncorrectable,
                 temperature_c: g.temperature_c,
                 lost: g.lost,
+                retirement_pending: false,
             })
             .collect())
     }

@@ -68,6 +68,12 @@ impl GpuChecks {
             if let Some(x) = g.xid.filter(|x| self.drain_xids.contains(x)) {
                 return Some(format!("gpu: GPU {}: XID {x}", g.index));
             }
+            if g.retirement_pending {
+                return Some(format!(
+                    "gpu: GPU {}: retired pages pending a reset",
+                    g.index
+                ));
+            }
             if let Some(t) = g.temperature_c.filter(|&t| t > self.max_temperature_c) {
                 return Some(format!(
                     "gpu: GPU {}: {t} °C, over {} °C",
@@ -277,6 +283,10 @@ mod tests {
         assert_eq!(
             with(&|g| g.temperature_c = Some(97)).as_deref(),
             Some("gpu: GPU 1: 97 °C, over 90 °C")
+        );
+        assert_eq!(
+            with(&|g| g.retirement_pending = true).as_deref(),
+            Some("gpu: GPU 1: retired pages pending a reset")
         );
         assert_eq!(
             with(&|g| g.lost = true).as_deref(),

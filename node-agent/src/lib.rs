@@ -27,6 +27,7 @@ pub mod health;
 pub mod jail;
 pub mod launch;
 pub mod local;
+pub mod nvml;
 pub mod procs;
 pub mod resources;
 pub mod spool;

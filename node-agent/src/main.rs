@@ -41,6 +41,11 @@ struct Args {
     /// Memory to offer in MB (default: this machine's).
     #[arg(long)]
     mem: Option<u64>,
+    /// Where GPUs come from: `auto` (NVML when the driver's library loads
+    /// and sees a GPU, else the simulated ones below), `nvml` (fail
+    /// without it) or `sim`.
+    #[arg(long, value_enum, default_value_t = GpuSource::Auto)]
+    gpus: GpuSource,
     /// Simulated GPUs: how many.
     #[arg(long, default_value_t = 0)]
     sim_gpus: u32,
@@ -99,6 +104,45 @@ struct Args {
     /// exit: what `corral up` does once its agents are gone.
     #[arg(long)]
     remove_cgroups: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum GpuSource {
+    Auto,
+    Nvml,
+    Sim,
+}
+
+/// The node's GPU backend as `--gpus` and the simulation flags ask:
+/// asking for simulated GPUs (a count or a file) means the simulation.
+fn gpu_backend(args: &Args, name: &str) -> anyhow::Result<Arc<dyn GpuBackend>> {
+    let simulated = args.sim_gpu_file.is_some() || args.sim_gpus > 0;
+    let want_nvml = match args.gpus {
+        GpuSource::Nvml => true,
+        GpuSource::Auto => !simulated,
+        GpuSource::Sim => false,
+    };
+    if want_nvml {
+        match corral_agent::nvml::NvmlGpus::open() {
+            Ok(g) => {
+                tracing::info!(gpus = ?g, "GPUs from NVML");
+                return Ok(Arc::new(g));
+            }
+            Err(e) if args.gpus == GpuSource::Nvml => {
+                return Err(anyhow::Error::new(e).context("--gpus nvml"))
+            }
+            Err(e) => tracing::debug!(error = %e, "no NVML; simulated GPUs"),
+        }
+    }
+    Ok(match &args.sim_gpu_file {
+        Some(p) => Arc::new(SimGpus::from_file(name, p)?),
+        None => Arc::new(SimGpus::uniform(
+            name,
+            args.sim_gpus,
+            args.sim_gpus_per_group,
+            args.sim_gpu_memory,
+        )),
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -194,15 +238,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let name = args.name.clone().unwrap_or_else(hostname);
-    let gpus: Arc<dyn GpuBackend> = match &args.sim_gpu_file {
-        Some(p) => Arc::new(SimGpus::from_file(&name, p)?),
-        None => Arc::new(SimGpus::uniform(
-            &name,
-            args.sim_gpus,
-            args.sim_gpus_per_group,
-            args.sim_gpu_memory,
-        )),
-    };
+    let gpus = gpu_backend(&args, &name)?;
     let inventory = gpus.gpus()?;
     let checks = corral_agent::health::GpuChecks::new(inventory.len());
     let (cg_mode, cg_parent) = (args.cgroups, args.cgroup_parent.clone());

@@ -45,3 +45,18 @@ fn bad_flags_and_missing_files_are_one_line() {
     assert_eq!(code, 1);
     assert!(err.contains("gpu index 0 repeated"), "{err}");
 }
+
+#[test]
+fn asking_for_nvml_without_a_driver_is_one_line() {
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        println!("SKIPPED (an NVIDIA driver is present)");
+        return;
+    }
+    let (code, err) = run(&["--name", "n", "--gpus", "nvml"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("corral-agent: error: --gpus nvml: NVML: loading NVML"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
