@@ -593,6 +593,19 @@ impl Agent {
             if let Some((_, path)) = env.iter_mut().find(|(k, _)| k == "PATH") {
                 *path = format!("{}:{path}", crate::jail::BIN);
             }
+            if !l.gpus.is_empty() && !jail.driver_files.is_empty() {
+                // The node's driver, bound in for this task: found first.
+                if let Some((_, path)) = env.iter_mut().find(|(k, _)| k == "PATH") {
+                    *path = format!("{path}:{}", shared_root::DRIVER_BIN);
+                }
+                match env.iter_mut().find(|(k, _)| k == "LD_LIBRARY_PATH") {
+                    Some((_, v)) if !v.is_empty() => {
+                        *v = format!("{}:{v}", shared_root::DRIVER_LIB);
+                    }
+                    Some((_, v)) => *v = shared_root::DRIVER_LIB.into(),
+                    None => env.push(("LD_LIBRARY_PATH".into(), shared_root::DRIVER_LIB.into())),
+                }
+            }
             env.retain(|(k, _)| k != "DOCKER_HOST");
             if l.exclusive && jail.docker_socket.is_some() {
                 env.push((

@@ -33,6 +33,9 @@ pub struct JailConfig {
     /// The node's Docker socket, given to exclusive jobs only: containers
     /// Docker starts escape the job's limits.
     pub docker_socket: Option<PathBuf>,
+    /// The node's GPU driver files, bound into the jail of every task
+    /// with a GPU (see [`driver_files`]).
+    pub driver_files: Vec<PathBuf>,
 }
 
 /// NVIDIA's device nodes every GPU job needs beside its own GPUs.
@@ -46,6 +49,7 @@ impl JailConfig {
             bin,
             host_dev: "/dev".into(),
             docker_socket: None,
+            driver_files: Vec::new(),
         }
     }
 
@@ -63,6 +67,9 @@ impl JailConfig {
             devices.extend(NVIDIA_SHARED.iter().map(|d| self.host_dev.join(d)));
         }
         plan.devices = devices.into_iter().filter(|d| d.exists()).collect();
+        if !gpus.is_empty() {
+            plan.driver_files = self.driver_files.clone();
+        }
         plan.submounts = self.submounts.clone();
         let extra = |name: &str, source: &Path| Extra {
             name: name.into(),
@@ -81,6 +88,70 @@ impl JailConfig {
         }
         plan
     }
+}
+
+/// Name prefixes of NVIDIA's user-space driver libraries.
+const DRIVER_LIBS: [&str; 9] = [
+    "libnvidia-",
+    "libcuda.so",
+    "libcudadebugger.so",
+    "libnvcuvid.so",
+    "libnvoptix.so",
+    "libGLX_nvidia.so",
+    "libEGL_nvidia.so",
+    "libGLESv2_nvidia.so",
+    "libGLESv1_CM_nvidia.so",
+];
+
+/// NVIDIA's tools a job may call.
+const DRIVER_TOOLS: [&str; 5] = [
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+];
+
+/// The driver's 64-bit libraries in `ldconfig -p` output (one path per
+/// name, the first the cache lists).
+pub fn driver_libraries(ldconfig: &str) -> Vec<PathBuf> {
+    let mut seen = std::collections::HashSet::new();
+    ldconfig
+        .lines()
+        .filter_map(|l| {
+            // "\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1"
+            let (left, path) = l.trim().split_once(" => ")?;
+            let (name, flags) = left.split_once(' ')?;
+            let wanted = DRIVER_LIBS.iter().any(|p| name.starts_with(p));
+            (wanted && flags.contains("64") && seen.insert(name.to_string()))
+                .then(|| Path::new(path.trim()).to_path_buf())
+        })
+        .collect()
+}
+
+/// The host's NVIDIA driver files: its libraries from the loader's cache
+/// (`ldconfig -p`) and its tools from the usual directories. Empty on a
+/// host without the driver.
+pub fn driver_files() -> Vec<PathBuf> {
+    let out = ["/sbin/ldconfig", "/usr/sbin/ldconfig"]
+        .iter()
+        .find_map(|l| std::process::Command::new(l).arg("-p").output().ok())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut files = driver_libraries(&out);
+    if files.is_empty() {
+        return files;
+    }
+    for tool in DRIVER_TOOLS {
+        if let Some(p) = ["/usr/bin", "/usr/sbin", "/usr/local/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(tool))
+            .find(|p| p.is_file())
+        {
+            files.push(p);
+        }
+    }
+    files
 }
 
 /// A user as a shared root knows them, read once per step: the name (the
@@ -154,6 +225,34 @@ mod tests {
             spool_path(Path::new("/var/spool/c/job7.0.sh")),
             Path::new("/run/corral/spool/job7.0.sh")
         );
+    }
+
+    #[test]
+    fn driver_libraries_come_from_the_loaders_cache_64_bit_once_each() {
+        let out = "1234 libs found in cache `/etc/ld.so.cache'\n\
+            \tlibz.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libz.so.1\n\
+            \tlibnvidia-ml.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libnvidia-ml.so.1\n\
+            \tlibnvidia-ml.so.1 (libc6) => /lib/i386-linux-gnu/libnvidia-ml.so.1\n\
+            \tlibcuda.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libcuda.so.1\n\
+            \tlibcuda.so.1 (libc6,x86-64) => /usr/local/cuda/compat/libcuda.so.1\n\
+            \tlibcuda.so (libc6,x86-64) => /lib/x86_64-linux-gnu/libcuda.so\n\
+            \tlibcudart.so.12 (libc6,x86-64) => /usr/local/cuda/lib64/libcudart.so.12\n";
+        let libs = driver_libraries(out);
+        assert_eq!(
+            libs,
+            [
+                PathBuf::from("/lib/x86_64-linux-gnu/libnvidia-ml.so.1"),
+                "/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+                "/lib/x86_64-linux-gnu/libcuda.so".into(),
+            ]
+        );
+        // Only GPU tasks get them.
+        let mut cfg = JailConfig::new("/srv/root".into(), "/opt/corral/bin".into());
+        cfg.driver_files = libs;
+        let gpu = cfg.plan(&[0], false, Path::new("/s"), Path::new("/p"));
+        assert_eq!(gpu.driver_files.len(), 3);
+        let cpu = cfg.plan(&[], false, Path::new("/s"), Path::new("/p"));
+        assert!(cpu.driver_files.is_empty());
     }
 
     #[test]

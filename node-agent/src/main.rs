@@ -88,6 +88,11 @@ struct Args {
     /// With --jail: the node's Docker socket, given to exclusive jobs only.
     #[arg(long)]
     jail_docker_socket: Option<PathBuf>,
+    /// With --jail: a GPU driver file (library or tool) bound into every
+    /// GPU task's jail (repeatable; default: NVIDIA's, found in the
+    /// loader's cache).
+    #[arg(long = "jail-driver-file")]
+    jail_driver_files: Vec<PathBuf>,
     /// A cgroup per job (CPUs, memory, pids, GPU devices): `auto` when
     /// running as root and the node's cgroups are writable, `on` (fail
     /// if they are not), or `off`.
@@ -270,6 +275,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 cfg.submounts = args.jail_submounts;
                 cfg.host_dev = args.jail_dev;
                 cfg.docker_socket = args.jail_docker_socket;
+                cfg.driver_files = if args.jail_driver_files.is_empty() {
+                    corral_agent::jail::driver_files()
+                } else {
+                    args.jail_driver_files
+                };
                 Some(cfg)
             }
             None => None,

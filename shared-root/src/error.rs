@@ -78,6 +78,12 @@ pub enum JailError {
         #[source]
         source: std::io::Error,
     },
+    #[error("binding the node's driver file {path}")]
+    Driver {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("pivot_root into {root}")]
     Pivot {
         root: PathBuf,

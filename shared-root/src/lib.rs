@@ -43,5 +43,8 @@ mod sys;
 pub mod users;
 
 pub use error::{JailError, PlanError};
-pub use plan::{Extra, Failed, Plan, Prepared, StepKind, Submount, MAX_STEPS, USUAL_DEVICES};
+pub use plan::{
+    is_library, Extra, Failed, Plan, Prepared, StepKind, Submount, DRIVER_BIN, DRIVER_LIB,
+    MAX_STEPS, USUAL_DEVICES,
+};
 pub use sys::{Kernel, Recorder, Syscall};

@@ -54,8 +54,25 @@ pub struct Plan {
     /// exist in the shared root.
     pub host_files: Vec<PathBuf>,
     pub extras: Vec<Extra>,
+    /// The node's GPU driver files (NVIDIA's libraries and tools), bound
+    /// read-only at [`DRIVER_LIB`] (a name with `.so` in it) or
+    /// [`DRIVER_BIN`] under their own names, in this task's namespace
+    /// only: nothing is written onto the shared root, so nodes with
+    /// different driver versions share one root.
+    pub driver_files: Vec<PathBuf>,
     /// Size of the private `/tmp` in MiB (0: tmpfs's default, half of RAM).
     pub tmp_size_mb: u64,
+}
+
+/// Where a jail's driver libraries are (the loader is pointed there).
+pub const DRIVER_LIB: &str = "/run/corral/driver/lib";
+/// Where a jail's driver tools are (on the tasks' `PATH`).
+pub const DRIVER_BIN: &str = "/run/corral/driver/bin";
+
+/// Whether a driver file is a library (else a tool).
+pub fn is_library(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| n.to_string_lossy().contains(".so"))
 }
 
 impl Plan {
@@ -69,6 +86,7 @@ impl Plan {
             submounts: Vec::new(),
             host_files: vec!["/etc/resolv.conf".into(), "/etc/hosts".into()],
             extras: Vec::new(),
+            driver_files: Vec::new(),
             tmp_size_mb: 0,
         }
     }
@@ -90,6 +108,8 @@ pub enum StepKind {
     Tmp,
     Run,
     Extra(usize),
+    /// Index into the plan's driver files.
+    Driver(usize),
     Submount(usize),
     HostFile(usize),
     Pivot,
@@ -369,6 +389,51 @@ impl Plan {
             }
         }
 
+        if !self.driver_files.is_empty() {
+            for d in [
+                "run/corral/driver",
+                "run/corral/driver/lib",
+                "run/corral/driver/bin",
+            ] {
+                push(
+                    StepKind::Run,
+                    Call::Mkdir(c(&at(d))?, Mode::from_bits_truncate(0o755)),
+                );
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, f) in self.driver_files.iter().enumerate() {
+            inside("a driver file", f)?;
+            let name = f
+                .file_name()
+                .and_then(|n| n.to_str())
+                .filter(|n| name_ok("a driver file", n).is_ok())
+                .ok_or_else(|| PlanError::BadPath {
+                    what: "a driver file",
+                    path: f.clone(),
+                })?;
+            if !names.insert(name.to_string()) {
+                return Err(PlanError::Duplicate {
+                    what: "a driver file",
+                    name: name.into(),
+                });
+            }
+            let dir = if is_library(f) {
+                DRIVER_LIB
+            } else {
+                DRIVER_BIN
+            };
+            let target = root.join(dir.trim_start_matches('/')).join(name);
+            push(StepKind::Driver(i), Call::CreateFile(c(&target)?));
+            push(StepKind::Driver(i), bind(f, &target)?);
+            let ro =
+                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NODEV;
+            push(
+                StepKind::Driver(i),
+                mount(None, &target, None, ro | MsFlags::MS_NOSUID, None)?,
+            );
+        }
+
         let mut names = std::collections::HashSet::new();
         for (i, s) in self.submounts.iter().enumerate() {
             name_ok("a submount's name", &s.name)?;
@@ -505,6 +570,10 @@ impl Prepared {
                 path: p.host_files.get(i).cloned().unwrap_or_default(),
                 source,
             },
+            StepKind::Driver(i) => JailError::Driver {
+                path: p.driver_files.get(i).cloned().unwrap_or_default(),
+                source,
+            },
             StepKind::Pivot => JailError::Pivot {
                 root: self.root.clone(),
                 source,
@@ -551,6 +620,44 @@ mod tests {
             .iter()
             .position(|c| c.starts_with(prefix))
             .unwrap_or_else(|| panic!("no call starting {prefix:?} in {calls:#?}"))
+    }
+
+    #[test]
+    fn driver_files_are_bound_read_only_under_run_corral_driver() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = plan(dir.path());
+        p.driver_files = vec![
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+            "/usr/bin/nvidia-smi".into(),
+        ];
+        let calls = recorded(&p);
+        for want in [
+            "mkdir /jail/run/corral/driver/lib",
+            "create /jail/run/corral/driver/lib/libcuda.so.1",
+            "mount /usr/lib/x86_64-linux-gnu/libcuda.so.1 /jail/run/corral/driver/lib/libcuda.so.1 - MS_BIND",
+            "mount - /jail/run/corral/driver/lib/libcuda.so.1 - MS_RDONLY",
+            "create /jail/run/corral/driver/bin/nvidia-smi",
+        ] {
+            position(&calls, want);
+        }
+        // Before the pivot, after /run exists.
+        assert!(
+            position(&calls, "mount tmpfs /jail/run")
+                < position(&calls, "create /jail/run/corral/driver/lib/libcuda.so.1")
+        );
+        // A failure names the file.
+        let prepared = p.prepare().unwrap();
+        let i = (0..prepared.len())
+            .find(|&i| prepared.kind(i) == Some(StepKind::Driver(1)))
+            .unwrap();
+        let e = prepared.error(Failed {
+            step: i,
+            errno: Errno::ENOENT,
+        });
+        assert!(e.to_string().contains("/usr/bin/nvidia-smi"), "{e}");
+        // Two files of one name cannot both be there.
+        p.driver_files.push("/opt/other/libcuda.so.1".into());
+        assert!(matches!(p.prepare(), Err(PlanError::Duplicate { .. })));
     }
 
     #[test]

@@ -77,6 +77,8 @@ pub struct Opts {
     pub jail_docker_socket: Option<PathBuf>,
     /// Jobs in cgroups (as root).
     pub cgroups: bool,
+    /// Driver files bound into GPU tasks' jails.
+    pub jail_driver_files: Vec<PathBuf>,
     /// Seconds between the nodes' health checks.
     pub health_interval: u64,
     /// Appended to the cluster's `corral.toml`.
@@ -96,6 +98,7 @@ impl Default for Opts {
             jail_dev: None,
             jail_docker_socket: None,
             cgroups: true,
+            jail_driver_files: Vec::new(),
             health_interval: 1,
             extra_config: String::new(),
         }
@@ -137,6 +140,7 @@ impl Env {
             jail_dev: o.jail_dev.clone(),
             jail_docker_socket: o.jail_docker_socket.clone(),
             cgroups: o.cgroups,
+            jail_driver_files: o.jail_driver_files.clone(),
             health_interval: o.health_interval,
             extra_config: o.extra_config.clone(),
         };

@@ -105,12 +105,21 @@ fn a_job_sees_only_its_own_gpus_device_nodes() {
         )
         .expect("mknod");
     }
+    // The node's "driver": a library and a tool, bound into GPU tasks.
+    let driver = tempfile::tempdir().expect("driver dir");
+    let lib = driver.path().join("libnvidia-ml.so.1");
+    std::fs::write(&lib, "the node's driver\n").expect("lib");
+    let smi = driver.path().join("nvidia-smi");
+    std::fs::write(&smi, "#!/bin/sh\necho smi from the node\n").expect("tool");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let env = Env::start(Opts {
         nodes: 1,
         gpus: 4,
         jail: Some(root.path().to_path_buf()),
         jail_submounts: vec!["/usr:/usr:ro".into()],
         jail_dev: Some(dev.path().to_path_buf()),
+        jail_driver_files: vec![lib, smi],
         ..Opts::default()
     });
     let script = "ls /dev | grep nvidia | tr '\\n' ' '; echo; echo $CUDA_VISIBLE_DEVICES";
@@ -127,7 +136,41 @@ fn a_job_sees_only_its_own_gpus_device_nodes() {
         shown, want,
         "only its GPU's node and the control node: {out}"
     );
-    // A job without GPUs sees no NVIDIA device at all.
+    // The node's driver is there for a GPU task, found by the loader and
+    // on PATH; nothing of it is written onto the shared root.
+    let out = env.ok(&[
+        "srun",
+        "-N1",
+        "--gres=gpu:1",
+        "-D",
+        "/",
+        "sh",
+        "-c",
+        "cat /run/corral/driver/lib/libnvidia-ml.so.1; nvidia-smi; echo $LD_LIBRARY_PATH",
+    ]);
+    // First on the loader's path, before whatever the submitter had.
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[..2],
+        ["the node's driver", "smi from the node"],
+        "{out}"
+    );
+    assert!(
+        lines[2] == "/run/corral/driver/lib" || lines[2].starts_with("/run/corral/driver/lib:"),
+        "{out}"
+    );
+    assert!(!root.path().join("run/corral").exists());
+    // A job without GPUs sees no NVIDIA device at all, and no driver.
+    let out = env.ok(&[
+        "srun",
+        "-N1",
+        "-D",
+        "/",
+        "sh",
+        "-c",
+        "test -e /run/corral/driver && echo driver || echo none",
+    ]);
+    assert_eq!(out.trim(), "none", "{out}");
     let out = env.ok(&[
         "srun",
         "-N1",

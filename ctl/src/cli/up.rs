@@ -119,6 +119,9 @@ pub struct ClusterSpec {
     pub jail_docker_socket: Option<PathBuf>,
     /// Each job in its own cgroup (when the agents run as root).
     pub cgroups: bool,
+    /// GPU driver files bound into GPU tasks' jails (default: the host's
+    /// NVIDIA driver, if any).
+    pub jail_driver_files: Vec<PathBuf>,
     /// Seconds between the nodes' health checks.
     pub health_interval: u64,
     /// More of `corral.toml`, appended as it is (tests: `[[health.command]]`,
@@ -387,6 +390,12 @@ impl Cluster {
                     .iter()
                     .flat_map(|d| ["--jail-docker-socket".into(), d.clone().into_os_string()]),
             )
+            .args(
+                self.spec
+                    .jail_driver_files
+                    .iter()
+                    .flat_map(|d| ["--jail-driver-file".into(), d.clone().into_os_string()]),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(logf)
@@ -582,6 +591,7 @@ pub fn main(args: &[OsString]) -> i32 {
         jail_docker_socket: a.jail_docker_socket.clone(),
         cgroups: !a.no_cgroups,
         health_interval: a.health_interval,
+        jail_driver_files: Vec::new(),
         extra_config: String::new(),
     };
     let code = super::block_on(CMD, async move {
