@@ -115,3 +115,23 @@ fn ctld_refuses_bad_flags_and_configs_in_one_line() {
     assert!(err.contains("certificates in"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    // Far more output than a pipe holds, into a pipe nobody reads.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["scontrol", "show", "hostnames", "node-[0-99999]"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("corral");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.signal(), Some(13), "ended by SIGPIPE: {out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -141,7 +141,7 @@ pub struct Cluster {
 /// The cluster's commands as a jail sees them: `corral` itself (a hard
 /// link, or a copy across filesystems) and relative links to it, which
 /// resolve inside the jail too.
-fn jail_bin(corral: &Path, dir: &Path) -> Result<(), UpError> {
+pub fn jail_bin(corral: &Path, dir: &Path) -> Result<(), UpError> {
     mkdir(dir)?;
     let inside = dir.join("corral");
     let _ = std::fs::remove_file(&inside);
