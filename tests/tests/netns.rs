@@ -60,8 +60,8 @@ impl Net {
     /// Gives every host the same `/etc/hosts` naming the hosts (what a
     /// cluster's DNS would do): `ip netns exec` binds it over `/etc/hosts`.
     fn hosts_file(&mut self, text: &str) {
-        for ns in self.names[1..].to_vec() {
-            let dir = Path::new("/etc/netns").join(&ns);
+        for ns in &self.names[1..] {
+            let dir = Path::new("/etc/netns").join(ns);
             std::fs::create_dir_all(&dir).expect("/etc/netns dir");
             std::fs::write(dir.join("hosts"), text).expect("hosts file");
             self.etc.push(dir);
@@ -146,13 +146,13 @@ fn start(tag_salt: usize, agent_extra: &[String], work: Option<&Path>) -> Hosts 
     net.hosts_file(
         "127.0.0.1 localhost\n10.77.0.10 ctld\n10.77.0.11 worker-0\n10.77.0.12 worker-1\n",
     );
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().expect("test setup");
     let dir = tmp.path();
     let certs = dir.join("certs");
-    tls::init_ca(&certs).unwrap();
-    tls::issue(&certs, CTLD_NAME, Role::Controller).unwrap();
+    tls::init_ca(&certs).expect("test setup");
+    tls::issue(&certs, CTLD_NAME, Role::Controller).expect("test setup");
     for n in ["worker-0", "worker-1"] {
-        tls::issue(&certs, n, Role::Agent).unwrap();
+        tls::issue(&certs, n, Role::Agent).expect("test setup");
     }
     let conf = dir.join("corral.toml");
     std::fs::write(
@@ -162,12 +162,12 @@ fn start(tag_salt: usize, agent_extra: &[String], work: Option<&Path>) -> Hosts 
             certs.display()
         ),
     )
-    .unwrap();
+    .expect("config");
     let bins = bin_dir();
     net.spawn(
         0,
         &bins.join("corral-ctld"),
-        &["--config", conf.to_str().unwrap()],
+        &["--config", conf.to_str().expect("test setup")],
         &dir.join("ctld.log"),
     );
     for (i, name) in ["worker-0", "worker-1"].iter().enumerate() {
@@ -183,11 +183,11 @@ fn start(tag_salt: usize, agent_extra: &[String], work: Option<&Path>) -> Hosts 
             "--ctld",
             "10.77.0.10:6817",
             "--certs",
-            certs.to_str().unwrap(),
+            certs.to_str().expect("test setup"),
             "--socket",
-            sock.to_str().unwrap(),
+            sock.to_str().expect("test setup"),
             "--spool",
-            spool.to_str().unwrap(),
+            spool.to_str().expect("test setup"),
             "--cpus",
             "4",
             "--mem",
@@ -209,12 +209,12 @@ fn start(tag_salt: usize, agent_extra: &[String], work: Option<&Path>) -> Hosts 
         );
     }
     let work = work.map_or_else(|| dir.join("work"), Path::to_path_buf);
-    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&work).expect("test setup");
     // Slurm's command names on PATH, as on a real login node.
     let path_dir = dir.join("bin");
-    std::fs::create_dir(&path_dir).unwrap();
+    std::fs::create_dir(&path_dir).expect("test setup");
     for c in ["srun", "sbatch", "squeue"] {
-        std::os::unix::fs::symlink(bins.join("corral"), path_dir.join(c)).unwrap();
+        std::os::unix::fs::symlink(bins.join("corral"), path_dir.join(c)).expect("test setup");
     }
     let path = format!(
         "{}:{}",
@@ -271,7 +271,7 @@ impl Hosts {
     /// Submits a batch script and waits for it to complete; returns its
     /// output, sorted by line.
     fn batch(&self, args: &[&str], script: &str) -> Vec<String> {
-        std::fs::write(self.work().join("job.sh"), script).unwrap();
+        std::fs::write(self.work().join("job.sh"), script).expect("test setup");
         let mut all = vec!["sbatch", "--parsable"];
         all.extend_from_slice(args);
         all.push("job.sh");
@@ -304,7 +304,7 @@ impl Hosts {
             std::thread::sleep(Duration::from_millis(100));
         }
         let mut lines: Vec<String> = std::fs::read_to_string(&outf)
-            .unwrap()
+            .expect("the job's output")
             .lines()
             .map(String::from)
             .collect();
