@@ -135,3 +135,70 @@ fn a_reader_that_stops_early_ends_the_command_quietly() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn jail_init_debootstrap_runs_debootstrap_or_says_it_is_missing() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("dir");
+    // Without debootstrap anywhere on PATH (an empty PATH still finds the
+    // system directories, so only check where it is truly absent).
+    if shared_root::scaffold::find_program("debootstrap").is_none() {
+        let o = Command::new(env!("CARGO_BIN_EXE_corral"))
+            .args(["jail", "init", "--debootstrap", "bookworm"])
+            .arg(dir.path().join("a"))
+            .output()
+            .expect("corral");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(err.contains("debootstrap is not installed"), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    // A stand-in debootstrap records how it was called.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    let fake = bin.join("debootstrap");
+    let log = dir.path().join("args");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$@\" > {}\nmkdir -p \"$3/etc\"\n",
+            log.display()
+        ),
+    )
+    .expect("fake");
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let root = dir.path().join("root");
+    let o = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args([
+            "jail",
+            "init",
+            "--debootstrap",
+            "trixie",
+            "--mirror",
+            "http://deb.example/debian",
+        ])
+        .arg(&root)
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .output()
+        .expect("corral");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let args = std::fs::read_to_string(&log).expect("debootstrap ran");
+    assert_eq!(
+        args.trim(),
+        format!(
+            "--variant=minbase trixie {} http://deb.example/debian",
+            root.display()
+        )
+    );
+    for d in ["proc", "sys", "dev", "tmp", "run", "home"] {
+        assert!(root.join(d).is_dir(), "{d}");
+    }
+    // Flags that do not go together are one line too.
+    let o = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["jail", "init", "--busybox", "--debootstrap", "x", "/tmp/x"])
+        .output()
+        .expect("corral");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
+}

@@ -212,3 +212,50 @@ fn only_an_exclusive_job_gets_the_nodes_docker_socket() {
         "socket\nDOCKER_HOST=[unix:///run/corral/docker.sock]\n"
     );
 }
+
+#[test]
+fn a_busybox_root_runs_jobs_and_the_clusters_commands_inside() {
+    if !is_root() {
+        println!("SKIPPED (needs root): a_busybox_root_runs_jobs_and_the_clusters_commands_inside");
+        return;
+    }
+    if shared_root::scaffold::find_program("busybox").is_none() {
+        // .ci/run installs busybox-static; a developer's machine may not.
+        println!("SKIPPED (needs busybox-static): a_busybox_root_runs_jobs_and_the_clusters_commands_inside");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let root = dir.path().join("root");
+    let o = std::process::Command::new(corral_e2e::bin_dir().join("corral"))
+        .args(["jail", "init", "--busybox"])
+        .arg(&root)
+        .output()
+        .expect("corral jail init");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = std::process::Command::new(corral_e2e::bin_dir().join("corral"))
+        .args(["jail", "check"])
+        .arg(&root)
+        .output()
+        .expect("corral jail check");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    // Self-contained: no host /usr.
+    let env = Env::start(Opts {
+        nodes: 1,
+        jail: Some(root.clone()),
+        ..Opts::default()
+    });
+    let job = env.sbatch(
+        &["-D", "/home", "-o", "bb.out"],
+        "#!/bin/sh\ncat /etc/os-release\nbusybox | head -n 1 | cut -d' ' -f1\nsrun hostname\nscontrol show hostnames\n",
+    );
+    let st = env.wait_state(job, &["COMPLETED", "FAILED"], 60);
+    let out = std::fs::read_to_string(root.join("home/bb.out")).unwrap_or_default();
+    let why = env.ok(&["scontrol", "show", "job", &job.to_string()]);
+    assert_eq!(st, "COMPLETED", "{why}\n{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[..2], ["ID=corral-busybox", "BusyBox"], "{out}");
+    assert!(
+        lines.contains(&"worker-0"),
+        "srun and scontrol inside: {out}"
+    );
+}

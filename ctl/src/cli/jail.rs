@@ -20,13 +20,25 @@ pub struct JailArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum What {
-    /// Lay out a tiny root in DIR that borrows the host's /usr (give the
-    /// agents `--jail-submount /usr:/usr:ro`): for tests and demos.
+    /// Make a shared root in DIR: by default a tiny one that borrows the
+    /// host's /usr (give the agents `--jail-submount /usr:/usr:ro`), for
+    /// tests and demos.
     Init {
         dir: PathBuf,
         /// The ID in its /etc/os-release.
-        #[arg(long, default_value = "corral-tiny")]
-        id: String,
+        #[arg(long)]
+        id: Option<String>,
+        /// A tiny self-contained root from Debian's busybox-static, with
+        /// the C library the cluster's commands need.
+        #[arg(long, conflicts_with = "debootstrap")]
+        busybox: bool,
+        /// A real Debian root of this suite (bookworm, trixie, …) made by
+        /// debootstrap, which must be installed.
+        #[arg(long, value_name = "SUITE")]
+        debootstrap: Option<String>,
+        /// With --debootstrap: the Debian mirror to use.
+        #[arg(long, requires = "debootstrap")]
+        mirror: Option<String>,
     },
     /// Say in plain lines what DIR lacks to be a usable shared root.
     Check {
@@ -45,7 +57,55 @@ pub fn main(args: &[OsString]) -> i32 {
         Err(code) => return code,
     };
     match a.what {
-        What::Init { dir, id } => {
+        What::Init {
+            dir,
+            id,
+            busybox: true,
+            ..
+        } => {
+            let Some(bb) = shared_root::scaffold::find_program("busybox") else {
+                return fail(
+                    CMD,
+                    "busybox is not installed (apt-get install busybox-static)",
+                );
+            };
+            let id = id.unwrap_or_else(|| "corral-busybox".into());
+            let made = shared_root::scaffold::busybox(&dir, &bb, &id).and_then(|()| {
+                // The cluster's commands are this binary, bound in at
+                // /run/corral/bin: give it its C library.
+                let me = std::env::current_exe()?;
+                shared_root::scaffold::copy_libraries(&dir, &me)
+            });
+            match made {
+                Ok(()) => {
+                    println!(
+                        "{}: a busybox root; run jobs in it with\n  corral up --jail {}",
+                        dir.display(),
+                        dir.display()
+                    );
+                    0
+                }
+                Err(e) => fail(CMD, format!("{}: {e}", dir.display())),
+            }
+        }
+        What::Init {
+            dir,
+            debootstrap: Some(suite),
+            mirror,
+            ..
+        } => match shared_root::scaffold::debootstrap(&dir, &suite, mirror.as_deref()) {
+            Ok(()) => {
+                println!(
+                    "{}: a Debian {suite} root; run jobs in it with\n  corral up --jail {}",
+                    dir.display(),
+                    dir.display()
+                );
+                0
+            }
+            Err(e) => fail(CMD, format!("{}: {e}", dir.display())),
+        },
+        What::Init { dir, id, .. } => {
+            let id = id.unwrap_or_else(|| "corral-tiny".into());
             let made = shared_root::scaffold::host_usr(&dir, &id).and_then(|()| {
                 let home = dir.join("home");
                 std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o1777))?;
