@@ -36,6 +36,9 @@ pub struct JailConfig {
     /// The node's GPU driver files, bound into the jail of every task
     /// with a GPU (see [`driver_files`]).
     pub driver_files: Vec<PathBuf>,
+    /// Node-local files bound at the same path, besides `/etc/hosts` and
+    /// `/etc/resolv.conf`.
+    pub host_files: Vec<PathBuf>,
 }
 
 /// NVIDIA's device nodes every GPU job needs beside its own GPUs.
@@ -50,6 +53,7 @@ impl JailConfig {
             host_dev: "/dev".into(),
             docker_socket: None,
             driver_files: Vec::new(),
+            host_files: Vec::new(),
         }
     }
 
@@ -71,6 +75,7 @@ impl JailConfig {
             plan.driver_files = self.driver_files.clone();
         }
         plan.submounts = self.submounts.clone();
+        plan.host_files.extend(self.host_files.iter().cloned());
         let extra = |name: &str, source: &Path| Extra {
             name: name.into(),
             source: source.to_path_buf(),

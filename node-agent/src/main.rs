@@ -66,6 +66,10 @@ struct Args {
     /// running them.
     #[arg(long)]
     no_exec: bool,
+    /// The cluster's corral.toml: its [jail] section says where tasks run
+    /// (the flags below win over it).
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// Run every task inside this shared root (needs root).
     #[arg(long)]
     jail: Option<PathBuf>,
@@ -75,7 +79,7 @@ struct Args {
     jail_bin: Option<PathBuf>,
     /// With --jail: SOURCE:TARGET[:ro], a host path at the same path on
     /// every node's jail (repeatable; TARGET must exist in the root).
-    #[arg(long = "jail-submount", value_parser = parse_submount)]
+    #[arg(long = "jail-submount", value_parser = shared_root::config::parse_submount)]
     jail_submounts: Vec<shared_root::Submount>,
     /// With --jail: where this node's device nodes are (tests point it at
     /// a directory of made-up `nvidiaN` nodes).
@@ -187,25 +191,41 @@ fn cgroups(
     }
 }
 
-/// `SOURCE:TARGET[:ro]`; the submount is named after its target.
-fn parse_submount(s: &str) -> Result<shared_root::Submount, String> {
-    let parts: Vec<&str> = s.split(':').collect();
-    let (source, target, read_only) = match parts[..] {
-        [source, target] => (source, target, false),
-        [source, target, "ro"] => (source, target, true),
-        [source, target, "rw"] => (source, target, false),
-        _ => return Err(format!("expected SOURCE:TARGET[:ro], got {s}")),
+/// Where tasks run: the flags, else corral.toml's [jail], else the host.
+fn jail_config(args: &Args) -> anyhow::Result<Option<corral_agent::jail::JailConfig>> {
+    let section = match &args.config {
+        Some(path) => shared_root::config::JailSection::load(path)?,
+        None => None,
     };
-    let name = target.trim_matches('/').replace('/', "-");
-    if name.is_empty() {
-        return Err(format!("a submount cannot cover the root: {s}"));
-    }
-    Ok(shared_root::Submount {
-        name,
-        source: source.into(),
-        target: target.into(),
-        read_only,
-    })
+    let root = match (&args.jail, &section) {
+        (Some(root), _) => root.clone(),
+        (None, Some(s)) => s.root.clone(),
+        (None, None) => return Ok(None),
+    };
+    let section = section.unwrap_or_default();
+    let bin = match args.jail_bin.clone().or(section.bin) {
+        Some(b) => b,
+        None => std::env::current_exe()
+            .context("finding this binary for the jail")?
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_default(),
+    };
+    let mut cfg = corral_agent::jail::JailConfig::new(root, bin);
+    cfg.submounts = if args.jail_submounts.is_empty() {
+        section.submounts
+    } else {
+        args.jail_submounts.clone()
+    };
+    cfg.host_files = section.host_files;
+    cfg.host_dev = args.jail_dev.clone();
+    cfg.docker_socket = args.jail_docker_socket.clone().or(section.docker_socket);
+    cfg.driver_files = match (&args.jail_driver_files[..], section.driver_files) {
+        ([], Some(files)) => files,
+        ([], None) => corral_agent::jail::driver_files(),
+        (files, _) => files.to_vec(),
+    };
+    Ok(Some(cfg))
 }
 
 /// Raises the soft limit on open descriptors to the hard one and returns
@@ -247,6 +267,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let inventory = gpus.gpus()?;
     let checks = corral_agent::health::GpuChecks::new(inventory.len());
     let (cg_mode, cg_parent) = (args.cgroups, args.cgroup_parent.clone());
+    let jail = jail_config(&args)?;
     let cfg = AgentConfig {
         certs: CertFiles::in_dir(&args.certs, &name),
         name,
@@ -261,29 +282,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         no_exec: args.no_exec,
         gpu_health: Some((gpus, checks)),
         cgroups: None,
-        jail: match args.jail {
-            Some(root) => {
-                let bin = match args.jail_bin {
-                    Some(b) => b,
-                    None => std::env::current_exe()
-                        .context("finding this binary for the jail")?
-                        .parent()
-                        .map(PathBuf::from)
-                        .unwrap_or_default(),
-                };
-                let mut cfg = corral_agent::jail::JailConfig::new(root, bin);
-                cfg.submounts = args.jail_submounts;
-                cfg.host_dev = args.jail_dev;
-                cfg.docker_socket = args.jail_docker_socket;
-                cfg.driver_files = if args.jail_driver_files.is_empty() {
-                    corral_agent::jail::driver_files()
-                } else {
-                    args.jail_driver_files
-                };
-                Some(cfg)
-            }
-            None => None,
-        },
+        jail,
     };
     let agent = Agent::new(cfg).context("starting agent")?;
     if let Some(cg) = cgroups(cg_mode, &cg_parent, args.cgroup_pids_max, agent.name())? {

@@ -36,6 +36,7 @@
 //! jail as root.
 
 pub mod check;
+pub mod config;
 mod error;
 mod plan;
 pub mod scaffold;

@@ -138,6 +138,28 @@ pub struct Cluster {
     agents: Vec<Option<Child>>,
 }
 
+/// The `[jail]` section of a cluster's corral.toml, if it has a jail.
+fn jail_section(spec: &ClusterSpec, dir: &Path) -> String {
+    let Some(root) = &spec.jail else {
+        return String::new();
+    };
+    let quote = |p: &Path| toml::Value::String(p.to_string_lossy().into_owned()).to_string();
+    let mut s = format!(
+        "\n[jail]\nroot = {}\nbin = {}\nsubmounts = [{}]\n",
+        quote(root),
+        quote(&dir.join("jail-bin")),
+        spec.jail_submounts
+            .iter()
+            .map(|m| toml::Value::String(m.clone()).to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if let Some(d) = &spec.jail_docker_socket {
+        s.push_str(&format!("docker_socket = {}\n", quote(d)));
+    }
+    s
+}
+
 /// The cluster's commands as a jail sees them: `corral` itself (a hard
 /// link, or a copy across filesystems) and relative links to it, which
 /// resolve inside the jail too.
@@ -255,11 +277,12 @@ impl Cluster {
         let config = format!(
             "cluster = \"corral-up\"\nlisten = \"127.0.0.1:0\"\ncerts = \"{}\"\nheartbeat_timeout = {}\n\
              kill_wait = {}\noperators = [{me}]\n\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-{last}]\"\ndefault = true\n\n\
-             [health]\ninterval = {}\n{}",
+             [health]\ninterval = {}\n{}{}",
             certs.display(),
             spec.heartbeat_timeout,
             spec.kill_wait,
             spec.health_interval.max(1),
+            jail_section(&spec, &dir),
             spec.extra_config,
         );
         let conf = dir.join("corral.toml");
@@ -364,31 +387,15 @@ impl Cluster {
                     .flatten(),
             )
             .args(self.spec.no_exec.then_some("--no-exec"))
-            .args(self.spec.jail.iter().flat_map(|root| {
-                [
-                    "--jail".into(),
-                    root.clone().into_os_string(),
-                    "--jail-bin".into(),
-                    dir.join("jail-bin").into_os_string(),
-                ]
+            .args(self.spec.jail.iter().flat_map(|_| {
+                // The shared root is in the cluster's corral.toml.
+                ["--config".into(), dir.join("corral.toml").into_os_string()]
             }))
-            .args(
-                self.spec
-                    .jail_submounts
-                    .iter()
-                    .flat_map(|m| ["--jail-submount", m.as_str()]),
-            )
             .args(
                 self.spec
                     .jail_dev
                     .iter()
                     .flat_map(|d| ["--jail-dev".into(), d.clone().into_os_string()]),
-            )
-            .args(
-                self.spec
-                    .jail_docker_socket
-                    .iter()
-                    .flat_map(|d| ["--jail-docker-socket".into(), d.clone().into_os_string()]),
             )
             .args(
                 self.spec

@@ -76,6 +76,8 @@ pub enum ConfigError {
     Policy { path: PathBuf, policy: String },
     #[error("{path}: no partitions")]
     NoPartitions { path: PathBuf },
+    #[error(transparent)]
+    Jail(Box<shared_root::config::ConfigError>),
     #[error("{path}: health check {check:?}: {message}")]
     Health {
         path: PathBuf,
@@ -111,6 +113,8 @@ struct RawConfig {
     partition: Vec<RawPartition>,
     #[serde(default)]
     health: RawHealth,
+    /// Read by agents and `corral jail shell`; checked here.
+    jail: Option<toml::Table>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -276,6 +280,8 @@ pub struct Config {
     pub health: HealthConfig,
     /// Checks run as jobs on idle nodes.
     pub active_checks: Vec<ActiveCheck>,
+    /// The shared root jobs run in (agents read it from this file).
+    pub jail: Option<shared_root::config::JailSection>,
     /// Who active checks run as: the controller's own user (root in a
     /// real cluster; the person running `corral up` otherwise). Set by
     /// corral-ctld at start; root until then.
@@ -336,7 +342,13 @@ impl Config {
             partitions.push(spec);
         }
         let (health, active_checks) = health(path, raw.health)?;
+        let jail = match raw.jail {
+            Some(_) => shared_root::config::JailSection::parse(path, text)
+                .map_err(|e| ConfigError::Jail(Box::new(e)))?,
+            None => None,
+        };
         Ok(Config {
+            jail,
             health,
             active_checks,
             check_user: Ident { uid: 0, gid: 0 },
@@ -492,6 +504,10 @@ mod tests {
             (
                 "[[partition]]\nname = \"p\"\nnodes = \"ALL\"\nmax_time = \"soon\"\n",
                 "time limit",
+            ),
+            (
+                "[jail]\nroot = \"srv\"\n[[partition]]\nname=\"p\"\nnodes=\"ALL\"\n",
+                "c.toml: [jail]: root must be an absolute path",
             ),
             (
                 "[[health.command]]\nname = \"gpu\"\ncommand = \"true\"\n[[partition]]\nname=\"p\"\nnodes=\"ALL\"\n",
