@@ -282,7 +282,7 @@ impl Cluster {
             spec.heartbeat_timeout,
             spec.kill_wait,
             spec.health_interval.max(1),
-            jail_section(&spec, &dir),
+            jail_section(&spec, dir),
             spec.extra_config,
         );
         let conf = dir.join("corral.toml");
