@@ -259,3 +259,62 @@ fn a_busybox_root_runs_jobs_and_the_clusters_commands_inside() {
         "srun and scontrol inside: {out}"
     );
 }
+
+#[test]
+fn jail_shell_puts_a_login_user_into_the_shared_root_with_the_clusters_commands() {
+    if !is_root() {
+        println!("SKIPPED (needs root): jail_shell_puts_a_login_user_into_the_shared_root_with_the_clusters_commands");
+        return;
+    }
+    let root = tempfile::tempdir().expect("root dir");
+    shared_root::scaffold::host_usr(root.path(), "corral-login").expect("a tiny root");
+    let home = root.path().join("home");
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    // A user only the shared root knows.
+    std::fs::write(
+        root.path().join("etc/passwd"),
+        "root:x:0:0::/root:/bin/sh\nada:x:4100:4100::/home:/bin/sh\n",
+    )
+    .expect("passwd");
+    std::fs::write(root.path().join("etc/group"), "root:x:0:\nada:x:4100:\n").expect("group");
+    let env = Env::start(Opts {
+        nodes: 1,
+        jail: Some(root.path().to_path_buf()),
+        jail_submounts: vec!["/usr:/usr:ro".into()],
+        ..Opts::default()
+    });
+    // As sudo would run it for ada, with the cluster's corral.toml (whose
+    // [jail] names the root, its submounts and the cluster's commands).
+    let config = env.cluster.spec.dir.join("corral.toml");
+    let inside = "cat /etc/os-release; id -un; pwd; \
+                  sbatch --parsable -o login.out --wrap 'echo from-the-login-shell'; \
+                  test -e /work || echo no-host-root";
+    let o = std::process::Command::new(corral_e2e::bin_dir().join("corral"))
+        .args(["jail", "shell", "--config"])
+        .arg(&config)
+        .args(["--", "sh", "-c", inside])
+        .env("SUDO_UID", "4100")
+        .env("SUDO_GID", "4100")
+        .env("CORRAL_AGENT_SOCKET", env.cluster.socket(0))
+        .output()
+        .expect("corral jail shell");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[..3], ["ID=corral-login", "ada", "/home"], "{out}");
+    assert_eq!(lines.last(), Some(&"no-host-root"), "{out}");
+    // The job it submitted is ada's, and ran in the same root.
+    let job: u64 = lines[3].trim().parse().expect("a job id");
+    assert_eq!(
+        env.wait_state(job, &["COMPLETED", "FAILED"], 30),
+        "COMPLETED"
+    );
+    let shown = env.ok(&["scontrol", "show", "job", &job.to_string()]);
+    assert!(shown.contains("(4100) GroupId="), "ada's job: {shown}");
+    let written = std::fs::read_to_string(home.join("login.out")).expect("output in the root");
+    assert_eq!(written, "from-the-login-shell\n");
+}

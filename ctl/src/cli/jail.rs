@@ -40,6 +40,24 @@ pub enum What {
         #[arg(long, requires = "debootstrap")]
         mirror: Option<String>,
     },
+    /// Enter the shared root as on a login node: your shell (or COMMAND)
+    /// in the root every job runs in, with the cluster's commands on PATH.
+    /// Needs root: run it with sudo; inside you are yourself.
+    Shell {
+        /// The shared root (default: [jail] root in the cluster's
+        /// corral.toml).
+        dir: Option<PathBuf>,
+        /// The cluster's corral.toml (default: $CORRAL_CONF, else
+        /// /etc/corral/corral.toml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// SOURCE:TARGET[:ro] (repeatable; default: the configuration's).
+        #[arg(long = "submount", value_parser = shared_root::config::parse_submount)]
+        submounts: Vec<shared_root::Submount>,
+        /// What to run instead of your shell.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
     /// Say in plain lines what DIR lacks to be a usable shared root.
     Check {
         dir: PathBuf,
@@ -129,6 +147,23 @@ pub fn main(args: &[OsString]) -> i32 {
                     0
                 }
                 Err(e) => fail(CMD, format!("{}: {e}", dir.display())),
+            }
+        }
+        What::Shell {
+            dir,
+            config,
+            submounts,
+            command,
+        } => {
+            let a = super::jail_shell::ShellArgs {
+                dir,
+                config,
+                submounts,
+                command,
+            };
+            match super::jail_shell::run(a) {
+                Ok(code) => code,
+                Err(e) => fail(CMD, e),
             }
         }
         What::Check { dir, submounts } => {

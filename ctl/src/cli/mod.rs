@@ -11,6 +11,7 @@ use std::future::Future;
 
 pub mod certs;
 pub mod jail;
+pub mod jail_shell;
 pub mod opts;
 pub mod sbatch;
 pub mod scancel;
