@@ -48,6 +48,9 @@ pub struct AgentConfig {
     pub no_exec: bool,
     /// Run every task in this jail (`None`: on the host's filesystem).
     pub jail: Option<crate::jail::JailConfig>,
+    /// GPU index → the minor number of its `/dev/nvidiaN` (absent: the
+    /// index).
+    pub gpu_minors: std::collections::HashMap<u32, u32>,
     /// Where GPU health readings come from, and the checks on them.
     pub gpu_health: Option<(Arc<dyn crate::gpu::GpuBackend>, crate::health::GpuChecks)>,
     /// Put each job in its own cgroup (`None`: no limits, processes
@@ -529,7 +532,7 @@ impl Agent {
                 .gpus
                 .iter()
                 .filter(|g| !l.gpus.contains(&g.index))
-                .map(|g| crate::gpu::device_numbers(&dev, g.index))
+                .map(|g| crate::gpu::device_numbers(&dev, self.minor(g.index)))
                 .collect(),
         }
     }
@@ -697,6 +700,11 @@ impl Agent {
         }
     }
 
+    /// The minor number of GPU `index`'s device node.
+    fn minor(&self, index: u32) -> u32 {
+        self.cfg.gpu_minors.get(&index).copied().unwrap_or(index)
+    }
+
     /// A launch's user, resolved once for all its tasks: the name, and
     /// the groups when tasks run in the shared root (whose users are the
     /// root's); outside it the launcher asks the node's database.
@@ -715,7 +723,8 @@ impl Agent {
         let Some(cfg) = &self.cfg.jail else {
             return Ok(None);
         };
-        let plan = cfg.plan(&l.gpus, l.exclusive, &self.cfg.socket, &self.cfg.spool);
+        let minors: Vec<u32> = l.gpus.iter().map(|&g| self.minor(g)).collect();
+        let plan = cfg.plan(&minors, l.exclusive, &self.cfg.socket, &self.cfg.spool);
         let prepared = plan.prepare().map_err(StepError::Jail)?;
         Ok(Some(Arc::new(prepared)))
     }

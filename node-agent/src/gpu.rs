@@ -46,6 +46,11 @@ pub struct GpuHealth {
 /// A source of GPU inventory and health.
 pub trait GpuBackend: Send + Sync + std::fmt::Debug {
     fn gpus(&self) -> Result<Vec<GpuInfo>, GpuError>;
+    /// The minor number of GPU `index`'s device node (`/dev/nvidiaN`):
+    /// usually the index, but the driver decides.
+    fn minor(&self, index: u32) -> u32 {
+        index
+    }
     /// Current readings of every GPU still present.
     fn health(&self) -> Result<Vec<GpuHealth>, GpuError>;
 }

@@ -57,7 +57,8 @@ impl JailConfig {
         }
     }
 
-    /// The plan for one task holding `gpus` (indices on this node): only
+    /// The plan for one task holding `gpus` (the minor numbers of their
+    /// `/dev/nvidiaN`, which are usually their indices): only
     /// those GPUs' device nodes, where the host has them (simulated GPUs
     /// have none); the Docker socket only if the job is `exclusive`.
     pub fn plan(&self, gpus: &[u32], exclusive: bool, socket: &Path, spool: &Path) -> Plan {

@@ -277,6 +277,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         spool: args.spool,
         resources: resources::detect(args.cpus, args.mem),
         gpus: inventory.clone(),
+        gpu_minors: inventory
+            .iter()
+            .map(|g| (g.index, gpus.minor(g.index)))
+            .collect(),
         features: args.features,
         launcher: Arc::new(ProcessLauncher),
         no_exec: args.no_exec,

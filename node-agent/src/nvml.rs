@@ -209,6 +209,13 @@ impl GpuBackend for NvmlGpus {
         Ok(out)
     }
 
+    fn minor(&self, index: u32) -> u32 {
+        self.nvml
+            .device_by_index(index)
+            .and_then(|d| d.minor_number())
+            .unwrap_or(index)
+    }
+
     fn health(&self) -> Result<Vec<GpuHealth>, GpuError> {
         self.drain_events();
         let xids = self.xids.lock().clone();

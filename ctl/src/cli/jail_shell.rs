@@ -62,9 +62,11 @@ pub fn run(a: ShellArgs) -> Result<i32, String> {
     let root = match a.dir.clone() {
         Some(d) => d,
         None if !section.root.as_os_str().is_empty() => section.root.clone(),
-        None => return Err(format!(
+        None => {
+            return Err(format!(
             "no shared root: give DIR, or a [jail] section in {DEFAULT_CONFIG} (or $CORRAL_CONF)"
-        )),
+        ))
+        }
     };
     let (uid, gid) = caller();
     let account = shared_root::users::account(&root, uid);
