@@ -6,6 +6,8 @@
 //! ties are broken on ids. Same calls, same decisions.
 
 mod admission;
+mod adopt;
+pub use adopt::AdoptError;
 mod audit;
 mod nodes;
 mod pass;
