@@ -767,8 +767,28 @@ impl Agent {
     pub async fn relay(&self, who: Ident, request: Request) -> Response {
         let unreachable =
             || Response::Error("Unable to contact slurm controller (connect failure)".into());
-        let Some(conn) = self.conn.borrow().clone() else {
-            return unreachable();
+        // While ctld is away (restarting), wait for the agent to reconnect
+        // for a while, as Slurm's commands retry, rather than fail at once.
+        let current = self.conn.borrow().clone();
+        let conn = match current {
+            Some(c) => c,
+            None => {
+                let mut rx = self.conn.subscribe();
+                let back = tokio::time::timeout(RELAY_TIMEOUT, async {
+                    loop {
+                        if let Some(c) = rx.borrow_and_update().clone() {
+                            return Some(c);
+                        }
+                        if rx.changed().await.is_err() {
+                            return None;
+                        }
+                    }
+                });
+                match back.await {
+                    Ok(Some(c)) => c,
+                    _ => return unreachable(),
+                }
+            }
         };
         let token = match self.minter.mint(who, now_ms()) {
             Ok(t) => t,

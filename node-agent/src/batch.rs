@@ -92,6 +92,8 @@ pub fn write_script(path: &Path, script: &str, who: Ident) -> std::io::Result<()
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let _ = std::fs::remove_file(path);
+    // No task forks while the script is open for writing (see FORK_LOCK).
+    let _no_forks = crate::launch::FORK_LOCK.write();
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -140,6 +140,13 @@ pub struct TaskSpec {
     pub cgroup: Option<Arc<crate::cgroup::Join>>,
 }
 
+/// Held (shared) from fork to exec by every spawn, and (exclusive) by
+/// whoever has a file open for writing that a task will exec, such as a
+/// batch script: a child forked meanwhile would inherit that descriptor
+/// until its own exec, and the script's exec would fail with ETXTBSY
+/// ("Text file busy") while any process holds it open for writing.
+pub static FORK_LOCK: parking_lot::RwLock<()> = parking_lot::RwLock::new(());
+
 /// Starts tasks. Implementations must put each task in its own process
 /// group (its pid is the group id) and run it as `spec.user`.
 pub trait Launcher: Send + Sync + std::fmt::Debug {
@@ -202,7 +209,10 @@ impl Launcher for ProcessLauncher {
             fd_limit: fd_limit(),
         };
         child.install(&mut cmd);
-        cmd.spawn().map_err(|e| {
+        let forking = FORK_LOCK.read();
+        let spawned = cmd.spawn();
+        drop(forking);
+        spawned.map_err(|e| {
             let jail = spec.jail.as_deref();
             stage_error(e, program, &spec.cwd, spec.user, &paths, jail)
         })

@@ -379,6 +379,56 @@ pub fn server_endpoint(
     quinn::Endpoint::server(cfg, addr).map_err(|source| TlsError::Bind { addr, source })
 }
 
+/// Random 8-byte connection ids, any of which a server run accepts as its
+/// own (see [`server_endpoint_for`]).
+struct RandomIds;
+
+impl quinn::ConnectionIdGenerator for RandomIds {
+    fn generate_cid(&mut self) -> quinn::ConnectionId {
+        use ring::rand::SecureRandom;
+        let mut id = [0u8; 8];
+        // The system's generator does not fail once the process runs; a
+        // zero id would only be a poor one.
+        let _ = ring::rand::SystemRandom::new().fill(&mut id);
+        quinn::ConnectionId::new(&id)
+    }
+
+    fn cid_len(&self) -> usize {
+        8
+    }
+
+    fn cid_lifetime(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// A server endpoint whose stateless-reset key comes from `id`'s private
+/// key, so the same server started again (same certificate, same
+/// address) resets the connections of the one before at their next
+/// packet: its agents notice the restart within a keep-alive and
+/// reconnect, instead of waiting out the idle timeout.
+pub fn server_endpoint_for(
+    addr: SocketAddr,
+    cfg: quinn::ServerConfig,
+    id: &Identity,
+) -> Result<quinn::Endpoint, TlsError> {
+    use ring::hmac;
+    let master = hmac::Key::new(hmac::HMAC_SHA256, id.key.secret_der());
+    let derived = hmac::sign(&master, b"corral stateless reset");
+    let reset = hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref());
+
+    let bind = |source| TlsError::Bind { addr, source };
+    let socket = std::net::UdpSocket::bind(addr).map_err(bind)?;
+    let runtime =
+        quinn::default_runtime().ok_or_else(|| bind(std::io::Error::other("no async runtime")))?;
+    let mut ep = quinn::EndpointConfig::new(Arc::new(reset));
+    // quinn's default ids carry a signature keyed at random per run, and
+    // a packet whose id this run could not have issued gets no reset:
+    // plain random ids are recognised by the next run too.
+    ep.cid_generator(|| Box::new(RandomIds));
+    quinn::Endpoint::new(ep, Some(cfg), socket, runtime).map_err(bind)
+}
+
 /// A client endpoint on an ephemeral port of the unspecified address of
 /// `peer`'s family.
 pub fn client_endpoint(peer: SocketAddr) -> Result<quinn::Endpoint, TlsError> {

@@ -276,11 +276,12 @@ impl Cluster {
         let last = spec.nodes.saturating_sub(1);
         let config = format!(
             "cluster = \"corral-up\"\nlisten = \"127.0.0.1:0\"\ncerts = \"{}\"\nheartbeat_timeout = {}\n\
-             kill_wait = {}\noperators = [{me}]\n\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-{last}]\"\ndefault = true\n\n\
+             kill_wait = {}\noperators = [{me}]\nstate_dir = {}\n\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-{last}]\"\ndefault = true\n\n\
              [health]\ninterval = {}\n{}{}",
             certs.display(),
             spec.heartbeat_timeout,
             spec.kill_wait,
+            toml::Value::String(dir.join("state").to_string_lossy().into_owned()),
             spec.health_interval.max(1),
             jail_section(&spec, dir),
             spec.extra_config,
@@ -296,8 +297,32 @@ impl Cluster {
         if spec.jail.is_some() {
             jail_bin(&corral, &dir.join("jail-bin"))?;
         }
+        let mut cluster = Cluster {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            spec,
+            ctld: None,
+            agents: Vec::new(),
+        };
+        cluster.addr = cluster.start_ctld(None)?;
+        for i in 0..cluster.spec.nodes {
+            let file = cluster.gpu_file(i);
+            let gpus: String = (0..cluster.spec.gpus_per_node)
+                .map(|g| format!("[[gpu]]\nindex = {g}\n"))
+                .collect();
+            std::fs::write(&file, gpus).map_err(io(&file))?;
+            let child = cluster.spawn_agent(i)?;
+            cluster.agents.push(Some(child));
+        }
+        Ok(cluster)
+    }
+
+    /// Starts corral-ctld (on `listen`, else a free port) and waits until
+    /// it listens; returns where.
+    fn start_ctld(&mut self, listen: Option<SocketAddr>) -> Result<SocketAddr, UpError> {
+        let dir = &self.spec.dir;
         let addr_file = dir.join("ctld.addr");
-        let ctld_bin = spec.bin_dir.join("corral-ctld");
+        let _ = std::fs::remove_file(&addr_file);
+        let ctld_bin = self.spec.bin_dir.join("corral-ctld");
         let log = dir.join("log").join("ctld.log");
         let logf = private_log(&log)?;
         // Daemons get process groups of their own: a Ctrl-C at the terminal
@@ -305,9 +330,10 @@ impl Cluster {
         let ctld = Command::new(&ctld_bin)
             .process_group(0)
             .arg("--config")
-            .arg(&conf)
+            .arg(dir.join("corral.toml"))
             .arg("--addr-file")
             .arg(&addr_file)
+            .args(listen.map(|l| format!("--listen={l}")))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(logf)
@@ -316,21 +342,16 @@ impl Cluster {
                 program: ctld_bin.clone(),
                 source,
             })?;
-        let mut cluster = Cluster {
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            spec,
-            ctld: Some(ctld),
-            agents: Vec::new(),
-        };
+        self.ctld = Some(ctld);
         let t0 = Instant::now();
-        cluster.addr = loop {
+        loop {
             if let Some(a) = std::fs::read_to_string(&addr_file)
                 .ok()
                 .and_then(|s| s.trim().parse().ok())
             {
-                break a;
+                return Ok(a);
             }
-            if let Some(Ok(Some(st))) = cluster.ctld.as_mut().map(Child::try_wait) {
+            if let Some(Ok(Some(st))) = self.ctld.as_mut().map(Child::try_wait) {
                 return Err(UpError::Timeout(format!(
                     "corral-ctld exited ({st}); see {}",
                     log.display()
@@ -342,17 +363,21 @@ impl Cluster {
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));
-        };
-        for i in 0..cluster.spec.nodes {
-            let file = cluster.gpu_file(i);
-            let gpus: String = (0..cluster.spec.gpus_per_node)
-                .map(|g| format!("[[gpu]]\nindex = {g}\n"))
-                .collect();
-            std::fs::write(&file, gpus).map_err(io(&file))?;
-            let child = cluster.spawn_agent(i)?;
-            cluster.agents.push(Some(child));
         }
-        Ok(cluster)
+    }
+
+    /// Sends corral-ctld `sig` and waits for it to end.
+    pub fn kill_ctld(&mut self, sig: nix::sys::signal::Signal) {
+        if let Some(mut child) = self.ctld.take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig);
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts corral-ctld again on the address it had, with its state.
+    pub fn restart_ctld(&mut self) -> Result<(), UpError> {
+        let addr = self.addr;
+        self.start_ctld(Some(addr)).map(|_| ())
     }
 
     fn spawn_agent(&self, i: u32) -> Result<Child, UpError> {

@@ -8,6 +8,7 @@
 //! kill_wait = 30                   # seconds between SIGTERM and SIGKILL
 //! leave_grace = 300                # seconds a deleted node's jobs get to finish
 //! operators = [1000]               # uids that may act on any job and node
+//! state_dir = "/var/spool/corral/ctld"   # durable state (none: in memory only)
 //! policy = "conservative"          # or "easy", "fcfs"
 //!
 //! [limits]                         # what may be queued (the defaults)
@@ -103,6 +104,7 @@ struct RawConfig {
     leave_grace: u64,
     #[serde(default)]
     operators: Vec<u32>,
+    state_dir: Option<PathBuf>,
     #[serde(default = "default_policy")]
     policy: String,
     #[serde(default = "default_min_job_age")]
@@ -271,6 +273,9 @@ pub struct Config {
     /// Seconds a deleted node's running jobs get to finish.
     pub leave_grace: u64,
     pub operators: Vec<u32>,
+    /// Where the controller keeps its durable state (`None`: in memory
+    /// only, lost on restart).
+    pub state_dir: Option<PathBuf>,
     pub policy: BackfillPolicy,
     /// Seconds a finished job stays visible to squeue and scontrol.
     pub min_job_age: u64,
@@ -359,6 +364,7 @@ impl Config {
             kill_wait: raw.kill_wait,
             leave_grace: raw.leave_grace,
             operators: raw.operators,
+            state_dir: raw.state_dir,
             policy,
             min_job_age: raw.min_job_age,
             limits: raw.limits,

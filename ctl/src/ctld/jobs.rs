@@ -210,6 +210,7 @@ impl Controller {
             !(j.state.is_final() && j.end.is_some_and(|e| now.saturating_sub(e) > age))
         });
         self.finish_leaving(now);
+        self.end_recovery(now);
         self.active_checks(now);
         // A begin time or a reservation's end came: a pass may start jobs.
         if self.wake_at.is_some_and(|w| w <= now) {
@@ -377,12 +378,22 @@ impl Controller {
             }
         }
         for id in ids {
-            let r = if release {
+            // A job a restarting controller has not queued again yet
+            // takes the change when it is.
+            let later = self.requeue_after_recovery.contains(id);
+            let r = if later {
+                Ok(())
+            } else if release {
                 self.sched.release(core_id(*id), kind)
             } else {
                 self.sched.hold(core_id(*id), kind)
             };
             r.map_err(CtldError::Control)?;
+            // Kept with the job, so a restarted controller holds it (or
+            // not) as it was.
+            if let Some(j) = self.jobs.get_mut(id) {
+                j.spec.hold = !release;
+            }
         }
         self.dirty = true;
         Ok(ids.to_vec())

@@ -2,13 +2,13 @@
 //! step, or a later step inside an allocation.
 
 use super::wire::wire_id;
-use super::{natural, Controller, CtldError, JobRecord, Refusal};
+use super::{natural, Controller, CtldError, JobRecord, Refusal, StoredAlloc};
 
 use corral_proto::msg::{
     CtldMsg, ExitStatus, GpuAsk, Ident, JobId, JobKind, JobState, Launch, LaunchKind, StepId,
     StepSpec,
 };
-use scheduler_core::{NodeAllocation, StartDecision};
+use scheduler_core::StartDecision;
 
 /// One step's launches, one per node that runs a part of it. The batch
 /// script, an srun job's first step and a later step inside an allocation
@@ -71,10 +71,10 @@ impl StepPlan<'_> {
 
 impl Controller {
     pub(super) fn start(&mut self, now: u64, d: StartDecision) {
-        let mut alloc: Vec<(String, NodeAllocation)> = d
+        let mut alloc: Vec<(String, StoredAlloc)> = d
             .nodes
             .into_iter()
-            .map(|a| (self.node_name(a.node), a))
+            .map(|a| (self.node_name(a.node), StoredAlloc::of(a)))
             .collect();
         // Slurm orders a job's nodes by name: task 0 and the batch script
         // go to the first.

@@ -20,12 +20,14 @@
 mod admission;
 mod checks;
 pub mod config;
+mod durable;
 mod error;
 mod jobs;
 mod launch;
 mod nodes;
 mod select;
 pub mod server;
+pub mod store;
 mod views;
 mod wire;
 
@@ -51,13 +53,100 @@ pub const MAX_GPUS: u32 = 1 << 16;
 pub const MAX_NICE: u32 = 2_147_483_645;
 
 /// Why a job is being ended before its own exit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Kill {
     Cancelled,
     Timeout,
 }
 
-#[derive(Debug)]
+/// A job's share of one node: the core's allocation without the core's
+/// node id (which a restarted controller numbers anew).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct StoredAlloc {
+    tasks: u32,
+    cpus: Vec<u32>,
+    gpus: Vec<u32>,
+    memory_mb: u64,
+}
+
+impl StoredAlloc {
+    fn of(a: NodeAllocation) -> StoredAlloc {
+        StoredAlloc {
+            tasks: a.tasks,
+            cpus: a.cpus,
+            gpus: a.gpus,
+            memory_mb: a.memory_mb,
+        }
+    }
+
+    fn on(&self, node: scheduler_core::NodeId) -> NodeAllocation {
+        NodeAllocation {
+            node,
+            tasks: self.tasks,
+            cpus: self.cpus.clone(),
+            gpus: self.gpus.clone(),
+            memory_mb: self.memory_mb,
+        }
+    }
+}
+
+/// The job table. Every change goes through it, so it knows which
+/// records changed since the store last took them ([`JobTable::take_dirty`]).
+#[derive(Debug, Default)]
+struct JobTable {
+    map: BTreeMap<JobId, JobRecord>,
+    dirty: std::collections::BTreeSet<JobId>,
+}
+
+impl JobTable {
+    fn get(&self, id: &JobId) -> Option<&JobRecord> {
+        self.map.get(id)
+    }
+
+    /// A record to change: it will be stored again.
+    fn get_mut(&mut self, id: &JobId) -> Option<&mut JobRecord> {
+        let r = self.map.get_mut(id);
+        if r.is_some() {
+            self.dirty.insert(*id);
+        }
+        r
+    }
+
+    fn insert(&mut self, id: JobId, r: JobRecord) {
+        self.dirty.insert(id);
+        self.map.insert(id, r);
+    }
+
+    fn values(&self) -> std::collections::btree_map::Values<'_, JobId, JobRecord> {
+        self.map.values()
+    }
+
+    fn range(
+        &self,
+        r: impl std::ops::RangeBounds<JobId>,
+    ) -> std::collections::btree_map::Range<'_, JobId, JobRecord> {
+        self.map.range(r)
+    }
+
+    /// Keeps the records `keep` says yes to; the others are deleted from
+    /// the store too.
+    fn retain(&mut self, mut keep: impl FnMut(&JobId, &mut JobRecord) -> bool) {
+        let dirty = &mut self.dirty;
+        self.map.retain(|id, r| {
+            let k = keep(id, r);
+            if !k {
+                dirty.insert(*id);
+            }
+            k
+        });
+    }
+
+    fn take_dirty(&mut self) -> std::collections::BTreeSet<JobId> {
+        std::mem::take(&mut self.dirty)
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct JobRecord {
     id: JobId,
     user: Ident,
@@ -68,7 +157,7 @@ struct JobRecord {
     start: Option<u64>,
     end: Option<u64>,
     end_by: Option<u64>,
-    alloc: Vec<(String, NodeAllocation)>,
+    alloc: Vec<(String, StoredAlloc)>,
     exit: ExitStatus,
     kill: Option<Kill>,
     /// Nodes still running the job's first step (batch or srun's).
@@ -158,8 +247,25 @@ pub type Refusal = CtldError;
 pub struct Controller {
     cfg: Config,
     sched: Scheduler,
-    jobs: BTreeMap<JobId, JobRecord>,
+    jobs: JobTable,
     next_job: u64,
+    /// Running jobs read back from the store, waiting for their nodes to
+    /// register so they can be adopted (not scheduled over meanwhile).
+    adopting: HashSet<JobId>,
+    /// Until then, no pass runs (a restart's recovery window).
+    recovering_until: u64,
+    /// Restored running jobs a returning node did not list.
+    missing_runs: HashSet<JobId>,
+    /// Restored pending jobs, queued again when the recovery ends (their
+    /// nodes must be known to the core first).
+    requeue_after_recovery: Vec<JobId>,
+    /// Nodes the store knew that have not registered since the restart.
+    awaiting_nodes: HashSet<String>,
+    /// Operators' node states read back from the store, applied when the
+    /// node registers.
+    restored_admin: HashMap<String, (NodeUpdate, String, u32, u64)>,
+    /// Nodes whose operator state changed since the store took them.
+    nodes_dirty: std::collections::BTreeSet<String>,
     nodes: BTreeMap<String, NodeRecord>,
     verifier: Verifier,
     outbox: Vec<(String, CtldMsg)>,
@@ -194,8 +300,15 @@ impl Controller {
         Ok(Controller {
             cfg,
             sched,
-            jobs: BTreeMap::new(),
+            jobs: JobTable::default(),
             next_job: 1,
+            adopting: HashSet::new(),
+            recovering_until: 0,
+            missing_runs: HashSet::new(),
+            requeue_after_recovery: Vec::new(),
+            awaiting_nodes: HashSet::new(),
+            restored_admin: HashMap::new(),
+            nodes_dirty: std::collections::BTreeSet::new(),
             nodes: BTreeMap::new(),
             verifier: Verifier::default(),
             outbox: Vec::new(),
@@ -264,6 +377,11 @@ impl Controller {
 
     /// Runs a scheduling pass and queues the launches it decides.
     pub fn schedule(&mut self, now: u64) -> usize {
+        // After a restart, running jobs' nodes must be back (and their
+        // resources held) before anything else is placed.
+        if self.recovering(now) {
+            return 0;
+        }
         let starts = self.sched.schedule(now);
         let n = starts.len();
         for d in starts {

@@ -56,8 +56,9 @@ impl Controller {
             .sched
             .handle_node_added(spec)
             .map_err(CtldError::Control)?;
-        let running = reg.running.clone();
+        let running: HashSet<JobRun> = reg.running.iter().copied().collect();
         let name = reg.name.clone();
+        let admin = self.restored_admin.remove(&name);
         self.nodes.insert(
             name.clone(),
             NodeRecord {
@@ -67,16 +68,22 @@ impl Controller {
                 last_seen: now,
                 connected: true,
                 not_responding: false,
-                admin: None,
+                admin,
                 problem: None,
                 leaving: None,
                 check_failed: None,
             },
         );
-        for job in running {
-            self.outbox
-                .push((name.clone(), CtldMsg::Terminate { job, grace_ms: 0 }));
+        if self.nodes.get(&name).is_some_and(|n| n.admin.is_some()) {
+            let admin = self.admin_state(&name);
+            let _ = self.sched.handle_node_admin(now, id, admin);
         }
+        self.nodes_dirty.insert(name.clone());
+        // Runs of restored jobs stay (they are adopted); others end.
+        self.runs_on_return(&name, &running);
+        self.end_strays(now, &name, &running);
+        self.adopt_ready(now);
+        self.node_returned(now, &name);
         Ok(())
     }
 
@@ -303,6 +310,7 @@ impl Controller {
                 NodeUpdate::Resume => None,
                 s => Some((s, reason.clone().unwrap_or_default(), who.uid, now)),
             };
+            self.nodes_dirty.insert(name.clone());
             if state == NodeUpdate::Resume {
                 // Connected (checked above): it answers. A failed active
                 // check's drain is the operator's to lift too.
@@ -362,6 +370,7 @@ impl Controller {
                 continue;
             };
             let _ = self.sched.handle_node_removed(now, n.id);
+            self.nodes_dirty.insert(name.clone());
             tracing::info!(node = %name, "node left the cluster");
             self.outbox.push((name, CtldMsg::Farewell));
             self.dirty = true;

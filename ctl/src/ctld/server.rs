@@ -28,6 +28,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify, Semaphore};
 
 use crate::ctld::config::Config;
+use crate::ctld::store;
 use crate::ctld::{Controller, Selector};
 
 /// Why the controller could not start.
@@ -43,12 +44,22 @@ pub enum ServerError {
     Endpoint(#[source] TlsError),
     #[error("controller: {0}")]
     State(String),
+    #[error(transparent)]
+    Store(#[from] crate::ctld::store::StoreError),
     #[error("{path}")]
     AddrFile {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
+}
+
+fn clone_changes(c: &store::Changes) -> store::Changes {
+    store::Changes {
+        jobs: c.jobs.clone(),
+        nodes: c.nodes.clone(),
+        next_job: c.next_job,
+    }
 }
 
 /// Seconds since the Unix epoch.
@@ -87,10 +98,36 @@ static LOGS: std::sync::LazyLock<LogLimiter> = std::sync::LazyLock::new(LogLimit
 const VIEWS_PER_SLICE: usize = 500;
 const SCAN_PER_SLICE: usize = 20_000;
 
+/// Changes waiting for the store, and the messages for agents that must
+/// not go out before them (a launch the store has not seen could run
+/// twice after a crash).
+#[derive(Debug, Default)]
+struct Journal {
+    batches: Vec<(store::Changes, Vec<(String, CtldMsg)>)>,
+    /// The ticket of the latest batch queued.
+    queued: u64,
+}
+
+/// How far the store has got: the latest ticket written, and the error of
+/// the latest attempt if it failed.
+#[derive(Clone, Debug, Default)]
+struct Committed {
+    ticket: u64,
+    error: Option<String>,
+}
+
+/// How long a request waits for its changes to be stored.
+const COMMIT_WAIT: Duration = Duration::from_secs(10);
+
 /// The running controller.
 #[derive(Debug)]
 pub struct Server {
     ctl: Mutex<Controller>,
+    /// The durable state, where one is configured.
+    store: Option<Arc<store::Store>>,
+    journal: Mutex<Journal>,
+    commit_kick: Notify,
+    committed: tokio::sync::watch::Sender<Committed>,
     kick: Notify,
     agents: Mutex<HashMap<String, AgentLink>>,
     /// Each user's turns at the controller (see [`REQUESTS_PER_USER`]).
@@ -99,8 +136,23 @@ pub struct Server {
 
 impl Server {
     pub fn new(cfg: Config) -> Result<Arc<Server>, ServerError> {
+        let store = match &cfg.state_dir {
+            Some(dir) => Some(Arc::new(store::Store::open(dir)?)),
+            None => None,
+        };
+        let mut ctl = Controller::new(cfg).map_err(|e| ServerError::State(e.to_string()))?;
+        if let Some(s) = &store {
+            let t0 = Instant::now();
+            let loaded = s.load()?;
+            ctl.restore(loaded, now()).map_err(ServerError::State)?;
+            tracing::info!(took = ?t0.elapsed(), "state read back");
+        }
         Ok(Arc::new(Server {
-            ctl: Mutex::new(Controller::new(cfg).map_err(|e| ServerError::State(e.to_string()))?),
+            store,
+            journal: Mutex::new(Journal::default()),
+            commit_kick: Notify::new(),
+            committed: tokio::sync::watch::channel(Committed::default()).0,
+            ctl: Mutex::new(ctl),
             kick: Notify::new(),
             agents: Mutex::new(HashMap::new()),
             turns: Mutex::new(HashMap::new()),
@@ -122,7 +174,7 @@ impl Server {
             }
         })?;
         let cfg = tls::server_config(&id).map_err(ServerError::Endpoint)?;
-        let endpoint = tls::server_endpoint(listen, cfg).map_err(ServerError::Endpoint)?;
+        let endpoint = tls::server_endpoint_for(listen, cfg, &id).map_err(ServerError::Endpoint)?;
         let bound = endpoint.local_addr().map_err(|e| {
             ServerError::Endpoint(TlsError::Bind {
                 addr: listen,
@@ -136,33 +188,148 @@ impl Server {
                 .map_err(|source| ServerError::AddrFile { path, source })?;
         }
         tracing::info!(%bound, "corral-ctld listening");
+        if self.store.is_none() {
+            tracing::warn!("no state_dir in corral.toml: the queue is lost on restart");
+        }
         tokio::spawn(self.clone().scheduling());
         tokio::spawn(self.clone().clock());
+        tokio::spawn(self.clone().committer());
         while let Some(incoming) = endpoint.accept().await {
             tokio::spawn(self.clone().connection(incoming));
         }
         Ok(())
     }
 
-    /// Carries out what a call on the controller queued.
-    fn finish(&self, mut c: MutexGuard<'_, Controller>) {
+    /// Carries out what a call on the controller queued: its changes go
+    /// to the store and, once stored, its messages to the agents. Returns
+    /// the ticket to wait for (0: nothing to store).
+    fn finish(&self, mut c: MutexGuard<'_, Controller>) -> u64 {
         let out = c.take_outbox();
+        let changes = c.take_changes();
         let dirty = c.is_dirty();
         drop(c);
-        if !out.is_empty() {
-            let agents = self.agents.lock();
-            for (node, msg) in out {
-                match agents.get(&node) {
-                    Some(link) => {
-                        let _ = link.tx.send(msg);
-                    }
-                    None => tracing::debug!(%node, "message for a disconnected node dropped"),
-                }
+        let ticket = if self.store.is_none() || (changes.is_empty() && out.is_empty()) {
+            if !out.is_empty() {
+                // Nothing of it to store first.
+                self.deliver(out);
             }
-        }
+            0
+        } else {
+            let mut j = self.journal.lock();
+            j.queued += 1;
+            j.batches.push((changes, out));
+            let t = j.queued;
+            drop(j);
+            self.commit_kick.notify_one();
+            t
+        };
         if dirty {
             self.kick.notify_one();
         }
+        ticket
+    }
+
+    fn deliver(&self, out: Vec<(String, CtldMsg)>) {
+        let agents = self.agents.lock();
+        for (node, msg) in out {
+            match agents.get(&node) {
+                Some(link) => {
+                    let _ = link.tx.send(msg);
+                }
+                None => tracing::debug!(%node, "message for a disconnected node dropped"),
+            }
+        }
+    }
+
+    /// Writes what is queued, a batch of calls per transaction (calls
+    /// made while one is written share the next), then lets their
+    /// messages go. A failed write is retried; its waiters are told.
+    async fn committer(self: Arc<Self>) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let mut retry = Duration::from_millis(100);
+        loop {
+            self.commit_kick.notified().await;
+            loop {
+                let (batches, ticket) = {
+                    let mut j = self.journal.lock();
+                    (std::mem::take(&mut j.batches), j.queued)
+                };
+                if batches.is_empty() {
+                    break;
+                }
+                let s = store.clone();
+                let (batches, result) = tokio::task::spawn_blocking(move || {
+                    let changes: Vec<store::Changes> =
+                        batches.iter().map(|(c, _)| c).map(clone_changes).collect();
+                    let r = s.commit(&changes);
+                    (batches, r)
+                })
+                .await
+                .unwrap_or_else(|e| (Vec::new(), Err(store::StoreError::Db(e.to_string()))));
+                match result {
+                    Ok(()) => {
+                        retry = Duration::from_millis(100);
+                        for (_, out) in batches {
+                            if !out.is_empty() {
+                                self.deliver(out);
+                            }
+                        }
+                        self.committed.send_replace(Committed {
+                            ticket,
+                            error: None,
+                        });
+                    }
+                    Err(e) => {
+                        let why = chain(&e);
+                        warn_limited!(LOGS, "store", error = %why, "cannot save the controller's state; retrying");
+                        // Back at the head of the queue, in order.
+                        {
+                            let mut j = self.journal.lock();
+                            let later = std::mem::take(&mut j.batches);
+                            j.batches = batches;
+                            j.batches.extend(later);
+                        }
+                        let last = self.committed.borrow().ticket;
+                        self.committed.send_replace(Committed {
+                            ticket: last,
+                            error: Some(why),
+                        });
+                        tokio::time::sleep(retry).await;
+                        retry = (retry * 2).min(Duration::from_secs(2));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits until `ticket`'s changes are stored; the store's error if
+    /// they are not (the caller must not acknowledge).
+    async fn durable(&self, ticket: u64) -> Result<(), String> {
+        if ticket == 0 {
+            return Ok(());
+        }
+        let mut rx = self.committed.subscribe();
+        let wait = async {
+            loop {
+                {
+                    let c = rx.borrow_and_update();
+                    if c.ticket >= ticket {
+                        return Ok(());
+                    }
+                    if let Some(e) = &c.error {
+                        return Err(e.clone());
+                    }
+                }
+                if rx.changed().await.is_err() {
+                    return Err("the controller is stopping".to_string());
+                }
+            }
+        };
+        tokio::time::timeout(COMMIT_WAIT, wait)
+            .await
+            .unwrap_or_else(|_| Err("saving the state took too long".into()))
     }
 
     async fn scheduling(self: Arc<Self>) {
@@ -273,7 +440,7 @@ impl Server {
 
     async fn request(&self, token: &corral_proto::cred::Token, request: Request) -> Response {
         let now = now();
-        let (who, privileged) = {
+        let served = {
             let mut c = self.ctl.lock();
             let who = match c.authenticate(token, now_ms()) {
                 Ok(who) => who,
@@ -287,9 +454,14 @@ impl Server {
             // same hold of the lock (the path of pipelined submissions).
             let privileged = c.privileged(who);
             if privileged && !matches!(request, Request::Jobs(_)) {
-                return self.serve(c, who, request, now);
+                Err(self.serve(c, who, request, now))
+            } else {
+                Ok((who, privileged, request))
             }
-            (who, privileged)
+        };
+        let (who, privileged, request) = match served {
+            Ok(next) => next,
+            Err((resp, ticket)) => return self.acknowledged(resp, ticket).await,
         };
         // One user's requests are served a few at a time, so a flood of
         // them queues behind itself rather than ahead of everyone else.
@@ -308,7 +480,21 @@ impl Server {
             Request::Jobs(f) => return self.jobs(f).await,
             other => other,
         };
-        self.serve(self.ctl.lock(), who, request, now)
+        let (resp, ticket) = self.serve(self.ctl.lock(), who, request, now);
+        self.acknowledged(resp, ticket).await
+    }
+
+    /// A request's answer, once what it changed is stored; else an error
+    /// (nothing unsaved is acknowledged).
+    async fn acknowledged(&self, resp: Response, ticket: u64) -> Response {
+        match self.durable(ticket).await {
+            Ok(()) => resp,
+            Err(e) if matches!(resp, Response::Error(_)) => {
+                let _ = e;
+                resp
+            }
+            Err(e) => Response::Error(format!("Unable to save the controller's state: {e}")),
+        }
     }
 
     /// Carries out an authenticated request under the controller's lock.
@@ -318,8 +504,12 @@ impl Server {
         who: corral_proto::msg::Ident,
         request: Request,
         now: u64,
-    ) -> Response {
+    ) -> (Response, u64) {
         let resp = match request {
+            Request::Submit(_) if self.committed.borrow().error.is_some() => {
+                let e = self.committed.borrow().error.clone().unwrap_or_default();
+                Response::Error(format!("Unable to save the controller's state: {e}"))
+            }
             Request::Submit(spec) => match c.submit(who, spec, now) {
                 Ok(job) => Response::Submitted { job },
                 Err(e) => Response::Error(e.to_string()),
@@ -360,8 +550,8 @@ impl Server {
             Request::Ping => Response::Done,
             Request::Stats => Response::Stats(c.stats()),
         };
-        self.finish(c);
-        resp
+        let ticket = self.finish(c);
+        (resp, ticket)
     }
 
     /// One page of jobs, built in slices: the filter's sets are made

@@ -1,0 +1,283 @@
+//! What the controller keeps across restarts: each call's changes for the
+//! store ([`Controller::take_changes`]), and a restart from them
+//! ([`Controller::restore`]): pending jobs queue again with their ids and
+//! submit times; running and completing jobs are adopted back onto their
+//! exact CPUs and GPUs as their nodes register, and no pass runs until
+//! they are (or until the recovery window ends, when a job whose nodes
+//! did not come back, or came back without it, is lost as on a node
+//! failure).
+
+use std::collections::HashSet;
+
+use corral_proto::msg::{CtldMsg, ExitStatus, JobId, JobRun, JobState, NodeUpdate};
+
+use super::store::{Changes, Loaded};
+use super::wire::{core_id, job_request};
+use super::{Controller, JobRecord};
+
+/// An operator's drain or down, as stored: (state, reason, by, at).
+type Admin = (NodeUpdate, String, u32, u64);
+
+fn encode<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    // Plain data into a Vec cannot fail to encode.
+    bincode::serde::encode_to_vec(v, bincode::config::standard()).unwrap_or_default()
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+        .map(|(v, _)| v)
+        .map_err(|e| e.to_string())
+}
+
+impl Controller {
+    /// What changed since the last call: records to write or delete,
+    /// operators' node states, the next job id.
+    pub fn take_changes(&mut self) -> Changes {
+        let jobs = self
+            .jobs
+            .take_dirty()
+            .into_iter()
+            .map(|id| (id.0, self.jobs.get(&id).map(encode)))
+            .collect();
+        // Every registered node, with its operator state: a restart waits
+        // for them.
+        let nodes = std::mem::take(&mut self.nodes_dirty)
+            .into_iter()
+            .map(|name| {
+                let rec = self.nodes.get(&name).map(|n| encode(&n.admin));
+                (name, rec)
+            })
+            .collect();
+        Changes {
+            jobs,
+            nodes,
+            next_job: self.next_job,
+        }
+    }
+
+    /// Rebuilds the state a store held. Call before any agent registers.
+    pub fn restore(&mut self, loaded: Loaded, now: u64) -> Result<(), String> {
+        let mut max_id = 0;
+        for bytes in &loaded.jobs {
+            let j: JobRecord = decode(bytes)?;
+            max_id = max_id.max(j.id.0);
+            let id = j.id;
+            if !j.state.is_final() && j.bytes != u64::MAX {
+                let u = self.usage.entry(j.user.uid).or_default();
+                u.jobs += 1;
+                u.bytes += j.bytes;
+                self.unfinished += 1;
+            }
+            match j.state {
+                JobState::Pending => self.requeue_after_recovery.push(id),
+                JobState::Running | JobState::Completing => {
+                    self.adopting.insert(id);
+                }
+                _ => {}
+            }
+            // Read back as it was: nothing to store again.
+            self.jobs.map.insert(id, j);
+        }
+        for (name, bytes) in &loaded.nodes {
+            let admin: Option<Admin> = decode(bytes)?;
+            if let Some(a) = admin {
+                self.restored_admin.insert(name.clone(), a);
+            }
+            self.awaiting_nodes.insert(name.clone());
+        }
+        self.requeue_after_recovery.sort_unstable();
+        self.next_job = loaded.next_job.max(max_id + 1);
+        // Until the nodes are back (or a heartbeat timeout), nothing is
+        // placed: running jobs must hold their resources first.
+        self.recovering_until = now + self.cfg.heartbeat_timeout;
+        if self.awaiting_nodes.is_empty() {
+            self.finish_recovery(now);
+        }
+        self.dirty = true;
+        tracing::info!(
+            jobs = loaded.jobs.len(),
+            adopting = self.adopting.len(),
+            next_job = self.next_job,
+            "state restored"
+        );
+        Ok(())
+    }
+
+    /// Whether passes wait for the restart's recovery.
+    pub(super) fn recovering(&self, _now: u64) -> bool {
+        self.recovering_until != 0
+    }
+
+    /// A node registered after a restart: once all the store knew are
+    /// back, the recovery ends.
+    pub(super) fn node_returned(&mut self, now: u64, name: &str) {
+        if self.awaiting_nodes.remove(name) && self.awaiting_nodes.is_empty() {
+            self.finish_recovery(now);
+        }
+    }
+
+    /// A node registered: restored jobs whose nodes are all here now are
+    /// adopted back onto them.
+    pub(super) fn adopt_ready(&mut self, now: u64) {
+        let ready: Vec<JobId> = self
+            .adopting
+            .iter()
+            .copied()
+            .filter(|id| {
+                self.jobs.get(id).is_some_and(|j| {
+                    j.alloc.iter().all(|(n, _)| {
+                        self.nodes
+                            .get(n)
+                            .is_some_and(|r| r.connected && !r.not_responding)
+                    })
+                })
+            })
+            .collect();
+        for id in ready {
+            self.adopting.remove(&id);
+            let Some(j) = self.jobs.get(&id) else {
+                continue;
+            };
+            let alloc = j
+                .alloc
+                .iter()
+                .filter_map(|(n, a)| self.nodes.get(n).map(|r| a.on(r.id)))
+                .collect();
+            let req = job_request(j.user, &j.spec);
+            let start = j.start.unwrap_or(now);
+            match self.sched.adopt(j.submit, start, core_id(id), req, alloc) {
+                Ok(end_by) => {
+                    if let Some(j) = self.jobs.get_mut(&id) {
+                        j.end_by = (end_by < scheduler_core::INFINITE).then_some(end_by);
+                    }
+                    tracing::info!(job = %id, "running job adopted after a restart");
+                }
+                Err(e) => self.lose_restored(now, id, &format!("not adopted: {e}")),
+            }
+        }
+        self.dirty = true;
+    }
+
+    /// The recovery window ended: restored jobs whose nodes did not come
+    /// back are lost as on a node failure.
+    pub(super) fn end_recovery(&mut self, now: u64) {
+        if self.recovering_until != 0 && now >= self.recovering_until {
+            self.finish_recovery(now);
+        }
+    }
+
+    /// The end of a restart's recovery: jobs not adopted are lost, and
+    /// pending jobs queue again.
+    fn finish_recovery(&mut self, now: u64) {
+        if self.recovering_until == 0 {
+            return;
+        }
+        self.recovering_until = 0;
+        self.awaiting_nodes.clear();
+        let left: Vec<JobId> = self.adopting.drain().collect();
+        for id in left {
+            self.lose_restored(now, id, "its nodes did not come back");
+        }
+        // Adopted, but a node came back without it and never said it
+        // ended: its processes died with that node's agent.
+        let missing: Vec<JobId> = self.missing_runs.drain().collect();
+        for id in missing {
+            if self
+                .jobs
+                .get(&id)
+                .is_some_and(|j| j.state == JobState::Running)
+            {
+                let _ = self.sched.handle_job_finished(
+                    now,
+                    core_id(id),
+                    scheduler_core::JobOutcome::NodeFail,
+                );
+                self.lose_restored(now, id, "its node came back without it");
+            }
+        }
+        for id in std::mem::take(&mut self.requeue_after_recovery) {
+            // Cancelled meanwhile: nothing to queue.
+            let Some(j) = self.jobs.get(&id).filter(|j| j.state == JobState::Pending) else {
+                continue;
+            };
+            let req = job_request(j.user, &j.spec);
+            if let Err(e) = self.sched.submit(j.submit, core_id(id), req) {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.state = JobState::Failed;
+                    j.failure = Some(format!("not queued again after a restart: {e}"));
+                    j.end = Some(now);
+                    j.shed(&mut self.usage, &mut self.unfinished);
+                }
+            }
+        }
+        self.dirty = true;
+    }
+
+    /// A restored job that cannot be adopted: requeued if it asked, else
+    /// NODE_FAIL; whatever of it still runs is ended.
+    fn lose_restored(&mut self, now: u64, id: JobId, why: &str) {
+        tracing::warn!(job = %id, why, "running job lost across a restart");
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        let run = j.run();
+        for (n, _) in &j.alloc {
+            self.outbox.push((
+                n.clone(),
+                CtldMsg::Terminate {
+                    job: run,
+                    grace_ms: 0,
+                },
+            ));
+        }
+        j.alloc.clear();
+        j.primary_left.clear();
+        j.cleaning.clear();
+        let adopted = self.sched.job_status(core_id(id)).is_some();
+        if j.spec.requeue && j.state == JobState::Running && !adopted {
+            j.state = JobState::Pending;
+            j.start = None;
+            j.end_by = None;
+            j.exit = ExitStatus::default();
+            j.restarts += 1;
+            let req = job_request(j.user, &j.spec);
+            let submit = j.submit;
+            let _ = self.sched.submit(submit, core_id(id), req);
+        } else {
+            if j.state == JobState::Running {
+                j.state = JobState::NodeFail;
+            } else {
+                // It was completing: what it did stands.
+                j.state = if j.exit.success() {
+                    JobState::Completed
+                } else {
+                    JobState::Failed
+                };
+            }
+            j.end.get_or_insert(now);
+            j.shed(&mut self.usage, &mut self.unfinished);
+            self.stats.finished += 1;
+        }
+    }
+
+    /// Runs `name` listed when it registered, checked against restored
+    /// jobs: a restored running job it does not list either ended while
+    /// the controller was away (its agent is about to say so) or died
+    /// with its agent; if nothing is heard of it by the end of the
+    /// recovery window, it is lost.
+    pub(super) fn runs_on_return(&mut self, name: &str, running: &HashSet<JobRun>) {
+        let missing: Vec<JobId> = self
+            .adopting
+            .iter()
+            .copied()
+            .filter(|id| {
+                self.jobs.get(id).is_some_and(|j| {
+                    j.state == JobState::Running
+                        && j.alloc.iter().any(|(n, _)| n == name)
+                        && !running.contains(&j.run())
+                })
+            })
+            .collect();
+        self.missing_runs.extend(missing);
+    }
+}

@@ -1,0 +1,234 @@
+//! The controller's durable state: an embedded redb database in the
+//! configured state directory. Every change a call on the controller made
+//! ([`Changes`]: job records, operators' node states, the next job id) is
+//! written in one transaction with an fsync before what it acknowledges
+//! goes out; changes that arrive while a commit is running share the next
+//! one (group commit, in the server).
+//!
+//! The layout holds no host-local path: a standby controller on another
+//! host could take over from the same directory on shared storage.
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+/// Job id → the job's record (bincode).
+const JOBS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("jobs");
+/// Node name → an operator's drain or down (bincode).
+const NODES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("nodes");
+/// `next_job`, `layout`.
+const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+
+/// The layout this code writes; a store of another is refused.
+const LAYOUT: u64 = 1;
+
+/// What one call on the controller changed.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Records to write, or `None` to delete.
+    pub jobs: Vec<(u64, Option<Vec<u8>>)>,
+    pub nodes: Vec<(String, Option<Vec<u8>>)>,
+    pub next_job: u64,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty() && self.nodes.is_empty()
+    }
+}
+
+/// What a store holds, read at start.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub jobs: Vec<Vec<u8>>,
+    pub nodes: Vec<(String, Vec<u8>)>,
+    pub next_job: u64,
+}
+
+/// Why the state could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state directory {path}")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("state directory {0} is writable by others: it must be the controller's alone")]
+    Unsafe(PathBuf),
+    #[error("state {path}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: redb::DatabaseError,
+    },
+    #[error("state {path} has layout {found}; this corral-ctld writes {LAYOUT}")]
+    Layout { path: PathBuf, found: u64 },
+    #[error("state: {0}")]
+    Db(String),
+}
+
+fn db<E: std::fmt::Display>(e: E) -> StoreError {
+    StoreError::Db(e.to_string())
+}
+
+/// The controller's state store.
+#[derive(Debug)]
+pub struct Store {
+    db: Database,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`, which is made private to
+    /// the controller; a directory others can write is refused.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        let io = |source| StoreError::Dir {
+            path: dir.to_path_buf(),
+            source,
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(io)?;
+        let meta = std::fs::metadata(dir).map_err(io)?;
+        if meta.mode() & 0o022 != 0 {
+            return Err(StoreError::Unsafe(dir.to_path_buf()));
+        }
+        let path = dir.join("ctld.redb");
+        let database = Database::create(&path).map_err(|source| StoreError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        let store = Store { db: database };
+        let found = {
+            let tx = store.db.begin_read().map_err(db)?;
+            match tx.open_table(META) {
+                Ok(t) => t.get("layout").map_err(db)?.map(|v| v.value()),
+                Err(redb::TableError::TableDoesNotExist(_)) => None,
+                Err(e) => return Err(db(e)),
+            }
+        };
+        match found {
+            Some(LAYOUT) => {}
+            Some(found) => return Err(StoreError::Layout { path, found }),
+            None => {
+                let tx = store.db.begin_write().map_err(db)?;
+                {
+                    tx.open_table(META)
+                        .map_err(db)?
+                        .insert("layout", LAYOUT)
+                        .map_err(db)?;
+                    tx.open_table(JOBS).map_err(db)?;
+                    tx.open_table(NODES).map_err(db)?;
+                }
+                tx.commit().map_err(db)?;
+            }
+        }
+        Ok(store)
+    }
+
+    /// Everything stored.
+    pub fn load(&self) -> Result<Loaded, StoreError> {
+        let tx = self.db.begin_read().map_err(db)?;
+        let mut out = Loaded::default();
+        let jobs = tx.open_table(JOBS).map_err(db)?;
+        for entry in jobs.iter().map_err(db)? {
+            let (_, v) = entry.map_err(db)?;
+            out.jobs.push(v.value().to_vec());
+        }
+        let nodes = tx.open_table(NODES).map_err(db)?;
+        for entry in nodes.iter().map_err(db)? {
+            let (k, v) = entry.map_err(db)?;
+            out.nodes.push((k.value().to_string(), v.value().to_vec()));
+        }
+        let meta = tx.open_table(META).map_err(db)?;
+        out.next_job = meta.get("next_job").map_err(db)?.map_or(1, |v| v.value());
+        Ok(out)
+    }
+
+    /// Writes a batch of changes in one transaction, durable when this
+    /// returns. Later changes to a record win.
+    pub fn commit(&self, batch: &[Changes]) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(db)?;
+        {
+            let mut jobs = tx.open_table(JOBS).map_err(db)?;
+            let mut nodes = tx.open_table(NODES).map_err(db)?;
+            let mut meta = tx.open_table(META).map_err(db)?;
+            let mut next = 0;
+            for c in batch {
+                for (id, rec) in &c.jobs {
+                    match rec {
+                        Some(bytes) => {
+                            jobs.insert(id, bytes.as_slice()).map_err(db)?;
+                        }
+                        None => {
+                            jobs.remove(id).map_err(db)?;
+                        }
+                    }
+                }
+                for (name, rec) in &c.nodes {
+                    match rec {
+                        Some(bytes) => {
+                            nodes.insert(name.as_str(), bytes.as_slice()).map_err(db)?;
+                        }
+                        None => {
+                            nodes.remove(name.as_str()).map_err(db)?;
+                        }
+                    }
+                }
+                next = next.max(c.next_job);
+            }
+            if next > 0 {
+                meta.insert("next_job", next).map_err(db)?;
+            }
+        }
+        tx.commit().map_err(db)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_survive_a_reopen_and_deletes_delete() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        {
+            let s = Store::open(&state).unwrap();
+            s.commit(&[
+                Changes {
+                    jobs: vec![(1, Some(b"one".to_vec())), (2, Some(b"two".to_vec()))],
+                    nodes: vec![("n1".into(), Some(b"drain".to_vec()))],
+                    next_job: 3,
+                },
+                Changes {
+                    jobs: vec![(1, None), (2, Some(b"two again".to_vec()))],
+                    nodes: vec![],
+                    next_job: 3,
+                },
+            ])
+            .unwrap();
+        }
+        let s = Store::open(&state).unwrap();
+        let l = s.load().unwrap();
+        assert_eq!(l.jobs, [b"two again".to_vec()]);
+        assert_eq!(l.nodes, [("n1".to_string(), b"drain".to_vec())]);
+        assert_eq!(l.next_job, 3);
+        // A new store starts at job 1.
+        let fresh = Store::open(&dir.path().join("fresh")).unwrap();
+        assert_eq!(fresh.load().unwrap().next_job, 1);
+    }
+
+    #[test]
+    fn a_directory_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(matches!(Store::open(&open), Err(StoreError::Unsafe(_))));
+    }
+}

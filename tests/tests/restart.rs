@@ -1,0 +1,175 @@
+//! corral-ctld killed with SIGKILL and started again: every job it
+//! acknowledged is back with its id, pending jobs run, running jobs keep
+//! running on their nodes (adopted, not rerun) and finish with their own
+//! exit codes, and job ids never repeat.
+
+use std::time::Duration;
+
+use corral_e2e::{Env, Opts};
+use nix::sys::signal::Signal;
+
+#[test]
+fn a_killed_controller_comes_back_with_every_job_and_keeps_the_running_ones() {
+    let mut env = Env::start(Opts {
+        nodes: 2,
+        heartbeat_timeout: 5,
+        ..Opts::default()
+    });
+    // A two-node job that runs across the restart and ends with its own
+    // code, a job that only starts after it, and a held one.
+    let marker = env.work.join("runs");
+    let long = env.sbatch(
+        &["-N2", "-o", "long.out"],
+        &format!(
+            "#!/bin/sh\necho started >> {}\nsrun -l sh -c 'sleep 4; echo $SLURM_NODEID'\nexit 3\n",
+            marker.display()
+        ),
+    );
+    env.wait_state(long, &["RUNNING"], 10);
+    let queued = env.sbatch(
+        &["-N2", "--exclusive", "-o", "/dev/null"],
+        "#!/bin/sh\ntrue\n",
+    );
+    let held = env.sbatch(&["-H", "-o", "/dev/null"], "#!/bin/sh\ntrue\n");
+    assert_eq!(env.state(queued), "PENDING");
+
+    env.cluster.kill_ctld(Signal::SIGKILL);
+    std::thread::sleep(Duration::from_millis(500));
+    env.cluster.restart_ctld().expect("ctld starts again");
+    // The agents notice within a keep-alive and register again.
+    let t0 = std::time::Instant::now();
+    while env.run(&["squeue", "-h"]).0 != 0 {
+        if t0.elapsed() > Duration::from_secs(20) {
+            let logs: String = ["ctld", "worker-0"]
+                .iter()
+                .map(|n| {
+                    std::fs::read_to_string(env.cluster.spec.dir.join(format!("log/{n}.log")))
+                        .unwrap_or_default()
+                })
+                .collect();
+            panic!("the cluster did not come back:\n{logs}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Everything acknowledged is there, in the state it was.
+    let shown = env.ok(&["scontrol", "show", "job", &held.to_string()]);
+    assert!(shown.contains("JobState=PENDING"), "{shown}");
+    let st = env.state(long);
+    assert!(
+        st == "RUNNING" || st == "COMPLETING" || st == "FAILED",
+        "{st}"
+    );
+    // The running job finishes where it ran, once, with its exit code.
+    assert_eq!(env.wait_state(long, &["FAILED", "COMPLETED"], 30), "FAILED");
+    let shown = env.ok(&["scontrol", "show", "job", &long.to_string()]);
+    assert!(shown.contains("ExitCode=3:0"), "{shown}");
+    let runs = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert_eq!(runs, "started\n", "not rerun");
+    let mut out: Vec<String> = env.read("long.out").lines().map(String::from).collect();
+    out.sort();
+    assert_eq!(out, ["0: 0", "1: 1"]);
+    // The job that waited runs after it; new ids continue after the old.
+    assert_eq!(
+        env.wait_state(queued, &["COMPLETED", "FAILED"], 30),
+        "COMPLETED"
+    );
+    let next = env.sbatch(&["-o", "/dev/null"], "#!/bin/sh\ntrue\n");
+    assert!(next > held, "ids never repeat: {next} after {held}");
+    env.ok(&["scontrol", "release", &held.to_string()]);
+    assert_eq!(env.wait_state(held, &["COMPLETED"], 30), "COMPLETED");
+}
+
+#[test]
+fn submissions_through_repeated_kills_lose_nothing_acknowledged_and_repeat_no_id() {
+    let mut env = Env::start(Opts {
+        nodes: 2,
+        heartbeat_timeout: 5,
+        ..Opts::default()
+    });
+    let script = env.work.join("job.sh");
+    std::fs::write(&script, "#!/bin/sh\ntrue\n").expect("script");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A client submitting held jobs as fast as it can; what it was told
+    // is what counts.
+    let submitter = {
+        let stop = stop.clone();
+        let cmd = env.cmd(&["sbatch", "--parsable", "-H", "-o", "/dev/null", "job.sh"]);
+        let (program, args, envs, dir) = (
+            cmd.get_program().to_owned(),
+            cmd.get_args().map(|a| a.to_owned()).collect::<Vec<_>>(),
+            cmd.get_envs()
+                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+                .collect::<Vec<_>>(),
+            env.work.clone(),
+        );
+        std::thread::spawn(move || {
+            let mut acked = Vec::new();
+            let mut refused = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let o = std::process::Command::new(&program)
+                    .args(&args)
+                    .envs(envs.iter().map(|(k, v)| (k, v)))
+                    .current_dir(&dir)
+                    .output()
+                    .expect("sbatch");
+                match String::from_utf8_lossy(&o.stdout).trim().parse::<u64>() {
+                    Ok(id) if o.status.success() => acked.push(id),
+                    _ => refused += 1,
+                }
+            }
+            (acked, refused)
+        })
+    };
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(700));
+        env.cluster.kill_ctld(Signal::SIGKILL);
+        std::thread::sleep(Duration::from_millis(300));
+        env.cluster.restart_ctld().expect("ctld starts again");
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (acked, refused) = submitter.join().expect("submitter");
+    println!(
+        "{} submissions acknowledged, {refused} refused",
+        acked.len()
+    );
+    assert!(
+        acked.len() > 10,
+        "submissions went through: {} ({refused} refused)",
+        acked.len()
+    );
+    let mut unique = acked.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), acked.len(), "no id acknowledged twice");
+    // Every acknowledged job is there, exactly once, held.
+    let listed = env.ok(&["squeue", "-h", "-t", "all", "-o", "%i %T"]);
+    let mut seen = std::collections::HashMap::new();
+    for l in listed.lines() {
+        let mut f = l.split_whitespace();
+        let (Some(id), Some(st)) = (f.next(), f.next()) else {
+            continue;
+        };
+        *seen.entry(id.parse::<u64>().expect("id")).or_insert(0) += 1;
+        assert_eq!(st, "PENDING", "{l}");
+    }
+    for id in &acked {
+        assert_eq!(
+            seen.get(id),
+            Some(&1),
+            "job {id} acknowledged, listed {:?}",
+            seen.get(id)
+        );
+    }
+    // And they all run to completion.
+    let ids: Vec<String> = acked.iter().map(u64::to_string).collect();
+    let mut release = vec!["scontrol", "release"];
+    release.extend(ids.iter().map(String::as_str));
+    env.ok(&release);
+    for id in &acked {
+        let st = env.wait_state(*id, &["COMPLETED", "FAILED", "NODE_FAIL", "CANCELLED"], 60);
+        let shown = env.ok(&["scontrol", "show", "job", &id.to_string()]);
+        assert_eq!(st, "COMPLETED", "{shown}");
+    }
+}
