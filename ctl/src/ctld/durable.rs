@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 
-use corral_proto::msg::{CtldMsg, ExitStatus, JobId, JobRun, JobState, NodeUpdate};
+use corral_proto::msg::{JobId, JobRun, JobState, NodeUpdate};
 
 use super::store::{Changes, Loaded};
 use super::wire::{core_id, job_request};
@@ -220,26 +220,10 @@ impl Controller {
         let Some(j) = self.jobs.get_mut(&id) else {
             return;
         };
-        let run = j.run();
-        for (n, _) in &j.alloc {
-            self.outbox.push((
-                n.clone(),
-                CtldMsg::Terminate {
-                    job: run,
-                    grace_ms: 0,
-                },
-            ));
-        }
-        j.alloc.clear();
-        j.primary_left.clear();
-        j.cleaning.clear();
+        j.release_nodes(None, &mut self.outbox);
         let adopted = self.sched.job_status(core_id(id)).is_some();
         if j.spec.requeue && j.state == JobState::Running && !adopted {
-            j.state = JobState::Pending;
-            j.start = None;
-            j.end_by = None;
-            j.exit = ExitStatus::default();
-            j.restarts += 1;
+            j.reset_for_requeue();
             let req = job_request(j.user, &j.spec);
             let submit = j.submit;
             let _ = self.sched.submit(submit, core_id(id), req);

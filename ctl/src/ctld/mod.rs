@@ -199,6 +199,37 @@ impl JobRecord {
         }
     }
 
+    /// The job loses its nodes: every node but `except` is told to end its
+    /// part (in `outbox`), and the job holds no node any more.
+    fn release_nodes(&mut self, except: Option<&str>, outbox: &mut Vec<(String, CtldMsg)>) {
+        let run = self.run();
+        for (n, _) in &self.alloc {
+            if Some(n.as_str()) != except {
+                outbox.push((
+                    n.clone(),
+                    CtldMsg::Terminate {
+                        job: run,
+                        grace_ms: 0,
+                    },
+                ));
+            }
+        }
+        self.alloc.clear();
+        self.primary_left.clear();
+        self.cleaning.clear();
+    }
+
+    /// Back to pending for a new run (`--requeue` after a node failure).
+    fn reset_for_requeue(&mut self) {
+        self.state = JobState::Pending;
+        self.start = None;
+        self.end_by = None;
+        self.exit = ExitStatus::default();
+        self.oom = false;
+        self.used = None;
+        self.restarts += 1;
+    }
+
     fn run(&self) -> JobRun {
         JobRun {
             job: self.id,

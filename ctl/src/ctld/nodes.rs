@@ -6,7 +6,7 @@ use super::wire::{node_spec, wire_id};
 use super::{Controller, CtldError, JobRecord, NodeRecord, Refusal};
 use std::collections::HashSet;
 
-use corral_proto::msg::{CtldMsg, ExitStatus, Ident, JobRun, JobState, NodeUpdate, Registration};
+use corral_proto::msg::{CtldMsg, Ident, JobRun, JobState, NodeUpdate, Registration};
 use scheduler_core::{hostlist, LostJob, NodeAdmin};
 
 /// The drain reason of a node whose agent is stopping.
@@ -226,29 +226,9 @@ impl Controller {
                 continue;
             };
             // The job's other nodes end their part.
-            let run = j.run();
-            for (n, _) in &j.alloc {
-                if n != name {
-                    self.outbox.push((
-                        n.clone(),
-                        CtldMsg::Terminate {
-                            job: run,
-                            grace_ms: 0,
-                        },
-                    ));
-                }
-            }
-            j.alloc.clear();
-            j.primary_left.clear();
-            j.cleaning.clear();
+            j.release_nodes(Some(name), &mut self.outbox);
             if requeued {
-                j.state = JobState::Pending;
-                j.start = None;
-                j.end_by = None;
-                j.exit = ExitStatus::default();
-                j.oom = false;
-                j.used = None;
-                j.restarts += 1;
+                j.reset_for_requeue();
             } else {
                 j.state = JobState::NodeFail;
                 j.end = Some(now);
