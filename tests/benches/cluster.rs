@@ -171,6 +171,28 @@ fn benches(c: &mut Criterion) {
         println!("SKIPPED (needs root): srun -N1 true in the jail and without cgroups");
     }
 
+    // What durability costs submissions: the same held submissions into a
+    // controller that stores them (fsync per group commit) and into one
+    // that keeps them in memory only.
+    for clients in [1, 8] {
+        let rate = |durable| {
+            let e = Env::start(Opts {
+                nodes: 1,
+                durable,
+                ..Opts::default()
+            });
+            let n = 20_000;
+            let took = submit_all(&rt, &e, n, clients, true);
+            n as f64 / took.as_secs_f64()
+        };
+        let (on, off) = (rate(true), rate(false));
+        println!(
+            "submissions, {clients} pipelined client(s): {on:.0}/s durable, {off:.0}/s in memory \
+             (durability costs {:.0}%; aim < 20%)",
+            100.0 * (1.0 - on / off)
+        );
+    }
+
     // Controller memory with 10,000 pending jobs.
     let pid = env.cluster.ctld_pid().expect("ctld pid");
     let before = rss_kib(pid);

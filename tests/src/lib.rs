@@ -81,6 +81,8 @@ pub struct Opts {
     pub jail_driver_files: Vec<PathBuf>,
     /// Seconds between the nodes' health checks.
     pub health_interval: u64,
+    /// The controller's state on disk (else in memory only).
+    pub durable: bool,
     /// Appended to the cluster's `corral.toml`.
     pub extra_config: String,
 }
@@ -100,6 +102,7 @@ impl Default for Opts {
             cgroups: true,
             jail_driver_files: Vec::new(),
             health_interval: 1,
+            durable: true,
             extra_config: String::new(),
         }
     }
@@ -142,6 +145,7 @@ impl Env {
             cgroups: o.cgroups,
             jail_driver_files: o.jail_driver_files.clone(),
             health_interval: o.health_interval,
+            durable: o.durable,
             extra_config: o.extra_config.clone(),
         };
         let cluster = Cluster::start(spec).expect("starting the cluster");

@@ -124,6 +124,8 @@ pub struct ClusterSpec {
     pub jail_driver_files: Vec<PathBuf>,
     /// Seconds between the nodes' health checks.
     pub health_interval: u64,
+    /// The controller keeps its state in DIR/state (else in memory only).
+    pub durable: bool,
     /// More of `corral.toml`, appended as it is (tests: `[[health.command]]`,
     /// `[[health.active]]`).
     pub extra_config: String,
@@ -276,12 +278,17 @@ impl Cluster {
         let last = spec.nodes.saturating_sub(1);
         let config = format!(
             "cluster = \"corral-up\"\nlisten = \"127.0.0.1:0\"\ncerts = \"{}\"\nheartbeat_timeout = {}\n\
-             kill_wait = {}\noperators = [{me}]\nstate_dir = {}\n\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-{last}]\"\ndefault = true\n\n\
+             kill_wait = {}\noperators = [{me}]\n{}\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-{last}]\"\ndefault = true\n\n\
              [health]\ninterval = {}\n{}{}",
             certs.display(),
             spec.heartbeat_timeout,
             spec.kill_wait,
-            toml::Value::String(dir.join("state").to_string_lossy().into_owned()),
+            if spec.durable {
+                let state = dir.join("state").to_string_lossy().into_owned();
+                format!("state_dir = {}\n", toml::Value::String(state))
+            } else {
+                String::new()
+            },
             spec.health_interval.max(1),
             jail_section(&spec, dir),
             spec.extra_config,
@@ -623,6 +630,7 @@ pub fn main(args: &[OsString]) -> i32 {
         jail_docker_socket: a.jail_docker_socket.clone(),
         cgroups: !a.no_cgroups,
         health_interval: a.health_interval,
+        durable: true,
         jail_driver_files: Vec::new(),
         extra_config: String::new(),
     };

@@ -54,14 +54,6 @@ pub enum ServerError {
     },
 }
 
-fn clone_changes(c: &store::Changes) -> store::Changes {
-    store::Changes {
-        jobs: c.jobs.clone(),
-        nodes: c.nodes.clone(),
-        next_job: c.next_job,
-    }
-}
-
 /// Seconds since the Unix epoch.
 pub fn now() -> u64 {
     now_ms() / 1000
@@ -260,18 +252,17 @@ impl Server {
                     break;
                 }
                 let s = store.clone();
-                let (batches, result) = tokio::task::spawn_blocking(move || {
-                    let changes: Vec<store::Changes> =
-                        batches.iter().map(|(c, _)| c).map(clone_changes).collect();
+                let (changes, outs): (Vec<store::Changes>, Vec<_>) = batches.into_iter().unzip();
+                let (changes, result) = tokio::task::spawn_blocking(move || {
                     let r = s.commit(&changes);
-                    (batches, r)
+                    (changes, r)
                 })
                 .await
                 .unwrap_or_else(|e| (Vec::new(), Err(store::StoreError::Db(e.to_string()))));
                 match result {
                     Ok(()) => {
                         retry = Duration::from_millis(100);
-                        for (_, out) in batches {
+                        for out in outs {
                             if !out.is_empty() {
                                 self.deliver(out);
                             }
@@ -288,7 +279,7 @@ impl Server {
                         {
                             let mut j = self.journal.lock();
                             let later = std::mem::take(&mut j.batches);
-                            j.batches = batches;
+                            j.batches = changes.into_iter().zip(outs).collect();
                             j.batches.extend(later);
                         }
                         let last = self.committed.borrow().ticket;

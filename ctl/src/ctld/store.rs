@@ -97,10 +97,14 @@ impl Store {
             return Err(StoreError::Unsafe(dir.to_path_buf()));
         }
         let path = dir.join("ctld.redb");
-        let database = Database::create(&path).map_err(|source| StoreError::Open {
-            path: path.clone(),
-            source,
-        })?;
+        // A small cache: the controller reads the store only at start.
+        let database = Database::builder()
+            .set_cache_size(16 << 20)
+            .create(&path)
+            .map_err(|source| StoreError::Open {
+                path: path.clone(),
+                source,
+            })?;
         let store = Store { db: database };
         let found = {
             let tx = store.db.begin_read().map_err(db)?;
