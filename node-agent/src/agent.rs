@@ -767,48 +767,52 @@ impl Agent {
     pub async fn relay(&self, who: Ident, request: Request) -> Response {
         let unreachable =
             || Response::Error("Unable to contact slurm controller (connect failure)".into());
-        // While ctld is away (restarting), wait for the agent to reconnect
-        // for a while, as Slurm's commands retry, rather than fail at once.
-        let current = self.conn.borrow().clone();
-        let conn = match current {
-            Some(c) => c,
-            None => {
-                let mut rx = self.conn.subscribe();
-                let back = tokio::time::timeout(RELAY_TIMEOUT, async {
-                    loop {
-                        if let Some(c) = rx.borrow_and_update().clone() {
-                            return Some(c);
-                        }
-                        if rx.changed().await.is_err() {
-                            return None;
-                        }
+        let deadline = tokio::time::Instant::now() + RELAY_TIMEOUT;
+        // A request that may be repeated safely is sent again over the
+        // agent's next connection when ctld went away under it (a restart);
+        // a submission is not (ctld may have stored it before it died).
+        let repeatable = !matches!(request, Request::Submit(_));
+        let mut failed_on: Option<usize> = None;
+        loop {
+            // While ctld is away (restarting), wait for the agent to
+            // reconnect, as Slurm's commands retry, rather than fail at once.
+            let mut rx = self.conn.subscribe();
+            let next = tokio::time::timeout_at(deadline, async {
+                loop {
+                    let current = rx.borrow_and_update().clone();
+                    if let Some(c) = current.filter(|c| Some(c.stable_id()) != failed_on) {
+                        return Some(c);
                     }
-                });
-                match back.await {
-                    Ok(Some(c)) => c,
-                    _ => return unreachable(),
+                    if rx.changed().await.is_err() {
+                        return None;
+                    }
                 }
+            });
+            let Ok(Some(conn)) = next.await else {
+                return unreachable();
+            };
+            let token = match self.minter.mint(who, now_ms()) {
+                Ok(t) => t,
+                Err(e) => return Response::Error(e.to_string()),
+            };
+            let request = request.clone();
+            let exchange = async {
+                let (mut send, mut recv) = conn.open_bi().await.ok()?;
+                write_frame(&mut send, &Open::Request { token, request })
+                    .await
+                    .ok()?;
+                let _ = send.finish();
+                read_frame::<_, Response>(&mut recv).await.ok().flatten()
+            };
+            // A controller that died leaves the connection up until it is
+            // reset or times out: give up by the deadline, as Slurm's
+            // MessageTimeout does.
+            match tokio::time::timeout_at(deadline, exchange).await {
+                Ok(Some(resp)) => return resp,
+                Ok(None) if repeatable => failed_on = Some(conn.stable_id()),
+                _ => return unreachable(),
             }
-        };
-        let token = match self.minter.mint(who, now_ms()) {
-            Ok(t) => t,
-            Err(e) => return Response::Error(e.to_string()),
-        };
-        let exchange = async {
-            let (mut send, mut recv) = conn.open_bi().await.ok()?;
-            write_frame(&mut send, &Open::Request { token, request })
-                .await
-                .ok()?;
-            let _ = send.finish();
-            read_frame::<_, Response>(&mut recv).await.ok().flatten()
-        };
-        // A controller that died leaves the connection up until QUIC's
-        // idle timeout: give up sooner, as Slurm's MessageTimeout does.
-        tokio::time::timeout(RELAY_TIMEOUT, exchange)
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or_else(unreachable)
+        }
     }
 }
 

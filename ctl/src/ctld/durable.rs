@@ -245,10 +245,12 @@ impl Controller {
     }
 
     /// Runs `name` listed when it registered, checked against restored
-    /// jobs: a restored running job it does not list either ended while
-    /// the controller was away (its agent is about to say so) or died
-    /// with its agent; if nothing is heard of it by the end of the
-    /// recovery window, it is lost.
+    /// jobs: a restored running job whose first step it should be running
+    /// (a batch script's node; every node of an srun job) but does not
+    /// list either ended while the controller was away (its agent is
+    /// about to say so) or died with its agent; if nothing is heard of it
+    /// by the end of the recovery window, it is lost. The other nodes of a
+    /// batch job run nothing until the script starts a step.
     pub(super) fn runs_on_return(&mut self, name: &str, running: &HashSet<JobRun>) {
         let missing: Vec<JobId> = self
             .adopting
@@ -257,7 +259,7 @@ impl Controller {
             .filter(|id| {
                 self.jobs.get(id).is_some_and(|j| {
                     j.state == JobState::Running
-                        && j.alloc.iter().any(|(n, _)| n == name)
+                        && j.primary_left.contains(name)
                         && !running.contains(&j.run())
                 })
             })
