@@ -272,6 +272,20 @@ impl Env {
         }
     }
 
+    /// Waits until node `node`'s `sinfo -N -h` line contains `word` (or,
+    /// with `present == false`, no longer does).
+    pub fn wait_node(&self, node: &str, word: &str, present: bool, secs: u64) -> String {
+        let what = format!("{node} {}{word}", if present { "" } else { "not " });
+        self.wait_sinfo(
+            &what,
+            |s| {
+                s.lines()
+                    .any(|l| l.starts_with(node) && l.contains(word) == present)
+            },
+            secs,
+        )
+    }
+
     pub fn read(&self, name: &str) -> String {
         std::fs::read_to_string(self.work.join(name)).unwrap_or_default()
     }

@@ -35,14 +35,7 @@ fn a_sick_gpu_drains_its_node_until_it_is_well_and_an_admin_drain_stays() {
     });
     let file = env.cluster.gpu_file(1);
     std::fs::write(&file, gpus(4, Some((2, "xid = 79")))).expect("inject a fault");
-    env.wait_sinfo(
-        "worker-1 drained",
-        |s| {
-            s.lines()
-                .any(|l| l.starts_with("worker-1") && l.contains("drain"))
-        },
-        10,
-    );
+    env.wait_node("worker-1", "drain", true, 10);
     // sinfo -R shows the reason's first 20 characters, as Slurm's does.
     let short = env.ok(&["sinfo", "-R", "-h"]);
     assert!(short.contains("node_problem: gpu: G"), "{short}");
@@ -62,14 +55,7 @@ fn a_sick_gpu_drains_its_node_until_it_is_well_and_an_admin_drain_stays() {
 
     // Other faults read the same way.
     std::fs::write(&file, gpus(4, Some((0, "lost = true")))).expect("lose a GPU");
-    env.wait_sinfo(
-        "worker-1 drained again",
-        |s| {
-            s.lines()
-                .any(|l| l.starts_with("worker-1") && l.contains("drain"))
-        },
-        10,
-    );
+    env.wait_node("worker-1", "drain", true, 10);
     let node = env.ok(&["scontrol", "show", "node", "worker-1"]);
     assert!(
         node.contains("Reason=node_problem: gpu: GPU 0 fell off the bus"),
@@ -110,14 +96,7 @@ fn an_operators_command_check_drains_the_node_it_fails_on_until_it_passes() {
     });
     let sick = format!("{}-worker-1", flag.display());
     std::fs::write(&sick, "").expect("make worker-1 sick");
-    env.wait_sinfo(
-        "worker-1 drained",
-        |s| {
-            s.lines()
-                .any(|l| l.starts_with("worker-1") && l.contains("drain"))
-        },
-        10,
-    );
+    env.wait_node("worker-1", "drain", true, 10);
     let node = env.ok(&["scontrol", "show", "node", "worker-1"]);
     assert!(
         node.contains("Reason=node_problem: scratch: /scratch is full"),
@@ -125,14 +104,7 @@ fn an_operators_command_check_drains_the_node_it_fails_on_until_it_passes() {
     );
     assert!(!node_line(&env, "worker-0").contains("drain"));
     std::fs::remove_file(&sick).expect("well again");
-    env.wait_sinfo(
-        "worker-1 back",
-        |s| {
-            s.lines()
-                .any(|l| l.starts_with("worker-1") && !l.contains("drain"))
-        },
-        10,
-    );
+    env.wait_node("worker-1", "drain", false, 10);
 }
 
 #[test]
@@ -148,14 +120,7 @@ fn a_failing_active_check_drains_the_node_it_ran_on() {
             .into(),
         ..Opts::default()
     });
-    let drained = env.wait_sinfo(
-        "worker-1 drained by the check",
-        |s| {
-            s.lines()
-                .any(|l| l.starts_with("worker-1") && l.contains("drain"))
-        },
-        20,
-    );
+    let drained = env.wait_node("worker-1", "drain", true, 20);
     let node = env.ok(&["scontrol", "show", "node", "worker-1"]);
     assert!(
         node.contains("Reason=node_problem: burn: exit code 1"),
@@ -176,12 +141,5 @@ fn a_failing_active_check_drains_the_node_it_ran_on() {
     assert!(!node_line(&env, "worker-0").contains("drain"));
     // The operator looks, and puts it back.
     env.ok(&["scontrol", "update", "NodeName=worker-1", "State=RESUME"]);
-    env.wait_sinfo(
-        "worker-1 back",
-        |s| {
-            s.lines()
-                .any(|l| l.starts_with("worker-1") && l.contains("idle"))
-        },
-        10,
-    );
+    env.wait_node("worker-1", "idle", true, 10);
 }

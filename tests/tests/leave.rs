@@ -35,14 +35,7 @@ fn a_stopped_agent_drains_lets_its_job_finish_and_leaves_and_a_new_one_joins() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .expect("SIGTERM");
-    env.wait_sinfo(
-        "worker-1 draining",
-        |s| {
-            s.lines()
-                .any(|l| l.starts_with("worker-1") && l.contains("drng"))
-        },
-        10,
-    );
+    env.wait_node("worker-1", "drng", true, 10);
     let node = env.ok(&["scontrol", "show", "node", "worker-1"]);
     assert!(
         node.contains("Reason=node_leaving: its agent is stopping"),
@@ -64,14 +57,7 @@ fn a_stopped_agent_drains_lets_its_job_finish_and_leaves_and_a_new_one_joins() {
     }
     // Scaling up again is starting an agent.
     env.cluster.restart_agent(1).expect("a new agent");
-    env.wait_sinfo(
-        "worker-1 back",
-        |s| {
-            s.lines()
-                .any(|l| l.starts_with("worker-1") && l.contains("idle"))
-        },
-        10,
-    );
+    env.wait_node("worker-1", "idle", true, 10);
     let out = env.ok(&[
         "srun",
         "-w",

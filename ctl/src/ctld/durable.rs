@@ -104,7 +104,7 @@ impl Controller {
     }
 
     /// Whether passes wait for the restart's recovery.
-    pub(super) fn recovering(&self, _now: u64) -> bool {
+    pub(super) fn recovering(&self) -> bool {
         self.recovering_until != 0
     }
 

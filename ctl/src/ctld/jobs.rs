@@ -49,7 +49,7 @@ impl Controller {
     /// A step of the run had a process killed for memory: the job ends
     /// OUT_OF_MEMORY (unless it is cancelled or times out first).
     fn record_oom(&mut self, run: JobRun) {
-        if let Some(j) = self.jobs.get_mut(&run.job).filter(|j| j.run() == run) {
+        if let Some(j) = self.jobs.get_mut_if(&run.job, |j| j.run() == run) {
             j.oom = true;
         }
     }
@@ -61,8 +61,7 @@ impl Controller {
         };
         if let Some(j) = self
             .jobs
-            .get_mut(&run.job)
-            .filter(|j| j.run() == run && j.cleaning.contains(node))
+            .get_mut_if(&run.job, |j| j.run() == run && j.cleaning.contains(node))
         {
             let total = j.used.get_or_insert_with(JobUsage::default);
             total.cpu_ms = total.cpu_ms.saturating_add(u.cpu_ms);

@@ -112,6 +112,19 @@ impl JobTable {
         r
     }
 
+    /// A record to change only if `wanted` says so: a message about
+    /// another run leaves it unstored.
+    fn get_mut_if(
+        &mut self,
+        id: &JobId,
+        wanted: impl FnOnce(&JobRecord) -> bool,
+    ) -> Option<&mut JobRecord> {
+        if !self.map.get(id).is_some_and(wanted) {
+            return None;
+        }
+        self.get_mut(id)
+    }
+
     fn insert(&mut self, id: JobId, r: JobRecord) {
         self.dirty.insert(id);
         self.map.insert(id, r);
@@ -410,7 +423,7 @@ impl Controller {
     pub fn schedule(&mut self, now: u64) -> usize {
         // After a restart, running jobs' nodes must be back (and their
         // resources held) before anything else is placed.
-        if self.recovering(now) {
+        if self.recovering() {
             return 0;
         }
         let starts = self.sched.schedule(now);

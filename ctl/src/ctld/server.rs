@@ -491,11 +491,9 @@ impl Server {
     /// (nothing unsaved is acknowledged).
     async fn acknowledged(&self, resp: Response, ticket: u64) -> Response {
         match self.durable(ticket).await {
+            // A refusal changed nothing worth waiting for.
+            Ok(()) | Err(_) if matches!(resp, Response::Error(_)) => resp,
             Ok(()) => resp,
-            Err(e) if matches!(resp, Response::Error(_)) => {
-                let _ = e;
-                resp
-            }
             Err(e) => Response::Error(format!("Unable to save the controller's state: {e}")),
         }
     }

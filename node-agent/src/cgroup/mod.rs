@@ -22,7 +22,7 @@ pub mod bpf;
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -135,6 +135,32 @@ pub enum CgroupError {
     },
     #[error("cgroup device control")]
     Devices(#[source] bpf::BpfError),
+    #[error(
+        "cgroup name {0:?}: one or more plain path components, no '.', '..' or '/' at the ends"
+    )]
+    BadName(String),
+}
+
+/// A cgroup path under each hierarchy's mount: plain components only, so
+/// a parent or node name can never reach (and kill or remove) cgroups
+/// outside the agent's own.
+fn relative(name: &str, allow_empty: bool) -> Result<PathBuf, CgroupError> {
+    let bad = || CgroupError::BadName(name.to_string());
+    if name.is_empty() {
+        return if allow_empty {
+            Ok(PathBuf::new())
+        } else {
+            Err(bad())
+        };
+    }
+    let p = Path::new(name);
+    let plain = p
+        .components()
+        .all(|c| matches!(c, std::path::Component::Normal(_)));
+    if !plain || name.starts_with('/') || name.ends_with('/') || name.contains("//") {
+        return Err(bad());
+    }
+    Ok(p.to_path_buf())
 }
 
 fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
@@ -263,13 +289,18 @@ impl Cgroups {
     /// Sets up `PARENT/NODE` in every hierarchy of `layout`: v1 cpusets
     /// copy their parent's CPUs and memory nodes; v2 enables the cpuset,
     /// memory, pids and cpu controllers down to it (those the kernel has).
+    /// `NODE` may be empty only to name a whole cluster's parent
+    /// ([`Cgroups::remove_cluster`]); `PARENT` never.
     pub fn new(
         layout: Layout,
         parent: &str,
         node: &str,
         pids_max: Option<u64>,
     ) -> Result<Cgroups, CgroupError> {
-        let base = Path::new(parent.trim_matches('/')).join(node);
+        let base = relative(parent, false)?.join(relative(node, true)?);
+        if node.contains('/') {
+            return Err(CgroupError::BadName(node.to_string()));
+        }
         let mut cg = Cgroups {
             layout,
             base,
@@ -792,13 +823,6 @@ fn cpuset_inherit(dir: &Path) -> Result<(), CgroupError> {
     Ok(())
 }
 
-/// Raw descriptor numbers of a [`Join`] (tests).
-impl Join {
-    pub fn fds(&self) -> Vec<i32> {
-        self.procs.iter().map(|f| f.as_raw_fd()).collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -810,6 +834,41 @@ mod tests {
         let set: BTreeSet<u32> = [0, 1, 2, 3, 8, 10, 11].into();
         assert_eq!(cpu_list(&set), "0-3,8,10-11");
         assert_eq!(cpu_list(&BTreeSet::new()), "");
+    }
+
+    #[test]
+    fn cgroup_names_stay_below_the_mount() {
+        assert_eq!(
+            relative("corral/up-1", false).unwrap(),
+            Path::new("corral/up-1")
+        );
+        assert!(relative("", true).unwrap().as_os_str().is_empty());
+        for bad in [
+            "",
+            "/",
+            "/corral",
+            "..",
+            "corral/../..",
+            "./x",
+            "a//b",
+            "corral/",
+        ] {
+            assert!(relative(bad, false).is_err(), "{bad:?}");
+        }
+        // A parent that names the hierarchy's root is refused before any
+        // directory is made or any process listed.
+        let layout = Layout::V2 {
+            root: "/nonexistent".into(),
+        };
+        for (parent, node) in [("", "n0"), ("/", "n0"), ("corral", ".."), ("corral", "a/b")] {
+            assert!(
+                matches!(
+                    Cgroups::new(layout.clone(), parent, node, None),
+                    Err(CgroupError::BadName(_))
+                ),
+                "{parent:?} {node:?}"
+            );
+        }
     }
 
     #[test]
