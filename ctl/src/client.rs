@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use corral_proto::msg::{JobFilter, JobView, LocalRequest, Request, Response, JOBS_PER_PAGE};
+use corral_proto::msg::{
+    AcctJob, AcctQuery, JobFilter, JobView, LocalRequest, Request, Response, JOBS_PER_PAGE,
+};
 use corral_proto::{read_frame, write_frame, WireError};
 use tokio::net::UnixStream;
 
@@ -89,6 +91,22 @@ fn escaped(mut resp: Response) -> Response {
                 }
             }
         }
+        Response::Accounting { jobs, .. } => {
+            for j in jobs {
+                for s in [
+                    &mut j.name,
+                    &mut j.partition,
+                    &mut j.account,
+                    &mut j.work_dir,
+                    &mut j.comment,
+                ] {
+                    escape_controls(s);
+                }
+                for st in &mut j.steps {
+                    escape_controls(&mut st.name);
+                }
+            }
+        }
         Response::Nodes(nodes) => {
             for n in nodes {
                 n.reason.iter_mut().for_each(escape_controls);
@@ -158,6 +176,23 @@ impl Client {
                     all.extend(page);
                     if !full {
                         return Ok(all);
+                    }
+                }
+                other => return Err(format!("unexpected answer {other:?}")),
+            }
+        }
+    }
+
+    /// Every accounting record the query selects, page by page.
+    pub async fn accounting(&mut self, mut q: AcctQuery) -> Result<Vec<AcctJob>, String> {
+        let mut all = Vec::new();
+        loop {
+            match self.ok(Request::Accounting(q.clone())).await? {
+                Response::Accounting { jobs, next } => {
+                    all.extend(jobs);
+                    match next {
+                        Some(after) if after > q.after => q.after = after,
+                        _ => return Ok(all),
                     }
                 }
                 other => return Err(format!("unexpected answer {other:?}")),

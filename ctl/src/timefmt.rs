@@ -62,6 +62,17 @@ pub fn limit(secs: Option<u64>, unlimited: &str) -> String {
     }
 }
 
+/// CPU time as sacct writes it: `[D-][HH:]MM:SS.mmm`.
+pub fn cpu_time(ms: u64) -> String {
+    let (s, ms) = (ms / 1000, ms % 1000);
+    let (d, h, m, s) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    match (d, h) {
+        (0, 0) => format!("{m:02}:{s:02}.{ms:03}"),
+        (0, _) => format!("{h:02}:{m:02}:{s:02}.{ms:03}"),
+        _ => format!("{d}-{h:02}:{m:02}:{s:02}.{ms:03}"),
+    }
+}
+
 /// A Unix time as `YYYY-MM-DDTHH:MM:SS` (UTC; the cluster's clocks are
 /// expected to be in UTC, as in containers).
 pub fn timestamp(unix: u64) -> String {
@@ -155,9 +166,94 @@ pub fn parse_begin(s: &str, now: u64) -> Result<u64, String> {
     u64::try_from(t).map_err(|_| bad())
 }
 
+/// `sacct -S`/`-E` times: `now[-N[unit]]`, `today`/`midnight`,
+/// `HH:MM[:SS]` (today), `YYYY-MM-DD[THH:MM[:SS]]`, `MMDD[YY]`,
+/// `MM/DD[/YY][-HH:MM[:SS]]`. UTC, like every time here.
+pub fn parse_when(s: &str, now: u64) -> Result<u64, String> {
+    let bad = || format!("invalid time specification: {s}");
+    let today = now / 86400 * 86400;
+    match s {
+        "now" => return Ok(now),
+        "today" | "midnight" => return Ok(today),
+        "noon" => return Ok(today + 12 * 3600),
+        "tomorrow" => return Ok(today + 86400),
+        _ => {}
+    }
+    if let Some(rest) = s.strip_prefix("now-") {
+        let later = parse_begin(&format!("now+{rest}"), 0)?;
+        return Ok(now.saturating_sub(later));
+    }
+    if s.starts_with("now+") {
+        return parse_begin(s, now);
+    }
+    let num = |p: &str| -> Result<i64, String> {
+        if p.is_empty() || p.len() > 4 || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        p.parse().map_err(|_| bad())
+    };
+    let year_now = timestamp(now)[..4].parse::<i64>().map_err(|_| bad())?;
+    let year = |y: Option<&str>| -> Result<i64, String> {
+        match y {
+            None => Ok(year_now),
+            Some(y) if y.len() == 2 => Ok(2000 + num(y)?),
+            Some(y) => num(y),
+        }
+    };
+    let date = |y: i64, m: i64, d: i64| -> Result<String, String> {
+        if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+            return Err(bad());
+        }
+        Ok(format!("{y:04}-{m:02}-{d:02}"))
+    };
+    // MM/DD[/YY][-HH:MM[:SS]]
+    if s.contains('/') {
+        let (day, time) = s.split_once('-').unwrap_or((s, "00:00"));
+        let p: Vec<&str> = day.split('/').collect();
+        let (m, d, y) = match p.as_slice() {
+            [m, d] => (num(m)?, num(d)?, year(None)?),
+            [m, d, y] => (num(m)?, num(d)?, year(Some(y))?),
+            _ => return Err(bad()),
+        };
+        return parse_begin(&format!("{}T{time}", date(y, m, d)?), 0);
+    }
+    // MMDD[YY]
+    if (s.len() == 4 || s.len() == 6) && s.bytes().all(|b| b.is_ascii_digit()) {
+        let (m, d) = (num(&s[..2])?, num(&s[2..4])?);
+        let y = year((s.len() == 6).then(|| &s[4..]))?;
+        return parse_begin(&date(y, m, d)?, 0);
+    }
+    if s.contains('-') {
+        return parse_begin(s, 0);
+    }
+    // HH:MM[:SS] today, even when that is later than now.
+    let t = parse_begin(s, 0)?;
+    Ok(today + t % 86400)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sacct_times() {
+        let now = 1_796_000_000; // 2026-11-30T00:53:20
+        let at = |s: &str| parse_when(s, now).map(timestamp);
+        assert_eq!(at("now"), Ok("2026-11-30T00:53:20".into()));
+        assert_eq!(at("now-1hour"), Ok("2026-11-29T23:53:20".into()));
+        assert_eq!(at("now-2days"), Ok("2026-11-28T00:53:20".into()));
+        assert_eq!(at("midnight"), Ok("2026-11-30T00:00:00".into()));
+        assert_eq!(at("13:00"), Ok("2026-11-30T13:00:00".into()));
+        assert_eq!(at("2026-11-01"), Ok("2026-11-01T00:00:00".into()));
+        assert_eq!(at("2026-11-01T10:30"), Ok("2026-11-01T10:30:00".into()));
+        assert_eq!(at("1101"), Ok("2026-11-01T00:00:00".into()));
+        assert_eq!(at("110125"), Ok("2025-11-01T00:00:00".into()));
+        assert_eq!(at("11/01"), Ok("2026-11-01T00:00:00".into()));
+        assert_eq!(at("11/01/25-08:15"), Ok("2025-11-01T08:15:00".into()));
+        for bad in ["yesterday-ish", "13/01", "now-5y", "1/2/3/4", "25:00"] {
+            assert!(parse_when(bad, now).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn limits_parse_in_every_slurm_form() {

@@ -216,6 +216,50 @@ impl GpuBackend for SimGpus {
     }
 }
 
+/// What `corral-agent --show-gpus` prints: the backend, then a line per
+/// GPU with its inventory and its current health readings.
+pub fn describe(backend: &dyn GpuBackend, inventory: &[GpuInfo]) -> Result<String, GpuError> {
+    use std::fmt::Write;
+    let health = backend.health()?;
+    let mut out = format!("backend: {backend:?}\n");
+    for g in inventory {
+        let _ = write!(
+            out,
+            "gpu {} uuid={} memory={}M group={} device=/dev/nvidia{}",
+            g.index,
+            g.uuid,
+            g.memory_mb,
+            g.group,
+            backend.minor(g.index)
+        );
+        match health.iter().find(|h| h.index == g.index) {
+            Some(h) => {
+                let temp = h
+                    .temperature_c
+                    .map_or_else(|| "unknown".to_string(), |t| format!("{t}C"));
+                let xid = h.xid.map_or_else(|| "none".to_string(), |x| x.to_string());
+                let _ = writeln!(
+                    out,
+                    " temperature={temp} ecc_uncorrectable={} xid={xid} retirement_pending={} lost={}",
+                    h.ecc_uncorrectable,
+                    yes_no(h.retirement_pending),
+                    yes_no(h.lost)
+                );
+            }
+            None => out.push_str(" health=absent\n"),
+        }
+    }
+    Ok(out)
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,5 +299,32 @@ mod tests {
             SimGpus::from_file("n", &p),
             Err(GpuError::Parse { .. })
         ));
+    }
+
+    #[test]
+    fn describe_prints_inventory_and_readings() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("gpus.toml");
+        std::fs::write(
+            &p,
+            "[[gpu]]\nindex = 0\nuuid = \"GPU-a\"\nmemory_mb = 80\ntemperature_c = 41\n\
+             [[gpu]]\nindex = 1\nuuid = \"GPU-b\"\nmemory_mb = 80\ngroup = 1\nxid = 79\necc_uncorrectable = 2\n",
+        )
+        .unwrap();
+        let sim = SimGpus::from_file("n", &p).unwrap();
+        let text = describe(&sim, &sim.gpus().unwrap()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[0].starts_with("backend: SimGpus"), "{text}");
+        assert_eq!(
+            lines[1],
+            "gpu 0 uuid=GPU-a memory=80M group=0 device=/dev/nvidia0 temperature=41C \
+             ecc_uncorrectable=0 xid=none retirement_pending=no lost=no"
+        );
+        assert_eq!(
+            lines[2],
+            "gpu 1 uuid=GPU-b memory=80M group=1 device=/dev/nvidia1 temperature=unknown \
+             ecc_uncorrectable=2 xid=79 retirement_pending=no lost=no"
+        );
     }
 }

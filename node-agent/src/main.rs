@@ -113,6 +113,10 @@ struct Args {
     /// exit: what `corral up` does once its agents are gone.
     #[arg(long)]
     remove_cgroups: bool,
+    /// Print the GPUs this node would report (backend, inventory, health
+    /// readings) and exit.
+    #[arg(long)]
+    show_gpus: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -265,6 +269,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let name = args.name.clone().unwrap_or_else(hostname);
     let gpus = gpu_backend(&args, &name)?;
     let inventory = gpus.gpus()?;
+    if args.show_gpus {
+        print!(
+            "{}",
+            corral_agent::gpu::describe(gpus.as_ref(), &inventory)?
+        );
+        return Ok(());
+    }
     let checks = corral_agent::health::GpuChecks::new(inventory.len());
     let (cg_mode, cg_parent) = (args.cgroups, args.cgroup_parent.clone());
     let jail = jail_config(&args)?;

@@ -420,10 +420,13 @@ pub enum JobState {
     NodeFail,
     /// A process of the job was killed for exceeding its memory limit.
     OutOfMemory,
+    /// A run that ended and was queued again (only in accounting: the job
+    /// itself is pending once more).
+    Requeued,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 9] = [
+    pub const ALL: [JobState; 10] = [
         JobState::Pending,
         JobState::Running,
         JobState::Completing,
@@ -433,6 +436,7 @@ impl JobState {
         JobState::Timeout,
         JobState::NodeFail,
         JobState::OutOfMemory,
+        JobState::Requeued,
     ];
 
     /// The long name (`scontrol`, `sacct`, `squeue -t`).
@@ -447,6 +451,7 @@ impl JobState {
             JobState::Timeout => "TIMEOUT",
             JobState::NodeFail => "NODE_FAIL",
             JobState::OutOfMemory => "OUT_OF_MEMORY",
+            JobState::Requeued => "REQUEUED",
         }
     }
 
@@ -462,6 +467,7 @@ impl JobState {
             JobState::Timeout => "TO",
             JobState::NodeFail => "NF",
             JobState::OutOfMemory => "OOM",
+            JobState::Requeued => "RQ",
         }
     }
 
@@ -532,6 +538,88 @@ pub enum Request {
     Ping,
     /// Counts of jobs by state and the scheduler's recent work (`sdiag`).
     Stats,
+    /// `sacct`: finished jobs from the accounting database, with the
+    /// queue's own.
+    Accounting(AcctQuery),
+}
+
+/// What `sacct` asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcctQuery {
+    /// `-j` (empty: any job).
+    pub ids: Vec<JobId>,
+    /// `-u` (empty: the caller's own jobs, or everyone's for root and
+    /// with `all_users`).
+    pub users: Vec<u32>,
+    pub all_users: bool,
+    /// `-s` (empty: any state).
+    pub states: Vec<JobState>,
+    /// `-S`/`-E`: jobs that were in the system at some time in
+    /// `[start, end]` (Unix seconds).
+    pub start: Option<UnixSecs>,
+    pub end: Option<UnixSecs>,
+    /// `-D`: every run of a requeued job, not only its last.
+    pub duplicates: bool,
+    /// `-X`: no steps.
+    pub allocations: bool,
+    /// Paging: only jobs with ids above this.
+    pub after: JobId,
+}
+
+/// The most jobs one [`Response::Accounting`] carries.
+pub const ACCT_PER_PAGE: usize = 1_000;
+
+/// One run of a job as accounting keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcctJob {
+    pub id: JobId,
+    /// Which run (0, or the number of requeues before it).
+    pub run: u32,
+    pub name: String,
+    pub user: Ident,
+    pub account: String,
+    pub partition: String,
+    /// The allocated nodes, as a hostlist (`None assigned` while pending).
+    pub nodelist: String,
+    pub alloc_nodes: u32,
+    pub alloc_cpus: u32,
+    pub alloc_mem_mb: u64,
+    pub alloc_gpus: u32,
+    pub req_nodes: u32,
+    pub req_cpus: u32,
+    pub req_mem_mb: u64,
+    pub req_gpus: u32,
+    pub submit: UnixSecs,
+    /// When it could first start (its begin time, else its submission).
+    pub eligible: UnixSecs,
+    pub start: Option<UnixSecs>,
+    pub end: Option<UnixSecs>,
+    /// Seconds (`None`: unlimited).
+    pub time_limit: Option<u64>,
+    pub state: JobState,
+    pub reason: JobReason,
+    pub exit: ExitStatus,
+    /// Who cancelled it.
+    pub cancelled_by: Option<u32>,
+    pub usage: Option<JobUsage>,
+    pub work_dir: String,
+    pub comment: String,
+    pub steps: Vec<AcctStep>,
+}
+
+/// One step of a job's run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcctStep {
+    pub step: StepId,
+    pub name: String,
+    pub nodelist: String,
+    pub nodes: u32,
+    pub tasks: u32,
+    pub cpus: u32,
+    pub start: UnixSecs,
+    pub end: Option<UnixSecs>,
+    pub state: JobState,
+    pub exit: ExitStatus,
 }
 
 /// The controller's counters.
@@ -576,6 +664,12 @@ pub enum Response {
     Credential(Token),
     Stats(Stats),
     Address(std::net::IpAddr),
+    /// `sacct`'s answer: a page of jobs in id order, and where the next
+    /// page starts (`None`: this was the last).
+    Accounting {
+        jobs: Vec<AcctJob>,
+        next: Option<JobId>,
+    },
     /// Refused, in words a Slurm user knows.
     Error(String),
 }

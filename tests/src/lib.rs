@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use corral_ctl::cli::up::{Cluster, ClusterSpec};
 
+pub mod db;
+
 /// Builds corral, corral-ctld, corral-agent and corral-sim once per test binary (in
 /// the profile the tests run in) and returns the directory holding them.
 pub fn bin_dir() -> &'static Path {
@@ -146,6 +148,7 @@ impl Env {
             jail_driver_files: o.jail_driver_files.clone(),
             health_interval: o.health_interval,
             durable: o.durable,
+            nvml: false,
             extra_config: o.extra_config.clone(),
         };
         let cluster = Cluster::start(spec).expect("starting the cluster");

@@ -13,6 +13,7 @@ pub mod certs;
 pub mod jail;
 pub mod jail_shell;
 pub mod opts;
+pub mod sacct;
 pub mod sbatch;
 pub mod scancel;
 pub mod scontrol;
@@ -23,7 +24,9 @@ pub mod up;
 pub mod words;
 
 /// The commands `corral` answers to by name.
-pub const COMMANDS: [&str; 6] = ["sbatch", "srun", "squeue", "sinfo", "scancel", "scontrol"];
+pub const COMMANDS: [&str; 7] = [
+    "sbatch", "srun", "squeue", "sinfo", "scancel", "scontrol", "sacct",
+];
 
 /// Prints `CMD: error: MESSAGE` (each line of a message of several) and
 /// gives the exit code 1.
@@ -128,7 +131,7 @@ pub fn parse_ids(s: &str) -> Result<Vec<JobId>, String> {
 
 fn usage() -> i32 {
     eprintln!(
-        "usage: corral COMMAND [ARGS]\n\ncommands: sbatch srun squeue sinfo scancel scontrol\n          up (a cluster on this machine), sim (trace replay), certs (cluster certificates),\n          jail (prepare and check a shared root)"
+        "usage: corral COMMAND [ARGS]\n\ncommands: sbatch srun squeue sinfo scancel scontrol sacct\n          up (a cluster on this machine), sim (trace replay), certs (cluster certificates),\n          jail (prepare and check a shared root)"
     );
     2
 }
@@ -176,6 +179,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         "sinfo" => sinfo::main(&args),
         "scancel" => scancel::main(&args),
         "scontrol" => scontrol::main(&args),
+        "sacct" => sacct::main(&args),
         "up" => up::main(&args),
         "certs" => certs::main(&args),
         "jail" => jail::main(&args),

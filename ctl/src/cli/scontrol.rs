@@ -12,23 +12,12 @@ use scheduler_core::hostlist;
 use super::{block_on, fail, group_name, parse_ids, user_name, words};
 use crate::client::Client;
 use crate::ctld::server::now;
-use crate::timefmt::{limit, timestamp};
+use crate::timefmt::{cpu_time, limit, timestamp};
 
 const CMD: &str = "scontrol";
 
 fn t(v: Option<u64>) -> String {
     v.map_or("Unknown".into(), timestamp)
-}
-
-/// CPU time as sacct writes it: `[D-][HH:]MM:SS.mmm`.
-fn cpu_time(ms: u64) -> String {
-    let (s, ms) = (ms / 1000, ms % 1000);
-    let (d, h, m, s) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
-    match (d, h) {
-        (0, 0) => format!("{m:02}:{s:02}.{ms:03}"),
-        (0, _) => format!("{h:02}:{m:02}:{s:02}.{ms:03}"),
-        _ => format!("{d}-{h:02}:{m:02}:{s:02}.{ms:03}"),
-    }
 }
 
 /// `scontrol show job` for one job.

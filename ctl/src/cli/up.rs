@@ -67,6 +67,10 @@ pub struct UpArgs {
     /// pids and GPU devices limited).
     #[arg(long)]
     pub no_cgroups: bool,
+    /// The first node reports this machine's real GPUs through NVML
+    /// (fails without an NVIDIA driver); the others stay simulated.
+    #[arg(long)]
+    pub nvml: bool,
     /// Run this with the cluster's commands on PATH, then stop.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -126,6 +130,8 @@ pub struct ClusterSpec {
     pub health_interval: u64,
     /// The controller keeps its state in DIR/state (else in memory only).
     pub durable: bool,
+    /// The first node's GPUs are the machine's own, through NVML.
+    pub nvml: bool,
     /// More of `corral.toml`, appended as it is (tests: `[[health.command]]`,
     /// `[[health.active]]`).
     pub extra_config: String,
@@ -312,6 +318,11 @@ impl Cluster {
         };
         cluster.addr = cluster.start_ctld(None)?;
         for i in 0..cluster.spec.nodes {
+            if cluster.real_gpus(i) {
+                let child = cluster.spawn_agent(i)?;
+                cluster.agents.push(Some(child));
+                continue;
+            }
             let file = cluster.gpu_file(i);
             let gpus: String = (0..cluster.spec.gpus_per_node)
                 .map(|g| format!("[[gpu]]\nindex = {g}\n"))
@@ -387,6 +398,11 @@ impl Cluster {
         self.start_ctld(Some(addr)).map(|_| ())
     }
 
+    /// Node `i` reports the machine's GPUs, not simulated ones.
+    fn real_gpus(&self, i: u32) -> bool {
+        self.spec.nvml && i == 0
+    }
+
     fn spawn_agent(&self, i: u32) -> Result<Child, UpError> {
         let name = Cluster::node_name(i);
         let dir = &self.spec.dir;
@@ -408,8 +424,11 @@ impl Cluster {
             .arg(self.spec.cpus_per_node.to_string())
             .arg("--mem")
             .arg(self.spec.mem_per_node.to_string())
-            .arg("--sim-gpu-file")
-            .arg(self.gpu_file(i))
+            .args(if self.real_gpus(i) {
+                ["--gpus".into(), "nvml".into()]
+            } else {
+                ["--sim-gpu-file".into(), self.gpu_file(i).into_os_string()]
+            })
             .arg("--cgroup-parent")
             .arg(self.cgroup_parent())
             .args(
@@ -631,6 +650,7 @@ pub fn main(args: &[OsString]) -> i32 {
         cgroups: !a.no_cgroups,
         health_interval: a.health_interval,
         durable: true,
+        nvml: a.nvml,
         jail_driver_files: Vec::new(),
         extra_config: String::new(),
     };
@@ -642,10 +662,14 @@ pub fn main(args: &[OsString]) -> i32 {
         if let Err(e) = cluster.wait_idle(a.nodes, Duration::from_secs(60)).await {
             return fail(CMD, chain(&e));
         }
+        let gpus = if a.nvml {
+            format!("{} GPUs (worker-0: this machine's)", a.gpus_per_node)
+        } else {
+            format!("{} GPUs", a.gpus_per_node)
+        };
         eprintln!(
-            "corral up: {} nodes × {} GPUs ready (controller {}, files in {})",
+            "corral up: {} nodes × {gpus} ready (controller {}, files in {})",
             a.nodes,
-            a.gpus_per_node,
             cluster.addr,
             cluster.spec.dir.display()
         );

@@ -35,6 +35,11 @@
 //! interval = 3600                  # seconds between runs on a node
 //! time_limit = "10:00"
 //!
+//! [accounting]                    # finished jobs, for sacct (default: SQLite in state_dir)
+//! url = "postgres://corral@db/corral"   # or mysql://…, sqlite:///path
+//! private = true                   # users see only their own jobs (operators: all)
+//! enabled = true
+//!
 //! [[partition]]
 //! name = "gpu"
 //! nodes = "worker-[0-7]"           # hostlist, or "ALL"
@@ -79,6 +84,8 @@ pub enum ConfigError {
     NoPartitions { path: PathBuf },
     #[error(transparent)]
     Jail(Box<shared_root::config::ConfigError>),
+    #[error("{path}: accounting: {message}")]
+    Accounting { path: PathBuf, message: String },
     #[error("{path}: health check {check:?}: {message}")]
     Health {
         path: PathBuf,
@@ -117,6 +124,35 @@ struct RawConfig {
     health: RawHealth,
     /// Read by agents and `corral jail shell`; checked here.
     jail: Option<toml::Table>,
+    #[serde(default)]
+    accounting: RawAccounting,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawAccounting {
+    enabled: bool,
+    url: Option<String>,
+    private: bool,
+}
+
+impl Default for RawAccounting {
+    fn default() -> Self {
+        RawAccounting {
+            enabled: true,
+            url: None,
+            private: true,
+        }
+    }
+}
+
+/// Where finished jobs are recorded, and who may read them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcctConfig {
+    /// `sqlite://…`, `postgres://…` or `mysql://…`.
+    pub url: String,
+    /// Users see only their own jobs (root and operators see all).
+    pub private: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -291,6 +327,8 @@ pub struct Config {
     /// real cluster; the person running `corral up` otherwise). Set by
     /// corral-ctld at start; root until then.
     pub check_user: Ident,
+    /// Finished jobs are recorded here (`None`: no accounting).
+    pub accounting: Option<AcctConfig>,
 }
 
 impl Config {
@@ -352,7 +390,9 @@ impl Config {
                 .map_err(|e| ConfigError::Jail(Box::new(e)))?,
             None => None,
         };
+        let accounting = accounting(path, raw.accounting, raw.state_dir.as_deref())?;
         Ok(Config {
+            accounting,
             jail,
             health,
             active_checks,
@@ -371,6 +411,34 @@ impl Config {
             partitions,
         })
     }
+}
+
+/// The accounting database: the configured URL, else SQLite beside the
+/// state; none without either.
+fn accounting(
+    path: &Path,
+    raw: RawAccounting,
+    state_dir: Option<&Path>,
+) -> Result<Option<AcctConfig>, ConfigError> {
+    if !raw.enabled {
+        return Ok(None);
+    }
+    let url = match (raw.url, state_dir) {
+        (Some(u), _) => u,
+        (None, Some(dir)) => format!("sqlite://{}", dir.join("accounting.sqlite").display()),
+        (None, None) => return Ok(None),
+    };
+    let known = ["sqlite:", "postgres:", "postgresql:", "mysql:", "mariadb:"];
+    if !known.iter().any(|k| url.starts_with(k)) {
+        return Err(ConfigError::Accounting {
+            path: path.to_path_buf(),
+            message: "url must start with sqlite:, postgres: or mysql:".into(),
+        });
+    }
+    Ok(Some(AcctConfig {
+        url,
+        private: raw.private,
+    }))
 }
 
 /// A check's name becomes part of a drain reason: short, printable, one

@@ -33,12 +33,16 @@ impl Controller {
     /// What changed since the last call: records to write or delete,
     /// operators' node states, the next job id.
     pub fn take_changes(&mut self) -> Changes {
-        let jobs = self
-            .jobs
-            .take_dirty()
+        let ids = self.jobs.take_dirty();
+        // Before the records are encoded: each is stored marked as
+        // accounted, in the same transaction as its accounting record.
+        let ids: Vec<JobId> = ids.into_iter().collect();
+        self.account_ended(&ids);
+        let jobs = ids
             .into_iter()
             .map(|id| (id.0, self.jobs.get(&id).map(encode)))
             .collect();
+        let acct = self.take_acct().iter().map(encode).collect();
         // Every registered node, with its operator state: a restart waits
         // for them.
         let nodes = std::mem::take(&mut self.nodes_dirty)
@@ -51,6 +55,7 @@ impl Controller {
         Changes {
             jobs,
             nodes,
+            acct,
             next_job: self.next_job,
         }
     }
@@ -223,9 +228,10 @@ impl Controller {
         j.release_nodes(None, &mut self.outbox);
         let adopted = self.sched.job_status(core_id(id)).is_some();
         if j.spec.requeue && j.state == JobState::Running && !adopted {
-            j.reset_for_requeue();
+            let ended = j.reset_for_requeue(now);
             let req = job_request(j.user, &j.spec);
             let submit = j.submit;
+            self.account(ended);
             let _ = self.sched.submit(submit, core_id(id), req);
         } else {
             if j.state == JobState::Running {

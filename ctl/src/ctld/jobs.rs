@@ -83,7 +83,11 @@ impl Controller {
             return;
         };
         // News of an older run (requeued since) is not this run's.
-        if j.run() != run || j.state != JobState::Running || step != j.primary_step() {
+        if j.run() != run {
+            return;
+        }
+        j.step_part_exited(step, node, exit, now);
+        if j.state != JobState::Running || step != j.primary_step() {
             return;
         }
         if !j.primary_left.remove(node) {
@@ -258,6 +262,9 @@ impl Controller {
                 failure: None,
                 oom: false,
                 used: None,
+                steps: Vec::new(),
+                cancelled_by: None,
+                accounted: false,
                 bytes,
             },
         );
@@ -334,6 +341,7 @@ impl Controller {
                     let _ = self.sched.cancel(core_id(id));
                     if let Some(j) = self.jobs.get_mut(&id) {
                         j.state = JobState::Cancelled;
+                        j.cancelled_by = Some(who.uid);
                         j.end = Some(now);
                         j.shed(&mut self.usage, &mut self.unfinished);
                     }
@@ -343,6 +351,7 @@ impl Controller {
                 JobState::Running => {
                     if let Some(j) = self.jobs.get_mut(&id) {
                         j.kill = Some(Kill::Cancelled);
+                        j.cancelled_by = Some(who.uid);
                     }
                     let grace = self.cfg.kill_wait * 1000;
                     self.complete(now, id, grace);

@@ -89,6 +89,15 @@ impl Controller {
         j.exit = ExitStatus::default();
         j.kill = None;
         j.failure = None;
+        j.steps.clear();
+        match &j.spec.kind {
+            JobKind::Batch { .. } => j.step_started(StepId::BATCH, "batch".into(), 1, 1, now),
+            JobKind::Interactive { argv, .. } => {
+                let (name, nodes) = (super::acct::step_name(argv), j.alloc.len());
+                let tasks = j.alloc.iter().map(|(_, a)| a.tasks).sum();
+                j.step_started(StepId(0), name, nodes, tasks, now);
+            }
+        }
         let ntasks: u32 = j.alloc.iter().map(|(_, a)| a.tasks).sum();
         let step_nodes = j.alloc.len() as u32;
         let plan = match &j.spec.kind {
@@ -139,7 +148,12 @@ impl Controller {
     }
 
     /// `srun` inside an allocation: a new step on the job's nodes.
-    pub fn submit_step(&mut self, who: Ident, s: StepSpec) -> Result<(JobId, StepId), Refusal> {
+    pub fn submit_step(
+        &mut self,
+        who: Ident,
+        s: StepSpec,
+        now: u64,
+    ) -> Result<(JobId, StepId), Refusal> {
         let privileged = self.privileged(who);
         let j = self
             .jobs
@@ -168,6 +182,13 @@ impl Controller {
         let nodes = nodes.min(ntasks);
         let step = StepId(j.next_step);
         j.next_step += 1;
+        j.step_started(
+            step,
+            super::acct::step_name(&s.argv),
+            nodes as usize,
+            ntasks,
+            now,
+        );
         let mut env = j.spec.env.clone();
         // The step's own environment wins over the job's.
         for (k, v) in s.env {

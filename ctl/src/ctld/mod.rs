@@ -17,6 +17,8 @@
 //! core's). [`server`] is the async service around it; [`config`] its
 //! checked configuration.
 
+mod acct;
+pub mod acctdb;
 mod admission;
 mod checks;
 pub mod config;
@@ -188,6 +190,12 @@ struct JobRecord {
     /// Bytes of script, arguments and environment held for it (counted
     /// against its user until it is final).
     bytes: u64,
+    /// The current run's steps, for accounting.
+    steps: Vec<acct::StepTrack>,
+    /// Who cancelled it.
+    cancelled_by: Option<u32>,
+    /// The current run's final record went to accounting.
+    accounted: bool,
 }
 
 impl JobRecord {
@@ -233,7 +241,16 @@ impl JobRecord {
     }
 
     /// Back to pending for a new run (`--requeue` after a node failure).
-    fn reset_for_requeue(&mut self) {
+    /// The job is queued again; returns the accounting record of the run
+    /// that ended (`REQUEUED`).
+    fn reset_for_requeue(&mut self, now: u64) -> corral_proto::msg::AcctJob {
+        let mut ended = self.acct(now);
+        ended.state = JobState::Requeued;
+        ended.end = Some(self.end.unwrap_or(now));
+        self.steps.clear();
+        self.cancelled_by = None;
+        self.accounted = false;
+        self.end = None;
         self.state = JobState::Pending;
         self.start = None;
         self.end_by = None;
@@ -241,6 +258,7 @@ impl JobRecord {
         self.oom = false;
         self.used = None;
         self.restarts += 1;
+        ended
     }
 
     fn run(&self) -> JobRun {
@@ -323,6 +341,8 @@ pub struct Controller {
     unfinished: u64,
     /// Active health checks in flight and when nodes last ran them.
     checks: checks::ActiveChecks,
+    /// Accounting records of runs that ended since the store took them.
+    acct_out: Vec<corral_proto::msg::AcctJob>,
 }
 
 /// What one user has queued.
@@ -362,6 +382,7 @@ impl Controller {
             usage: HashMap::new(),
             unfinished: 0,
             checks: checks::ActiveChecks::default(),
+            acct_out: Vec::new(),
         })
     }
 

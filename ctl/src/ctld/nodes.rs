@@ -228,7 +228,8 @@ impl Controller {
             // The job's other nodes end their part.
             j.release_nodes(Some(name), &mut self.outbox);
             if requeued {
-                j.reset_for_requeue();
+                let ended = j.reset_for_requeue(now);
+                self.account(ended);
             } else {
                 j.state = JobState::NodeFail;
                 j.end = Some(now);

@@ -16,11 +16,15 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 const JOBS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("jobs");
 /// Node name → an operator's drain or down (bincode).
 const NODES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("nodes");
-/// `next_job`, `layout`.
+/// `next_job`, `layout`, `acct_seq`.
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+/// Accounting records not yet in the accounting database, in the order
+/// they were made (bincode).
+const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
 
-/// The layout this code writes; a store of another is refused.
-const LAYOUT: u64 = 1;
+/// The layout this code writes; a store of another is refused. 2: job
+/// records carry their steps; accounting records wait in `acct`.
+const LAYOUT: u64 = 2;
 
 /// What one call on the controller changed.
 #[derive(Debug, Default)]
@@ -28,12 +32,14 @@ pub struct Changes {
     /// Records to write, or `None` to delete.
     pub jobs: Vec<(u64, Option<Vec<u8>>)>,
     pub nodes: Vec<(String, Option<Vec<u8>>)>,
+    /// Accounting records of runs that ended (encoded).
+    pub acct: Vec<Vec<u8>>,
     pub next_job: u64,
 }
 
 impl Changes {
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty() && self.nodes.is_empty()
+        self.jobs.is_empty() && self.nodes.is_empty() && self.acct.is_empty()
     }
 }
 
@@ -126,6 +132,7 @@ impl Store {
                         .map_err(db)?;
                     tx.open_table(JOBS).map_err(db)?;
                     tx.open_table(NODES).map_err(db)?;
+                    tx.open_table(ACCT).map_err(db)?;
                 }
                 tx.commit().map_err(db)?;
             }
@@ -160,6 +167,9 @@ impl Store {
             let mut jobs = tx.open_table(JOBS).map_err(db)?;
             let mut nodes = tx.open_table(NODES).map_err(db)?;
             let mut meta = tx.open_table(META).map_err(db)?;
+            let mut acct = tx.open_table(ACCT).map_err(db)?;
+            let mut seq = meta.get("acct_seq").map_err(db)?.map_or(0, |v| v.value());
+            let seq_before = seq;
             let mut next = 0;
             for c in batch {
                 for (id, rec) in &c.jobs {
@@ -182,10 +192,42 @@ impl Store {
                         }
                     }
                 }
+                for rec in &c.acct {
+                    seq += 1;
+                    acct.insert(seq, rec.as_slice()).map_err(db)?;
+                }
                 next = next.max(c.next_job);
             }
             if next > 0 {
                 meta.insert("next_job", next).map_err(db)?;
+            }
+            if seq != seq_before {
+                meta.insert("acct_seq", seq).map_err(db)?;
+            }
+        }
+        tx.commit().map_err(db)
+    }
+
+    /// Up to `limit` accounting records waiting for the database, oldest
+    /// first, with their keys.
+    pub fn acct_pending(&self, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        let tx = self.db.begin_read().map_err(db)?;
+        let t = tx.open_table(ACCT).map_err(db)?;
+        let mut out = Vec::new();
+        for entry in t.iter().map_err(db)?.take(limit) {
+            let (k, v) = entry.map_err(db)?;
+            out.push((k.value(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Forgets accounting records the database now holds.
+    pub fn acct_done(&self, keys: &[u64]) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(db)?;
+        {
+            let mut t = tx.open_table(ACCT).map_err(db)?;
+            for k in keys {
+                t.remove(k).map_err(db)?;
             }
         }
         tx.commit().map_err(db)
@@ -206,11 +248,13 @@ mod tests {
                 Changes {
                     jobs: vec![(1, Some(b"one".to_vec())), (2, Some(b"two".to_vec()))],
                     nodes: vec![("n1".into(), Some(b"drain".to_vec()))],
+                    acct: vec![b"run 1".to_vec()],
                     next_job: 3,
                 },
                 Changes {
                     jobs: vec![(1, None), (2, Some(b"two again".to_vec()))],
                     nodes: vec![],
+                    acct: vec![b"run 2".to_vec(), b"run 3".to_vec()],
                     next_job: 3,
                 },
             ])
@@ -221,6 +265,25 @@ mod tests {
         assert_eq!(l.jobs, [b"two again".to_vec()]);
         assert_eq!(l.nodes, [("n1".to_string(), b"drain".to_vec())]);
         assert_eq!(l.next_job, 3);
+        // Accounting records wait in order until the database has them;
+        // keys keep growing after some are done.
+        let waiting = s.acct_pending(10).unwrap();
+        let keys: Vec<u64> = waiting.iter().map(|(k, _)| *k).collect();
+        assert_eq!(keys, [1, 2, 3]);
+        assert_eq!(waiting[2].1, b"run 3");
+        s.acct_done(&keys[..2]).unwrap();
+        s.commit(&[Changes {
+            acct: vec![b"run 4".to_vec()],
+            ..Changes::default()
+        }])
+        .unwrap();
+        let keys: Vec<u64> = s
+            .acct_pending(10)
+            .unwrap()
+            .iter()
+            .map(|(k, _)| *k)
+            .collect();
+        assert_eq!(keys, [3, 4]);
         // A new store starts at job 1.
         let fresh = Store::open(&dir.path().join("fresh")).unwrap();
         assert_eq!(fresh.load().unwrap().next_job, 1);

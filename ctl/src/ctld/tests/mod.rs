@@ -413,9 +413,12 @@ fn steps_spread_tasks_over_the_allocation() {
         env: vec![],
         io,
     };
-    let e = c.submit_step(BOB, step.clone()).unwrap_err().to_string();
+    let e = c
+        .submit_step(BOB, step.clone(), 20)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("denied"), "{e}");
-    let (_, s) = c.submit_step(ALICE, step).unwrap();
+    let (_, s) = c.submit_step(ALICE, step, 20).unwrap();
     assert_eq!(s, StepId(0));
     let l = launches(&mut c);
     let shape: Vec<_> = l
@@ -436,7 +439,7 @@ fn steps_spread_tasks_over_the_allocation() {
         env: vec![],
         io,
     };
-    c.submit_step(ALICE, step).unwrap();
+    c.submit_step(ALICE, step, 20).unwrap();
     let l = launches(&mut c);
     assert_eq!(l.len(), 1);
     assert_eq!(l[0].1.time_limit, Some(600));

@@ -31,6 +31,8 @@ use crate::ctld::config::Config;
 use crate::ctld::store;
 use crate::ctld::{Controller, Selector};
 
+mod accounting;
+
 /// Why the controller could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -124,6 +126,8 @@ pub struct Server {
     agents: Mutex<HashMap<String, AgentLink>>,
     /// Each user's turns at the controller (see [`REQUESTS_PER_USER`]).
     turns: Mutex<HashMap<u32, Arc<Semaphore>>>,
+    /// The accounting database, where accounting is on.
+    acct: Option<Arc<accounting::Accounting>>,
 }
 
 impl Server {
@@ -132,6 +136,10 @@ impl Server {
             Some(dir) => Some(Arc::new(store::Store::open(dir)?)),
             None => None,
         };
+        let acct = cfg
+            .accounting
+            .clone()
+            .map(|a| Arc::new(accounting::Accounting::new(a, cfg.cluster.clone())));
         let mut ctl = Controller::new(cfg).map_err(|e| ServerError::State(e.to_string()))?;
         if let Some(s) = &store {
             let t0 = Instant::now();
@@ -148,6 +156,7 @@ impl Server {
             kick: Notify::new(),
             agents: Mutex::new(HashMap::new()),
             turns: Mutex::new(HashMap::new()),
+            acct,
         }))
     }
 
@@ -186,6 +195,7 @@ impl Server {
         tokio::spawn(self.clone().scheduling());
         tokio::spawn(self.clone().clock());
         tokio::spawn(self.clone().committer());
+        tokio::spawn(self.clone().acct_writer());
         while let Some(incoming) = endpoint.accept().await {
             tokio::spawn(self.clone().connection(incoming));
         }
@@ -197,9 +207,14 @@ impl Server {
     /// the ticket to wait for (0: nothing to store).
     fn finish(&self, mut c: MutexGuard<'_, Controller>) -> u64 {
         let out = c.take_outbox();
-        let changes = c.take_changes();
+        let mut changes = c.take_changes();
         let dirty = c.is_dirty();
         drop(c);
+        if self.store.is_none() {
+            if let Some(a) = &self.acct {
+                a.keep_in_memory(std::mem::take(&mut changes.acct));
+            }
+        }
         let ticket = if self.store.is_none() || (changes.is_empty() && out.is_empty()) {
             if !out.is_empty() {
                 // Nothing of it to store first.
@@ -265,6 +280,7 @@ impl Server {
                     });
                     continue;
                 }
+                let accounted = changes.iter().any(|c| !c.acct.is_empty());
                 let (changes, result) = tokio::task::spawn_blocking(move || {
                     let r = s.commit(&changes);
                     (changes, r)
@@ -274,6 +290,9 @@ impl Server {
                 match result {
                     Ok(()) => {
                         retry = Duration::from_millis(100);
+                        if let (true, Some(a)) = (accounted, &self.acct) {
+                            a.kick.notify_one();
+                        }
                         for out in outs {
                             if !out.is_empty() {
                                 self.deliver(out);
@@ -456,7 +475,7 @@ impl Server {
             // Operators' requests other than job views are served in the
             // same hold of the lock (the path of pipelined submissions).
             let privileged = c.privileged(who);
-            if privileged && !matches!(request, Request::Jobs(_)) {
+            if privileged && !matches!(request, Request::Jobs(_) | Request::Accounting(_)) {
                 Err(self.serve(c, who, request, now))
             } else {
                 Ok((who, privileged, request))
@@ -481,6 +500,7 @@ impl Server {
         };
         let request = match request {
             Request::Jobs(f) => return self.jobs(f).await,
+            Request::Accounting(q) => return self.accounting(who, q).await,
             other => other,
         };
         let (resp, ticket) = self.serve(self.ctl.lock(), who, request, now);
@@ -515,7 +535,7 @@ impl Server {
                 Ok(job) => Response::Submitted { job },
                 Err(e) => Response::Error(e.to_string()),
             },
-            Request::SubmitStep(step) => match c.submit_step(who, step) {
+            Request::SubmitStep(step) => match c.submit_step(who, step, now) {
                 Ok((job, step)) => Response::StepCreated { job, step },
                 Err(e) => Response::Error(e.to_string()),
             },
@@ -534,6 +554,7 @@ impl Server {
             // Job views never come here: `jobs` builds them in slices,
             // releasing the lock between them.
             Request::Jobs(_) => Response::Error("job views are served in slices".into()),
+            Request::Accounting(_) => Response::Error("accounting is served apart".into()),
             Request::Nodes => Response::Nodes(c.node_views()),
             Request::Partitions => Response::Partitions(c.partition_views()),
             Request::DeleteNodes { names } => match c.delete_nodes(who, &names, now) {

@@ -1,0 +1,333 @@
+//! Accounting: the record each run of a job leaves when it ends (its
+//! steps with it), made here without I/O. The server writes them to the
+//! store in the same transaction as the job's final state, then to the
+//! accounting database ([`super::acctdb`]); `sacct` reads them back.
+
+use std::collections::HashSet;
+
+use corral_proto::msg::{
+    AcctJob, AcctQuery, AcctStep, ExitStatus, GpuAsk, Ident, JobId, JobReason, JobState, StepId,
+};
+
+use super::{Controller, JobRecord};
+
+/// One step of a job's current run, as accounting will record it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(super) struct StepTrack {
+    pub id: StepId,
+    pub name: String,
+    pub nodes: Vec<String>,
+    /// Nodes still running their part.
+    pub left: Vec<String>,
+    pub tasks: u32,
+    pub cpus: u32,
+    pub start: u64,
+    pub end: Option<u64>,
+    pub exit: ExitStatus,
+}
+
+/// The name sacct shows for a step: `batch`, or the program's file name.
+pub(super) fn step_name(argv: &[String]) -> String {
+    argv.first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+        .unwrap_or_default()
+}
+
+/// An exit as Slurm records it: a signal's death is `0:SIG`, not the
+/// shell's `128+SIG`.
+fn recorded(e: ExitStatus) -> ExitStatus {
+    match e.signal {
+        Some(sig) => ExitStatus {
+            code: 0,
+            signal: Some(sig),
+        },
+        None => e,
+    }
+}
+
+/// Why a finished job ended as it did.
+pub(super) fn final_reason(state: JobState, failure: bool) -> JobReason {
+    match (state, failure) {
+        (JobState::Failed, true) => JobReason::JobLaunchFailure,
+        (JobState::Failed, false) | (JobState::OutOfMemory, _) => JobReason::NonZeroExitCode,
+        (JobState::NodeFail, _) => JobReason::NodeDown,
+        (JobState::Timeout, _) => JobReason::TimeLimit,
+        _ => JobReason::None,
+    }
+}
+
+impl JobRecord {
+    /// A step of the current run started on `nodes` (the job's first).
+    pub(super) fn step_started(
+        &mut self,
+        id: StepId,
+        name: String,
+        nodes: usize,
+        tasks: u32,
+        now: u64,
+    ) {
+        let on: Vec<String> = self
+            .alloc
+            .iter()
+            .take(nodes)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let cpus = self
+            .alloc
+            .iter()
+            .take(nodes)
+            .map(|(_, a)| a.cpus.len() as u32)
+            .sum();
+        self.steps.push(StepTrack {
+            id,
+            name,
+            left: on.clone(),
+            nodes: on,
+            tasks,
+            cpus,
+            start: now,
+            end: None,
+            exit: ExitStatus::default(),
+        });
+    }
+
+    /// `node`'s part of a step of the current run exited.
+    pub(super) fn step_part_exited(&mut self, id: StepId, node: &str, exit: ExitStatus, now: u64) {
+        let Some(s) = self.steps.iter_mut().find(|s| s.id == id) else {
+            return;
+        };
+        let before = s.left.len();
+        s.left.retain(|n| n != node);
+        if s.left.len() == before {
+            return;
+        }
+        if exit.code > s.exit.code || (s.exit.signal.is_none() && exit.signal.is_some()) {
+            s.exit = exit;
+        }
+        if s.left.is_empty() {
+            s.end = Some(now);
+        }
+    }
+
+    /// The current run as accounting records it (now, whatever its state).
+    pub(super) fn acct(&self, now: u64) -> AcctJob {
+        let running = !self.alloc.is_empty();
+        let req_tasks = self.spec.ntasks.unwrap_or(self.spec.nodes.unwrap_or(1));
+        let req_nodes = self.spec.nodes.unwrap_or(1);
+        let req_gpus = match self.spec.gpus {
+            GpuAsk::None => 0,
+            GpuAsk::PerNode(g) => g * req_nodes,
+            GpuAsk::PerTask(g) => g * req_tasks,
+            GpuAsk::Total(g) => g,
+        };
+        let req_cpus = req_tasks * self.cpus_per_task();
+        let (alloc_nodes, alloc_cpus, alloc_gpus, alloc_mem) = if running {
+            self.alloc
+                .iter()
+                .fold((0, 0, 0, 0), |(n, c, g, m), (_, a)| {
+                    (
+                        n + 1,
+                        c + a.cpus.len() as u32,
+                        g + a.gpus.len() as u32,
+                        m + a.memory_mb,
+                    )
+                })
+        } else {
+            (0, 0, 0, 0)
+        };
+        let names: Vec<&str> = self.alloc.iter().map(|(n, _)| n.as_str()).collect();
+        let end = self.end;
+        let steps = self
+            .steps
+            .iter()
+            .map(|s| {
+                // A step the job's end cut short (or killed) ends as the
+                // job did.
+                let ended_as_job = matches!(
+                    self.state,
+                    JobState::Cancelled
+                        | JobState::Timeout
+                        | JobState::NodeFail
+                        | JobState::OutOfMemory
+                );
+                let state = match s.end {
+                    Some(_) if s.exit.success() => JobState::Completed,
+                    None if !self.state.is_final() => JobState::Running,
+                    _ if ended_as_job => self.state,
+                    Some(_) => JobState::Failed,
+                    None => JobState::Cancelled,
+                };
+                AcctStep {
+                    step: s.id,
+                    name: s.name.clone(),
+                    nodelist: scheduler_core::hostlist::compress(&s.nodes),
+                    nodes: s.nodes.len() as u32,
+                    tasks: s.tasks,
+                    cpus: s.cpus,
+                    start: s.start,
+                    end: s.end.or(if self.state.is_final() { end } else { None }),
+                    state,
+                    exit: recorded(s.exit),
+                }
+            })
+            .collect();
+        let steps: Vec<AcctStep> = steps;
+        AcctJob {
+            id: self.id,
+            run: self.restarts,
+            name: self.spec.name.clone(),
+            user: self.user,
+            account: String::new(),
+            partition: self.partition.clone(),
+            nodelist: scheduler_core::hostlist::compress(&names),
+            alloc_nodes,
+            alloc_cpus,
+            alloc_gpus,
+            alloc_mem_mb: alloc_mem,
+            req_nodes,
+            req_cpus,
+            req_mem_mb: self.spec.mem_mb.unwrap_or(0),
+            req_gpus,
+            submit: self.submit,
+            eligible: self.spec.begin.unwrap_or(self.submit).max(self.submit),
+            start: self.start,
+            end: if self.state.is_final() {
+                end.or(Some(now))
+            } else {
+                None
+            },
+            time_limit: self.spec.time_limit.or_else(|| {
+                self.end_by
+                    .zip(self.start)
+                    .map(|(e, s)| e.saturating_sub(s))
+            }),
+            state: self.state,
+            reason: final_reason(self.state, self.failure.is_some()),
+            // A job ended before its first step reported takes the
+            // step's death as its own (a cancelled job's `0:15`).
+            exit: recorded(
+                match self.steps.iter().find(|s| s.id == self.primary_step()) {
+                    Some(s) if self.exit == ExitStatus::default() && self.state.is_final() => {
+                        s.exit
+                    }
+                    _ => self.exit,
+                },
+            ),
+            cancelled_by: self.cancelled_by,
+            usage: self.used,
+            work_dir: self.spec.work_dir.clone(),
+            comment: String::new(),
+            steps,
+        }
+    }
+}
+
+/// Whether a record answers a query whose users are already resolved
+/// (`users` empty: anyone's). The SQL in [`super::acctdb`] asks the same.
+pub fn matches(q: &AcctQuery, users: &[u32], j: &AcctJob) -> bool {
+    (q.ids.is_empty() || q.ids.contains(&j.id))
+        && (users.is_empty() || users.contains(&j.user.uid))
+        && (q.states.is_empty() || q.states.contains(&j.state))
+        && j.id > q.after
+        && q.end.is_none_or(|e| j.eligible <= e)
+        && q.start.is_none_or(|s| j.end.is_none_or(|end| end >= s))
+}
+
+/// Only the last run of each job, unless `duplicates` (sacct's `-D`);
+/// sorted by job id and run.
+pub fn last_runs(mut jobs: Vec<AcctJob>, duplicates: bool) -> Vec<AcctJob> {
+    jobs.sort_by_key(|j| (j.id, j.run));
+    // Later sources came later in the list: the same run twice keeps the
+    // last copy.
+    jobs.dedup_by(|later, earlier| {
+        if later.id == earlier.id && later.run == earlier.run {
+            std::mem::swap(later, earlier);
+            true
+        } else {
+            false
+        }
+    });
+    if !duplicates {
+        let mut seen: HashSet<JobId> = HashSet::new();
+        jobs.reverse();
+        jobs.retain(|j| seen.insert(j.id));
+        jobs.reverse();
+    }
+    jobs
+}
+
+impl Controller {
+    /// Whether runs are recorded for accounting.
+    pub(super) fn accounting(&self) -> bool {
+        self.cfg.accounting.is_some()
+    }
+
+    /// Queues a run's record for accounting.
+    pub(super) fn account(&mut self, rec: AcctJob) {
+        if self.accounting() {
+            self.acct_out.push(rec);
+        }
+    }
+
+    /// Records for the jobs among `ids` that have ended since their last
+    /// record; they are marked so (and stored so, with their record).
+    pub(super) fn account_ended(&mut self, ids: &[JobId]) {
+        if !self.accounting() {
+            return;
+        }
+        for id in ids {
+            let Some(j) = self.jobs.map.get_mut(id) else {
+                continue;
+            };
+            if j.state.is_final() && !j.accounted {
+                j.accounted = true;
+                let rec = j.acct(j.end.unwrap_or(j.submit));
+                self.acct_out.push(rec);
+            }
+        }
+    }
+
+    /// The records queued since the last call.
+    pub fn take_acct(&mut self) -> Vec<AcctJob> {
+        std::mem::take(&mut self.acct_out)
+    }
+
+    /// Whose records `who` may read for `q`: empty for everyone's.
+    pub fn acct_users(&self, q: &AcctQuery, who: Ident) -> Vec<u32> {
+        let privileged = self.privileged(who);
+        let private = self.cfg.accounting.as_ref().is_none_or(|a| a.private);
+        if private && !privileged {
+            return vec![who.uid];
+        }
+        if !q.users.is_empty() {
+            return q.users.clone();
+        }
+        if q.all_users || who.uid == 0 {
+            Vec::new()
+        } else {
+            vec![who.uid]
+        }
+    }
+
+    /// The jobs the controller still holds that answer `q`: pending and
+    /// running ones (which accounting has no record of yet) and finished
+    /// ones still shown by squeue.
+    pub fn acct_live(&self, q: &AcctQuery, users: &[u32], now: u64) -> Vec<AcctJob> {
+        let candidates: Box<dyn Iterator<Item = &JobRecord>> = if q.ids.is_empty() {
+            Box::new(self.jobs.values())
+        } else {
+            Box::new(q.ids.iter().filter_map(|id| self.jobs.get(id)))
+        };
+        candidates
+            .filter(|j| users.is_empty() || users.contains(&j.user.uid))
+            .map(|j| {
+                let mut a = j.acct(now);
+                if j.state == JobState::Pending {
+                    a.reason = self.view(j, now).reason;
+                }
+                a
+            })
+            .filter(|a| matches(q, users, a))
+            .collect()
+    }
+}
