@@ -53,6 +53,10 @@ pub trait GpuBackend: Send + Sync + std::fmt::Debug {
     }
     /// Current readings of every GPU still present.
     fn health(&self) -> Result<Vec<GpuHealth>, GpuError>;
+    /// What the backend is, in a few words.
+    fn describe(&self) -> String {
+        format!("{self:?}")
+    }
 }
 
 /// Simulated GPUs: a fixed list, or a file re-read for every health
@@ -187,6 +191,13 @@ fn sim_uuid(node: &str, index: u32) -> String {
 }
 
 impl GpuBackend for SimGpus {
+    fn describe(&self) -> String {
+        match &self.file {
+            Some((_, path)) => format!("simulated, from {}", path.display()),
+            None => format!("simulated, {} GPUs", self.gpus.len()),
+        }
+    }
+
     fn gpus(&self) -> Result<Vec<GpuInfo>, GpuError> {
         Ok(self.gpus.clone())
     }
@@ -221,7 +232,7 @@ impl GpuBackend for SimGpus {
 pub fn describe(backend: &dyn GpuBackend, inventory: &[GpuInfo]) -> Result<String, GpuError> {
     use std::fmt::Write;
     let health = backend.health()?;
-    let mut out = format!("backend: {backend:?}\n");
+    let mut out = format!("backend: {}\n", backend.describe());
     for g in inventory {
         let _ = write!(
             out,
@@ -315,7 +326,7 @@ mod tests {
         let text = describe(&sim, &sim.gpus().unwrap()).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");
-        assert!(lines[0].starts_with("backend: SimGpus"), "{text}");
+        assert!(lines[0].starts_with("backend: simulated, from "), "{text}");
         assert_eq!(
             lines[1],
             "gpu 0 uuid=GPU-a memory=80M group=0 device=/dev/nvidia0 temperature=41C \

@@ -148,16 +148,48 @@ pub fn driver_files() -> Vec<PathBuf> {
     if files.is_empty() {
         return files;
     }
-    for tool in DRIVER_TOOLS {
-        if let Some(p) = ["/usr/bin", "/usr/sbin", "/usr/local/bin"]
-            .iter()
-            .map(|d| Path::new(d).join(tool))
-            .find(|p| p.is_file())
-        {
-            files.push(p);
-        }
-    }
+    let dirs = tool_dirs(&files);
+    files.extend(DRIVER_TOOLS.iter().filter_map(|t| find_tool(&dirs, t)));
     files
+}
+
+/// Where the driver's tools may be: beside its libraries (`…/lib64` →
+/// `…/bin`, as drivers installed under `/usr/local/nvidia` have them),
+/// then the usual directories.
+fn tool_dirs(libs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = libs
+        .iter()
+        .filter_map(|l| {
+            let dir = l.parent()?;
+            let name = dir.file_name()?.to_string_lossy();
+            name.starts_with("lib")
+                .then(|| dir.parent().map(|p| p.join("bin")))?
+        })
+        .collect();
+    dirs.extend(["/usr/bin", "/usr/sbin", "/usr/local/bin"].map(PathBuf::from));
+    let mut seen = std::collections::HashSet::new();
+    dirs.retain(|d| seen.insert(d.clone()));
+    dirs
+}
+
+/// The first `tool` in `dirs` that is a program rather than a script
+/// (a wrapper script on the host usually execs a path the jail lacks),
+/// else the first at all.
+fn find_tool(dirs: &[PathBuf], tool: &str) -> Option<PathBuf> {
+    use std::io::Read;
+    let found: Vec<PathBuf> = dirs
+        .iter()
+        .map(|d| d.join(tool))
+        .filter(|p| p.is_file())
+        .collect();
+    let script = |p: &Path| {
+        let mut head = [0u8; 2];
+        std::fs::File::open(p)
+            .and_then(|mut f| f.read_exact(&mut head))
+            .map(|()| &head == b"#!")
+            .unwrap_or(false)
+    };
+    found.iter().find(|p| !script(p)).or(found.first()).cloned()
 }
 
 /// A user as a shared root knows them, read once per step: the name (the
@@ -231,6 +263,30 @@ mod tests {
             spool_path(Path::new("/var/spool/c/job7.0.sh")),
             Path::new("/run/corral/spool/job7.0.sh")
         );
+    }
+
+    #[test]
+    fn driver_tools_are_programs_found_beside_the_libraries_first() {
+        let root = tempfile::tempdir().unwrap();
+        let (lib, bin, usr) = (
+            root.path().join("nvidia/lib64"),
+            root.path().join("nvidia/bin"),
+            root.path().join("usr/bin"),
+        );
+        for d in [&lib, &bin, &usr] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let dirs = tool_dirs(&[lib.join("libnvidia-ml.so.1")]);
+        assert_eq!(dirs[0], bin);
+        // A wrapper script on PATH loses to the program it wraps.
+        let mut dirs = vec![usr.clone(), bin.clone()];
+        std::fs::write(usr.join("nvidia-smi"), "#!/bin/sh\nexec /x/nvidia-smi\n").unwrap();
+        assert_eq!(find_tool(&dirs, "nvidia-smi"), Some(usr.join("nvidia-smi")));
+        std::fs::write(bin.join("nvidia-smi"), b"\x7fELF....").unwrap();
+        assert_eq!(find_tool(&dirs, "nvidia-smi"), Some(bin.join("nvidia-smi")));
+        dirs.reverse();
+        assert_eq!(find_tool(&dirs, "nvidia-smi"), Some(bin.join("nvidia-smi")));
+        assert_eq!(find_tool(&dirs, "nvidia-debugdump"), None);
     }
 
     #[test]

@@ -48,23 +48,23 @@ echo
 echo "== corral up --nvml: worker-0 has this machine's GPUs"
 cat >"$work/job.sh" <<JOB
 set -u
-sinfo -N -o '%N %G %T'
 scontrol show node worker-0 | grep -o 'Gres=[^ ]*'
 echo "-- a step given a GPU"
-srun -w worker-0 --gres=gpu:1 sh -c 'echo CUDA_VISIBLE_DEVICES=\$CUDA_VISIBLE_DEVICES; nvidia-smi -L; : < $dev && echo OPEN=ok'
+srun -w worker-0 --gres=gpu:1 sh -c 'echo CUDA_VISIBLE_DEVICES=\$CUDA_VISIBLE_DEVICES; nvidia-smi -L; if (: < $dev); then echo OPEN=ok; fi'
 echo "-- a step given no GPU"
-srun -w worker-0 sh -c 'echo CUDA_VISIBLE_DEVICES=\${CUDA_VISIBLE_DEVICES-unset}; : < $dev && echo OPEN=ok; nvidia-smi -L 2>&1 | head -n 2; true'
+srun -w worker-0 sh -c 'echo CUDA_VISIBLE_DEVICES=\${CUDA_VISIBLE_DEVICES-unset}; if (: < $dev); then echo OPEN=ok; fi; nvidia-smi -L 2>&1 | head -n 2; true'
 echo "-- srun -w worker-0 --gres=gpu:1 true, 20 times (ms)"
 for i in \$(seq 20); do
     t0=\$(date +%s%N); srun -w worker-0 --gres=gpu:1 true; echo \$(( (\$(date +%s%N) - t0) / 1000000 ))
 done | sort -n | tr '\n' ' '; echo
 JOB
 "$BIN/corral" up --nvml --nodes 2 --gpus-per-node 2 --dir "$work/cluster" -- bash "$work/job.sh" 2>&1 | tee "$work/up"
-grep -q 'worker-0 gpu:'"$seen" "$work/up" && ok "worker-0 offers gpu:$seen" || bad "worker-0 does not offer gpu:$seen"
+grep -q "^Gres=gpu:$seen\$" "$work/up" && ok "worker-0 offers gpu:$seen" || bad "worker-0 does not offer gpu:$seen"
 grep -q "^CUDA_VISIBLE_DEVICES=0$" "$work/up" && ok "the GPU step has CUDA_VISIBLE_DEVICES=0" || bad "CUDA_VISIBLE_DEVICES of the GPU step"
 grep -q "UUID: $uuid0)" "$work/up" && ok "the GPU step's nvidia-smi sees $uuid0" || bad "the GPU step's nvidia-smi does not see $uuid0"
 [ "$(grep -c 'OPEN=ok' "$work/up")" -ge 1 ] && ok "the GPU step opens $dev" || bad "the GPU step cannot open $dev"
-grep -q 'CUDA_VISIBLE_DEVICES=unset' "$work/up" && ok "the step without a GPU has no CUDA_VISIBLE_DEVICES" || bad "CUDA_VISIBLE_DEVICES of the step without a GPU"
+# The agent hides every GPU from CUDA in a step without one (empty).
+grep -q '^CUDA_VISIBLE_DEVICES=$' "$work/up" && ok "the step without a GPU has CUDA_VISIBLE_DEVICES empty" || bad "CUDA_VISIBLE_DEVICES of the step without a GPU"
 if grep -q 'jobs run in cgroups' "$work/cluster/log/worker-0.log"; then
     grep 'jobs run in cgroups' "$work/cluster/log/worker-0.log" | head -n 1
     if [ "$(grep -c 'OPEN=ok' "$work/up")" = 1 ] && grep -q "$dev: Operation not permitted" "$work/up"; then
@@ -80,7 +80,21 @@ if command -v busybox >/dev/null; then
     echo
     echo "== the same GPU inside a busybox jail (driver bound from the host)"
     "$BIN/corral" jail init "$work/root" --busybox >/dev/null || bad "corral jail init --busybox"
+    # The agent binds the driver's nvidia-smi and libraries; the C library
+    # they need is the root's own (a busybox root has only what corral
+    # needs), as a real distribution's root would have it.
+    for d in /usr/local/nvidia/bin /usr/bin /usr/local/bin; do
+        if [ -f "$d/nvidia-smi" ] && [ "$(head -c 2 "$d/nvidia-smi")" != '#!' ]; then
+            ldd "$d/nvidia-smi" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' |
+                while read -r lib; do
+                    mkdir -p "$work/root$(dirname "$lib")"
+                    [ -e "$work/root$lib" ] || cp -L "$lib" "$work/root$lib"
+                done
+            break
+        fi
+    done
     cat >"$work/jail.sh" <<JOB
+cd /tmp
 srun -w worker-0 --gres=gpu:1 sh -c 'head -n 1 /etc/os-release; ls /dev | grep nvidia | tr "\n" " "; echo; nvidia-smi -L'
 JOB
     "$BIN/corral" up --nvml --nodes 1 --gpus-per-node 1 --jail "$work/root" --dir "$work/jailed" -- bash "$work/jail.sh" 2>&1 | tee "$work/jail"
