@@ -173,3 +173,135 @@ fn submissions_through_repeated_kills_lose_nothing_acknowledged_and_repeat_no_id
         assert_eq!(st, "COMPLETED", "{shown}");
     }
 }
+
+/// Unmounts the state's tmpfs when the test ends, however it ends.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_full_state_disk_refuses_submissions_and_recovers_when_space_returns() {
+    if !corral_e2e::is_root() {
+        println!("SKIPPED (a small tmpfs for the state needs root)");
+        return;
+    }
+    let mut env = Env::start(Opts {
+        nodes: 1,
+        durable: true,
+        ..Opts::default()
+    });
+    // The controller's state moves onto a 16 MiB tmpfs.
+    let state = env.cluster.spec.dir.join("state");
+    env.cluster.kill_ctld(Signal::SIGKILL);
+    let saved = env.cluster.spec.dir.join("state.saved");
+    std::fs::rename(&state, &saved).expect("moving the state aside");
+    std::fs::create_dir(&state).expect("mount point");
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs"])
+        .arg(&state)
+        .status()
+        .expect("mount");
+    assert!(ok.success(), "mounting a tmpfs");
+    let _unmount = Unmount(state.clone());
+    for e in std::fs::read_dir(&saved).expect("saved state") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), state.join(e.file_name())).expect("copying the state");
+    }
+    env.cluster.restart_ctld().expect("ctld starts again");
+    let script = env.work.join("held.sh");
+    std::fs::write(&script, "#!/bin/sh\ntrue\n").expect("script");
+    let script = script.to_string_lossy().into_owned();
+    let submit = |env: &Env| env.run(&["sbatch", "--parsable", "-H", "-o", "/dev/null", &script]);
+    let t0 = std::time::Instant::now();
+    let mut acked: Vec<u64> = Vec::new();
+    while acked.is_empty() {
+        let (code, out, _) = submit(&env);
+        if code == 0 {
+            acked.push(out.trim().parse().expect("id"));
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "ctld did not come back"
+        );
+    }
+
+    // The disk fills up.
+    let filler = state.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).expect("filler");
+        let block = vec![0u8; 64 << 10];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.flush();
+    }
+    // Submissions go on until the store needs space it cannot get; then
+    // each is refused with one line, and nothing refused is kept.
+    let mut refusal = None;
+    for _ in 0..3000 {
+        let (code, out, err) = submit(&env);
+        if code == 0 {
+            acked.push(out.trim().parse().expect("id"));
+        } else {
+            refusal = Some(err);
+            break;
+        }
+    }
+    let err = refusal.expect("a full disk must refuse submissions");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(
+            "sbatch: error: Batch job submission failed: Unable to save the controller's state"
+        ),
+        "{err}"
+    );
+    let (code, _, _) = submit(&env);
+    assert_ne!(code, 0, "still full: still refused");
+    // The controller still answers.
+    assert_eq!(env.run(&["squeue", "-h"]).0, 0, "ctld alive");
+
+    // Space returns: submissions are taken again, without a restart.
+    std::fs::remove_file(&filler).expect("freeing the disk");
+    let t0 = std::time::Instant::now();
+    loop {
+        let (code, out, err) = submit(&env);
+        if code == 0 {
+            acked.push(out.trim().parse().expect("id"));
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "submissions still refused after space returned: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // After a crash, exactly the acknowledged jobs are there.
+    env.cluster.kill_ctld(Signal::SIGKILL);
+    env.cluster.restart_ctld().expect("ctld starts again");
+    let t0 = std::time::Instant::now();
+    let listed = loop {
+        let (code, out, _) = env.run(&["squeue", "-h", "-t", "all", "-o", "%i"]);
+        if code == 0 {
+            break out;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "ctld did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut listed: Vec<u64> = listed
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    listed.sort_unstable();
+    acked.sort_unstable();
+    assert_eq!(listed, acked, "every acknowledged job, and only those");
+}

@@ -222,6 +222,30 @@ impl Controller {
         self.wake_at = self.sched.next_wakeup(now);
     }
 
+    /// Takes back a submission whose record could not be stored (its
+    /// submitter was told so): it leaves the queue and the table, and
+    /// the store deletes whatever of it a later commit wrote. Launches
+    /// wait for the store, so none of it ran.
+    pub fn withdraw(&mut self, id: JobId, now: u64) {
+        let Some(j) = self.jobs.get(&id) else {
+            return;
+        };
+        if j.state.is_final() {
+            return;
+        }
+        let _ = self.sched.cancel(core_id(id));
+        if let Some(j) = self.jobs.get_mut(&id) {
+            // Whatever nodes it was given are told to let it go.
+            j.release_nodes(None, &mut self.outbox);
+            j.shed(&mut self.usage, &mut self.unfinished);
+            j.accounted = true;
+            j.end = Some(now);
+        }
+        self.jobs.retain(|k, _| *k != id);
+        self.stats.submitted = self.stats.submitted.saturating_sub(1);
+        self.dirty = true;
+    }
+
     pub fn submit(&mut self, who: Ident, mut spec: JobSpec, now: u64) -> Result<JobId, Refusal> {
         let bytes = self.admit(who, &spec)?;
         // Normalised once: everything after reads the value the job has.

@@ -81,7 +81,21 @@ fn db<E: std::fmt::Display>(e: E) -> StoreError {
 /// The controller's state store.
 #[derive(Debug)]
 pub struct Store {
-    db: Database,
+    /// `None` after a failed write until it opens again: redb refuses
+    /// every use of a handle that saw an I/O error (a full disk).
+    db: parking_lot::RwLock<Option<Database>>,
+    path: PathBuf,
+}
+
+fn open_db(path: &Path) -> Result<Database, StoreError> {
+    // A small cache: the controller reads the store only at start.
+    Database::builder()
+        .set_cache_size(16 << 20)
+        .create(path)
+        .map_err(|source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 impl Store {
@@ -103,17 +117,12 @@ impl Store {
             return Err(StoreError::Unsafe(dir.to_path_buf()));
         }
         let path = dir.join("ctld.redb");
-        // A small cache: the controller reads the store only at start.
-        let database = Database::builder()
-            .set_cache_size(16 << 20)
-            .create(&path)
-            .map_err(|source| StoreError::Open {
-                path: path.clone(),
-                source,
-            })?;
-        let store = Store { db: database };
+        let store = Store {
+            db: parking_lot::RwLock::new(Some(open_db(&path)?)),
+            path: path.clone(),
+        };
         let found = {
-            let tx = store.db.begin_read().map_err(db)?;
+            let tx = store.with(|d| d.begin_read().map_err(db))?;
             match tx.open_table(META) {
                 Ok(t) => t.get("layout").map_err(db)?.map(|v| v.value()),
                 Err(redb::TableError::TableDoesNotExist(_)) => None,
@@ -124,7 +133,7 @@ impl Store {
             Some(LAYOUT) => {}
             Some(found) => return Err(StoreError::Layout { path, found }),
             None => {
-                let tx = store.db.begin_write().map_err(db)?;
+                let tx = store.with(|d| d.begin_write().map_err(db))?;
                 {
                     tx.open_table(META)
                         .map_err(db)?
@@ -140,9 +149,34 @@ impl Store {
         Ok(store)
     }
 
+    /// Uses the open database, opening it again first if a failed write
+    /// closed it.
+    fn with<R>(&self, f: impl FnOnce(&Database) -> Result<R, StoreError>) -> Result<R, StoreError> {
+        {
+            let g = self.db.read();
+            if let Some(d) = g.as_ref() {
+                return f(d);
+            }
+        }
+        let mut g = self.db.write();
+        if g.is_none() {
+            *g = Some(open_db(&self.path)?);
+        }
+        match g.as_ref() {
+            Some(d) => f(d),
+            None => Err(StoreError::Db("the state store is closed".into())),
+        }
+    }
+
+    /// After a failed write: the handle is dropped, and the next use
+    /// opens the file again (redb recovers its last commit).
+    fn close_after_error(&self) {
+        *self.db.write() = None;
+    }
+
     /// Everything stored.
     pub fn load(&self) -> Result<Loaded, StoreError> {
-        let tx = self.db.begin_read().map_err(db)?;
+        let tx = self.with(|d| d.begin_read().map_err(db))?;
         let mut out = Loaded::default();
         let jobs = tx.open_table(JOBS).map_err(db)?;
         for entry in jobs.iter().map_err(db)? {
@@ -160,9 +194,18 @@ impl Store {
     }
 
     /// Writes a batch of changes in one transaction, durable when this
-    /// returns. Later changes to a record win.
+    /// returns. Later changes to a record win. After a failure (a full
+    /// disk) the next call opens the store again.
     pub fn commit(&self, batch: &[Changes]) -> Result<(), StoreError> {
-        let tx = self.db.begin_write().map_err(db)?;
+        let r = self.try_commit(batch);
+        if r.is_err() {
+            self.close_after_error();
+        }
+        r
+    }
+
+    fn try_commit(&self, batch: &[Changes]) -> Result<(), StoreError> {
+        let tx = self.with(|d| d.begin_write().map_err(db))?;
         {
             let mut jobs = tx.open_table(JOBS).map_err(db)?;
             let mut nodes = tx.open_table(NODES).map_err(db)?;
@@ -211,7 +254,7 @@ impl Store {
     /// Up to `limit` accounting records waiting for the database, oldest
     /// first, with their keys.
     pub fn acct_pending(&self, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
-        let tx = self.db.begin_read().map_err(db)?;
+        let tx = self.with(|d| d.begin_read().map_err(db))?;
         let t = tx.open_table(ACCT).map_err(db)?;
         let mut out = Vec::new();
         for entry in t.iter().map_err(db)?.take(limit) {
@@ -223,7 +266,15 @@ impl Store {
 
     /// Forgets accounting records the database now holds.
     pub fn acct_done(&self, keys: &[u64]) -> Result<(), StoreError> {
-        let tx = self.db.begin_write().map_err(db)?;
+        let r = self.try_acct_done(keys);
+        if r.is_err() {
+            self.close_after_error();
+        }
+        r
+    }
+
+    fn try_acct_done(&self, keys: &[u64]) -> Result<(), StoreError> {
+        let tx = self.with(|d| d.begin_write().map_err(db))?;
         {
             let mut t = tx.open_table(ACCT).map_err(db)?;
             for k in keys {

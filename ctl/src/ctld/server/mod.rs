@@ -514,7 +514,16 @@ impl Server {
             // A refusal changed nothing worth waiting for.
             Ok(()) | Err(_) if matches!(resp, Response::Error(_)) => resp,
             Ok(()) => resp,
-            Err(e) => Response::Error(format!("Unable to save the controller's state: {e}")),
+            Err(e) => {
+                // A submission not stored is not kept either: the
+                // submitter hears it failed, and it never runs.
+                if let Response::Submitted { job } = resp {
+                    let mut c = self.ctl.lock();
+                    c.withdraw(job, now());
+                    self.finish(c);
+                }
+                Response::Error(format!("Unable to save the controller's state: {e}"))
+            }
         }
     }
 

@@ -935,3 +935,188 @@ fn an_active_check_that_cannot_start_at_once_is_withdrawn() {
     assert_eq!(state(&c, user), JobState::Running);
     assert_eq!(node_reason(&c, "worker-0").as_deref(), Some("cabling"));
 }
+
+/// A cluster whose controller keeps accounting records.
+fn accounted_cluster(nodes: usize) -> Controller {
+    let cfg = Config::parse(
+        std::path::Path::new("t.toml"),
+        "heartbeat_timeout = 10\nkill_wait = 5\n[accounting]\nurl = \"sqlite:///nowhere.sqlite\"\n\
+         [[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-3]\"\ndefault = true\n",
+    )
+    .unwrap();
+    let mut c = Controller::new(cfg).unwrap();
+    for i in 0..nodes {
+        c.register(reg(&format!("worker-{i}"), 4), 0).unwrap();
+    }
+    c
+}
+
+/// The accounting records the calls so far made, as the store gets them.
+fn records(c: &mut Controller) -> Vec<corral_proto::msg::AcctJob> {
+    c.take_changes()
+        .acct
+        .iter()
+        .map(|b| {
+            bincode::serde::decode_from_slice(b, bincode::config::standard())
+                .unwrap()
+                .0
+        })
+        .collect()
+}
+
+#[test]
+fn each_run_that_ends_leaves_one_accounting_record() {
+    let mut c = accounted_cluster(2);
+    // A batch job with an srun step on both nodes, completed.
+    let mut spec = batch("x");
+    spec.nodes = Some(2);
+    spec.gpus = GpuAsk::PerNode(1);
+    let ok = c.submit(ALICE, spec, 10).unwrap();
+    c.schedule(11);
+    let (first, _) = launches(&mut c).remove(0);
+    let step = StepSpec {
+        job: ok,
+        nodes: None,
+        ntasks: None,
+        argv: vec!["/usr/bin/python3".into(), "train.py".into()],
+        work_dir: "/tmp".into(),
+        env: vec![],
+        io: StepIo {
+            addr: "127.0.0.1:9".parse().unwrap(),
+            cert_sha256: [0; 32],
+            secret: [1; 32],
+        },
+    };
+    let (_, s) = c.submit_step(ALICE, step, 12).unwrap();
+    assert!(records(&mut c).is_empty(), "nothing ended yet");
+    for (n, code) in [("worker-0", 0), ("worker-1", 2)] {
+        let exit = ExitStatus { code, signal: None };
+        c.agent_message(
+            n,
+            AgentMsg::StepExited {
+                job: r0(ok),
+                step: s,
+                exit,
+                oom: false,
+            },
+            20,
+        );
+    }
+    let exit = ExitStatus::default();
+    c.agent_message(
+        &first,
+        AgentMsg::StepExited {
+            job: r0(ok),
+            step: StepId::BATCH,
+            exit,
+            oom: false,
+        },
+        21,
+    );
+    for n in ["worker-0", "worker-1"] {
+        c.agent_message(
+            n,
+            AgentMsg::JobCleaned {
+                job: r0(ok),
+                usage: None,
+            },
+            22,
+        );
+    }
+    let r = records(&mut c);
+    assert_eq!(r.len(), 1);
+    let j = &r[0];
+    assert_eq!((j.id, j.run, j.state), (ok, 0, JobState::Completed));
+    assert_eq!((j.submit, j.start, j.end), (10, Some(11), Some(21)));
+    assert_eq!((j.alloc_nodes, j.alloc_gpus, j.req_gpus), (2, 2, 2));
+    assert_eq!(j.nodelist, "worker-[0-1]");
+    let steps: Vec<_> = j
+        .steps
+        .iter()
+        .map(|s| {
+            (
+                s.step,
+                s.name.as_str(),
+                s.nodes,
+                s.state,
+                s.exit.code,
+                s.end,
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (StepId::BATCH, "batch", 1, JobState::Completed, 0, Some(21)),
+            (StepId(0), "python3", 2, JobState::Failed, 2, Some(20)),
+        ]
+    );
+    // Nothing more for it, however often it changes hands again.
+    c.tick(23);
+    assert!(records(&mut c).is_empty());
+
+    // A requeued run leaves REQUEUED, then its next run its own end.
+    let mut spec = batch("x");
+    spec.requeue = true;
+    let rq = c.submit(BOB, spec, 30).unwrap();
+    c.schedule(30);
+    let (node, _) = launches(&mut c).remove(0);
+    let other = if node == "worker-0" {
+        "worker-1"
+    } else {
+        "worker-0"
+    };
+    c.agent_message(other, AgentMsg::Heartbeat { running: vec![] }, 45);
+    c.tick(45);
+    let r = records(&mut c);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(
+        (r[0].id, r[0].run, r[0].state, r[0].end),
+        (rq, 0, JobState::Requeued, Some(45))
+    );
+    assert_eq!(state(&c, rq), JobState::Pending);
+
+    // A pending job cancelled: who did it, no steps, no start.
+    let held = c.submit(BOB, batch("x"), 50).unwrap();
+    c.cancel(
+        ROOT,
+        &JobFilter {
+            ids: vec![held],
+            ..Default::default()
+        },
+        None,
+        51,
+    )
+    .unwrap();
+    let r = records(&mut c);
+    let h = r
+        .iter()
+        .find(|j| j.id == held)
+        .expect("the cancelled job's record");
+    assert_eq!(
+        (h.state, h.cancelled_by, h.start, h.end),
+        (JobState::Cancelled, Some(0), None, Some(51))
+    );
+    assert!(h.steps.is_empty());
+
+    // A submission whose record could not be stored is withdrawn: gone
+    // from the queue and the table, deleted from the store, unaccounted.
+    let w = c.submit(ALICE, batch("x"), 60).unwrap();
+    let _ = c.take_changes();
+    c.withdraw(w, 61);
+    let changes = c.take_changes();
+    assert!(changes
+        .jobs
+        .iter()
+        .any(|(id, rec)| *id == w.0 && rec.is_none()));
+    assert!(changes.acct.is_empty());
+    assert!(c
+        .job_views(
+            &JobFilter {
+                ids: vec![w],
+                ..Default::default()
+            },
+            61
+        )
+        .is_empty());
+}
