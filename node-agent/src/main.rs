@@ -257,6 +257,7 @@ fn hostname() -> String {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    let parent = nix::unistd::getppid();
     if args.remove_cgroups {
         if nix::unistd::geteuid().is_root() {
             let layout = Layout::detect().context("finding the cgroups")?;
@@ -318,8 +319,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
             r.context("the control session")??
         }
         _ = term.recv() => {
-            tracing::info!("SIGTERM: leaving the cluster");
-            agent.leave(std::time::Duration::from_secs(args.leave_grace)).await;
+            if nix::unistd::getppid() != parent {
+                // Whoever started the agent (`corral up`) died: stop
+                // now, jobs with it, rather than drain for minutes.
+                tracing::info!("SIGTERM after the parent died: ending every job and stopping");
+                agent.kill_all();
+            } else {
+                tracing::info!("SIGTERM: leaving the cluster");
+                agent.leave(std::time::Duration::from_secs(args.leave_grace)).await;
+            }
         }
         _ = agent.removed() => {
             tracing::info!("removed from the cluster; stopping");

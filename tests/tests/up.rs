@@ -172,3 +172,86 @@ fn a_cluster_directory_others_can_write_is_refused_in_one_line() {
         t0.elapsed()
     );
 }
+
+fn pid_of(dir: &std::path::Path, name: &str) -> i32 {
+    std::fs::read_to_string(dir.join("pids").join(name))
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+fn alive(pid: i32) -> bool {
+    pid > 0
+        && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+#[test]
+fn corral_up_restarts_a_killed_daemon_and_its_daemons_die_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    // The command kills the controller and an agent, then works on: both
+    // are back within seconds, with the job it submitted before.
+    let script = format!(
+        "j=$(sbatch --parsable -H --wrap true) && \
+         kill -9 $(cat {d}/pids/ctld) $(cat {d}/pids/worker-1) && \
+         for i in $(seq 100); do squeue -h -j $j >/dev/null 2>&1 && break; sleep 0.1; done && \
+         for i in $(seq 100); do [ \"$(sinfo -h -N -t idle | wc -l)\" = 2 ] && break; sleep 0.1; done && \
+         squeue -h -j $j -o %T && srun -N2 -l true && echo revived",
+        d = dir.display()
+    );
+    let (code, o, e) = out(Command::new(bin_dir().join("corral"))
+        .args(["up", "--nodes", "2", "--dir"])
+        .arg(&dir)
+        .args(["--", "sh", "-c", &script])
+        .current_dir(tmp.path())
+        .output()
+        .unwrap());
+    assert_eq!(code, 0, "{o}\n{e}");
+    assert_eq!(o, "PENDING\nrevived\n", "{e}");
+    assert!(
+        e.contains("corral up: corral-ctld signal: 9 (SIGKILL); started again"),
+        "{e}"
+    );
+    assert!(
+        e.contains("corral up: worker-1's agent signal: 9 (SIGKILL); started again"),
+        "{e}"
+    );
+
+    // `corral up` killed with SIGKILL: its daemons stop too.
+    let dir = tmp.path().join("orphans");
+    let mut up = Command::new(bin_dir().join("corral"))
+        .args(["up", "--nodes", "2", "--dir"])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // It prints the environment once the cluster is up.
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(up.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    let pids: Vec<i32> = ["ctld", "worker-0", "worker-1"]
+        .iter()
+        .map(|n| pid_of(&dir, n))
+        .collect();
+    assert!(pids.iter().all(|&p| alive(p)), "{pids:?}");
+    up.kill().unwrap();
+    up.wait().unwrap();
+    let t0 = std::time::Instant::now();
+    while pids.iter().any(|&p| alive(p)) {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "daemons outlived a killed corral up: {:?}",
+            pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -347,6 +347,7 @@ impl Cluster {
         // is for the command (srun forwards it), not for the cluster.
         let ctld = Command::new(&ctld_bin)
             .process_group(0)
+            .die_with_parent()
             .arg("--config")
             .arg(dir.join("corral.toml"))
             .arg("--addr-file")
@@ -360,6 +361,7 @@ impl Cluster {
                 program: ctld_bin.clone(),
                 source,
             })?;
+        self.write_pid("ctld", ctld.id());
         self.ctld = Some(ctld);
         let t0 = Instant::now();
         loop {
@@ -398,6 +400,13 @@ impl Cluster {
         self.start_ctld(Some(addr)).map(|_| ())
     }
 
+    /// `DIR/pids/NAME`: a daemon's process id, for people and tests.
+    fn write_pid(&self, name: &str, pid: u32) {
+        let dir = self.spec.dir.join("pids");
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(dir.join(name), format!("{pid}\n"));
+    }
+
     /// Node `i` reports the machine's GPUs, not simulated ones.
     fn real_gpus(&self, i: u32) -> bool {
         self.spec.nvml && i == 0
@@ -411,6 +420,7 @@ impl Cluster {
         let logf = private_log(&log)?;
         Command::new(&bin)
             .process_group(0)
+            .die_with_parent()
             .args(["--name", &name, "--cluster", "corral-up"])
             .arg("--ctld")
             .arg(self.addr.to_string())
@@ -462,6 +472,7 @@ impl Cluster {
                 program: bin.clone(),
                 source,
             })
+            .inspect(|c| self.write_pid(&name, c.id()))
     }
 
     /// The cgroup this cluster's jobs go under (as root): one per cluster
@@ -529,6 +540,48 @@ impl Cluster {
             }
         }
         None
+    }
+
+    /// Starts again every daemon that exited (the controller on its
+    /// address, with its state; an agent as the same node) and says what
+    /// it did, a line each. `corral up` calls it a few times a second.
+    pub fn revive(&mut self) -> Vec<String> {
+        let mut said = Vec::new();
+        let gone = |c: &mut Option<Child>| match c.as_mut().map(Child::try_wait) {
+            Some(Ok(Some(status))) => {
+                c.take();
+                Some(status)
+            }
+            _ => None,
+        };
+        if let Some(status) = gone(&mut self.ctld) {
+            said.push(match self.restart_ctld() {
+                Ok(()) => format!("corral-ctld {status}; started again on {}", self.addr),
+                Err(e) => format!("corral-ctld {status}; could not start it again: {e}"),
+            });
+        }
+        for i in 0..self.agents.len() {
+            if let Some(status) = gone(&mut self.agents[i]) {
+                let name = Cluster::node_name(i as u32);
+                said.push(match self.spawn_agent(i as u32) {
+                    Ok(child) => {
+                        self.agents[i] = Some(child);
+                        format!("{name}'s agent {status}; started again")
+                    }
+                    Err(e) => format!("{name}'s agent {status}; could not start it again: {e}"),
+                });
+            }
+        }
+        said
+    }
+
+    /// The daemons' process ids: the controller's, then each agent's.
+    pub fn pids(&self) -> Vec<u32> {
+        self.ctld
+            .iter()
+            .chain(self.agents.iter().flatten())
+            .map(Child::id)
+            .collect()
     }
 
     /// Waits until `count` nodes are idle, as seen through node 0's agent;
@@ -606,11 +659,48 @@ impl Drop for Cluster {
     }
 }
 
+/// Daemons stop when whoever started them dies, even by SIGKILL: the
+/// kernel sends them SIGTERM (an agent whose parent is gone ends its
+/// jobs and exits at once).
+trait DieWithParent {
+    fn die_with_parent(&mut self) -> &mut Self;
+}
+
+impl DieWithParent for Command {
+    #[allow(unsafe_code)]
+    fn die_with_parent(&mut self) -> &mut Self {
+        use std::os::unix::process::CommandExt;
+        let parent = nix::unistd::getpid();
+        // SAFETY: prctl and getppid are async-signal-safe; nothing here
+        // allocates or takes a lock.
+        unsafe {
+            self.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+                    .map_err(std::io::Error::from)?;
+                // The parent may have died before the line above.
+                if nix::unistd::getppid() != parent {
+                    return Err(std::io::Error::other("parent gone"));
+                }
+                Ok(())
+            })
+        }
+    }
+}
+
 fn fresh_dir() -> PathBuf {
     let base = std::env::temp_dir();
     let pid = std::process::id();
     let t = corral_proto::now_ms();
     base.join(format!("corral-up-{pid}-{t}"))
+}
+
+/// How often `corral up` looks for daemons that died.
+const REVIVE_EVERY: Duration = Duration::from_millis(200);
+
+fn revive(cluster: &mut Cluster) {
+    for line in cluster.revive() {
+        eprintln!("corral up: {line}");
+    }
 }
 
 pub fn main(args: &[OsString]) -> i32 {
@@ -679,8 +769,15 @@ pub fn main(args: &[OsString]) -> i32 {
                 println!("export {k}={v}");
             }
             println!("# Ctrl-C here stops the cluster.");
-            let _ = tokio::signal::ctrl_c().await;
-            return 0;
+            let mut cluster = cluster;
+            let stop = tokio::signal::ctrl_c();
+            tokio::pin!(stop);
+            loop {
+                tokio::select! {
+                    _ = &mut stop => return 0,
+                    () = tokio::time::sleep(REVIVE_EVERY) => revive(&mut cluster),
+                }
+            }
         }
         // Ctrl-C belongs to the command; the cluster stops when it exits.
         // (Handling SIGINT here replaces its default action; the command
@@ -688,7 +785,16 @@ pub fn main(args: &[OsString]) -> i32 {
         let _interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
         let mut cmd = tokio::process::Command::new(&a.command[0]);
         cmd.args(&a.command[1..]).envs(cluster.env());
-        let status = cmd.status().await;
+        let mut cluster = cluster;
+        let status = match cmd.spawn() {
+            Ok(mut child) => loop {
+                tokio::select! {
+                    st = child.wait() => break st,
+                    () = tokio::time::sleep(REVIVE_EVERY) => revive(&mut cluster),
+                }
+            },
+            Err(e) => Err(e),
+        };
         drop(cluster);
         match status {
             Ok(st) => st.code().unwrap_or(1),
