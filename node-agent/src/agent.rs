@@ -146,6 +146,61 @@ pub struct Agent {
     health_cfg: watch::Sender<Option<HealthConfig>>,
     /// The latest result of each check.
     checks: Mutex<CheckResults>,
+    /// What the node reported about its jobs lately, sent again on each
+    /// new connection (see [`Recent`]).
+    recent: Mutex<Recent>,
+}
+
+/// The job outcomes (step exits, clean-ups) written to ctld lately. A
+/// write that succeeded may still be lost with its connection (QUIC
+/// buffers it); a new connection sends them again, and ctld, which
+/// ignores news it already has, takes what it missed.
+#[derive(Debug, Default)]
+pub struct Recent {
+    sent: std::collections::VecDeque<(std::time::Instant, AgentMsg)>,
+}
+
+impl Recent {
+    /// How long an outcome is sent again: longer than a dead connection
+    /// takes to be noticed.
+    pub const KEEP: Duration = Duration::from_secs(120);
+    /// The most kept, whatever their age.
+    pub const MOST: usize = 4096;
+
+    /// Whether a message is an outcome worth sending again.
+    pub fn worth_keeping(msg: &AgentMsg) -> bool {
+        matches!(
+            msg,
+            AgentMsg::StepExited { .. }
+                | AgentMsg::JobCleaned { .. }
+                | AgentMsg::LaunchFailed { .. }
+        )
+    }
+
+    pub fn push(&mut self, now: std::time::Instant, msg: &AgentMsg) {
+        if !Recent::worth_keeping(msg) {
+            return;
+        }
+        self.sent.push_back((now, msg.clone()));
+        self.prune(now);
+    }
+
+    fn prune(&mut self, now: std::time::Instant) {
+        while self.sent.len() > Recent::MOST
+            || self
+                .sent
+                .front()
+                .is_some_and(|(t, _)| now.duration_since(*t) > Recent::KEEP)
+        {
+            self.sent.pop_front();
+        }
+    }
+
+    /// What to send again on a new connection, oldest first.
+    pub fn replay(&mut self, now: std::time::Instant) -> Vec<AgentMsg> {
+        self.prune(now);
+        self.sent.iter().map(|(_, m)| m.clone()).collect()
+    }
 }
 
 /// The latest word of each of the node's checks: `Some` is a problem.
@@ -194,6 +249,7 @@ impl Agent {
             cgroups: cgroups_once,
             health_cfg: watch::channel(None).0,
             checks: Mutex::new(CheckResults::default()),
+            recent: Mutex::new(Recent::default()),
         }))
     }
 
@@ -307,6 +363,14 @@ impl Agent {
                 }
             }
         });
+        // What the last connection may have lost goes again first.
+        let again = self.recent.lock().replay(std::time::Instant::now());
+        for msg in &again {
+            if let Err(e) = write_frame(&mut send, msg).await {
+                reader.abort();
+                return Err(e.into());
+            }
+        }
         let mut tick = tokio::time::interval(heartbeat);
         // ctld forgets a node's health when it registers: tell it again.
         let mut told: Option<Option<String>> = None;
@@ -315,6 +379,9 @@ impl Agent {
                 r = &mut reader => break Err(r.unwrap_or(AgentError::Closed)),
                 msg = rx.recv() => {
                     let Some(msg) = msg else { break Ok(()) };
+                    // Kept before the write: a failed write is sent again
+                    // on the next connection too.
+                    self.recent.lock().push(std::time::Instant::now(), &msg);
                     if let Err(e) = write_frame(&mut send, &msg).await {
                         break Err(e.into());
                     }
@@ -819,6 +886,49 @@ impl Agent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recent_outcomes_are_sent_again_for_a_while_and_nothing_else() {
+        let t0 = std::time::Instant::now();
+        let run = JobRun {
+            job: corral_proto::msg::JobId(7),
+            run: 0,
+        };
+        let exited = AgentMsg::StepExited {
+            job: run,
+            step: StepId::BATCH,
+            exit: ExitStatus::default(),
+            oom: false,
+        };
+        let cleaned = AgentMsg::JobCleaned {
+            job: run,
+            usage: None,
+        };
+        let mut r = Recent::default();
+        r.push(t0, &AgentMsg::Heartbeat { running: vec![] });
+        r.push(t0, &exited);
+        r.push(t0 + Duration::from_secs(60), &cleaned);
+        let names = |v: Vec<AgentMsg>| {
+            v.iter()
+                .map(|m| format!("{m:?}")[..8].to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(r.replay(t0 + Duration::from_secs(61))),
+            ["StepExit", "JobClean"]
+        );
+        // Older than KEEP: gone.
+        assert_eq!(
+            names(r.replay(t0 + Recent::KEEP + Duration::from_secs(1))),
+            ["JobClean"]
+        );
+        // At most MOST, the newest kept.
+        let mut r = Recent::default();
+        for i in 0..Recent::MOST + 10 {
+            r.push(t0 + Duration::from_millis(i as u64), &exited);
+        }
+        assert_eq!(r.replay(t0).len(), Recent::MOST);
+    }
 
     #[test]
     fn step_errors_read_as_one_line_with_their_causes() {
