@@ -305,3 +305,65 @@ fn a_full_state_disk_refuses_submissions_and_recovers_when_space_returns() {
     acked.sort_unstable();
     assert_eq!(listed, acked, "every acknowledged job, and only those");
 }
+
+#[test]
+fn an_srun_streaming_through_a_controller_outage_finishes_and_is_accounted() {
+    let mut env = Env::start(Opts {
+        nodes: 2,
+        heartbeat_timeout: 5,
+        durable: true,
+        ..Opts::default()
+    });
+    let mut srun = env.cmd(&[
+        "srun",
+        "-N2",
+        "-l",
+        "sh",
+        "-c",
+        "for i in 1 2 3 4 5 6 7 8; do echo $i; sleep 0.5; done; exit 4",
+    ]);
+    let srun = srun
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("srun");
+    std::thread::sleep(Duration::from_millis(1200));
+    env.cluster.kill_ctld(Signal::SIGKILL);
+    std::thread::sleep(Duration::from_millis(1000));
+    env.cluster.restart_ctld().expect("ctld starts again");
+    let o = srun.wait_with_output().expect("srun ends");
+    let (code, out, err) = corral_e2e::out(o);
+    assert_eq!(code, 4, "srun's exit is its tasks': {err}");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort_unstable();
+    let want: Vec<String> = (0..2)
+        .flat_map(|t| (1..=8).map(move |i| format!("{t}: {i}")))
+        .collect();
+    assert_eq!(lines, want, "every line, once: {err}");
+    // Accounted once, with its exit code and a run time that spans the
+    // outage.
+    let t0 = std::time::Instant::now();
+    let line = loop {
+        let (code, o, _) = env.run(&[
+            "sacct",
+            "-X",
+            "-n",
+            "-P",
+            "-o",
+            "JobName,State,ExitCode,ElapsedRaw,NNodes",
+        ]);
+        if code == 0 && o.contains("FAILED") {
+            break o;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "not accounted: {o}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let f: Vec<&str> = line.trim().split('|').collect();
+    assert_eq!(
+        (f[0], f[1], f[2], f[4]),
+        ("sh", "FAILED", "4:0", "2"),
+        "{line}"
+    );
+    let elapsed: u64 = f[3].parse().expect("ElapsedRaw");
+    assert!((3..=15).contains(&elapsed), "{line}");
+}
