@@ -357,3 +357,43 @@ fn garbage_frames_do_not_stop_the_controller() {
         .unwrap();
     env.wait_state(id, &["COMPLETED"], 20);
 }
+
+#[test]
+fn sacct_shows_users_only_their_own_jobs() {
+    if !is_root() {
+        println!("SKIPPED (needs root): submitting as other uids");
+        return;
+    }
+    let env = Env::start(Opts {
+        nodes: 1,
+        durable: true,
+        ..Opts::default()
+    });
+    let as_user = |uid: u32, args: &[&str]| out(env.cmd_as(uid, args).output().unwrap());
+    let mut ids = Vec::new();
+    for uid in [23_466, 23_467] {
+        let (code, o, e) = as_user(uid, &["sbatch", "--parsable", "--wrap", "true"]);
+        assert_eq!(code, 0, "{e}");
+        ids.push(o.trim().to_string());
+    }
+    for id in &ids {
+        env.wait_state(id.parse().unwrap(), &["COMPLETED"], 30);
+    }
+    let list = |uid: u32, extra: &[&str]| {
+        let mut args = vec!["sacct", "-X", "-n", "-P", "-o", "JobID,UID"];
+        args.extend_from_slice(extra);
+        let (code, o, e) = as_user(uid, &args);
+        assert_eq!(code, 0, "{e}");
+        o.lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    let mine = vec![format!("{}|23466", ids[0])];
+    assert_eq!(list(23_466, &[]), mine);
+    // Asking for everyone's, or for another user's, or for another's
+    // job, still shows only one's own.
+    assert_eq!(list(23_466, &["--allusers"]), mine);
+    assert_eq!(list(23_466, &["-u", "23467"]), mine);
+    assert!(list(23_466, &["-j", &ids[1]]).is_empty());
+    // Root sees both.
+    let all = env.ok(&["sacct", "-X", "-n", "-P", "-o", "JobID,UID"]);
+    assert_eq!(all.lines().count(), 2, "{all}");
+}
