@@ -38,6 +38,18 @@ impl Controller {
         // accounted, in the same transaction as its accounting record.
         let ids: Vec<JobId> = ids.into_iter().collect();
         self.account_ended(&ids);
+        // A job that ended (or is gone) no longer needs its payload.
+        for id in &ids {
+            match self.jobs.map.get_mut(id) {
+                Some(j) if j.payload_stored && j.state.is_final() => {
+                    j.payload_stored = false;
+                    self.payloads_out.push((id.0, None));
+                }
+                Some(_) => {}
+                None if self.cfg.state_dir.is_some() => self.payloads_out.push((id.0, None)),
+                None => {}
+            }
+        }
         let jobs = ids
             .into_iter()
             .map(|id| (id.0, self.jobs.get(&id).map(encode)))
@@ -56,6 +68,7 @@ impl Controller {
             jobs,
             nodes,
             acct,
+            payloads: std::mem::take(&mut self.payloads_out),
             next_job: self.next_job,
         }
     }

@@ -222,6 +222,30 @@ impl Controller {
         self.wake_at = self.sched.next_wakeup(now);
     }
 
+    /// With a store, a new job's script and environment go there (in the
+    /// same transaction as its record) and leave memory: the server puts
+    /// them back into its launches ([`crate::ctld::store::Payload`]).
+    fn store_payload(&mut self, id: JobId) {
+        if self.cfg.state_dir.is_none() {
+            return;
+        }
+        let Some(j) = self.jobs.map.get_mut(&id) else {
+            return;
+        };
+        let script = match &mut j.spec.kind {
+            corral_proto::msg::JobKind::Batch { script, .. } => Some(std::mem::take(script)),
+            corral_proto::msg::JobKind::Interactive { .. } => None,
+        };
+        let payload = crate::ctld::store::Payload {
+            env: std::mem::take(&mut j.spec.env),
+            script,
+        };
+        j.payload_stored = true;
+        let bytes = bincode::serde::encode_to_vec(&payload, bincode::config::standard())
+            .unwrap_or_default();
+        self.payloads_out.push((id.0, Some(bytes)));
+    }
+
     /// Takes back a submission whose record could not be stored (its
     /// submitter was told so): it leaves the queue and the table, and
     /// the store deletes whatever of it a later commit wrote. Launches
@@ -289,9 +313,11 @@ impl Controller {
                 steps: Vec::new(),
                 cancelled_by: None,
                 accounted: false,
+                payload_stored: false,
                 bytes,
             },
         );
+        self.store_payload(id);
         let u = self.usage.entry(who.uid).or_default();
         u.jobs += 1;
         u.bytes += bytes;

@@ -196,6 +196,8 @@ struct JobRecord {
     cancelled_by: Option<u32>,
     /// The current run's final record went to accounting.
     accounted: bool,
+    /// Its script and environment are in the store, not here.
+    payload_stored: bool,
 }
 
 impl JobRecord {
@@ -343,6 +345,9 @@ pub struct Controller {
     checks: checks::ActiveChecks,
     /// Accounting records of runs that ended since the store took them.
     acct_out: Vec<corral_proto::msg::AcctJob>,
+    /// Scripts and environments of jobs submitted since the store took
+    /// them (with a store, they live there, not here).
+    payloads_out: Vec<(u64, Option<Vec<u8>>)>,
 }
 
 /// What one user has queued.
@@ -383,6 +388,7 @@ impl Controller {
             unfinished: 0,
             checks: checks::ActiveChecks::default(),
             acct_out: Vec::new(),
+            payloads_out: Vec::new(),
         })
     }
 

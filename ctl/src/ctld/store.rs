@@ -18,6 +18,9 @@ const JOBS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("jobs");
 const NODES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("nodes");
 /// `next_job`, `layout`, `acct_seq`.
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+/// Job id → the job's script and environment ([`Payload`]), kept here
+/// rather than in the controller's memory until the job ends.
+const PAYLOADS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("payloads");
 /// Accounting records not yet in the accounting database, in the order
 /// they were made (bincode).
 const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
@@ -25,6 +28,14 @@ const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
 /// The layout this code writes; a store of another is refused. 2: job
 /// records carry their steps; accounting records wait in `acct`.
 const LAYOUT: u64 = 2;
+
+/// The bulky part of a job: its batch script and environment. Read when
+/// the job (or a step of it) is launched.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Payload {
+    pub env: Vec<(String, String)>,
+    pub script: Option<String>,
+}
 
 /// What one call on the controller changed.
 #[derive(Debug, Default)]
@@ -34,12 +45,17 @@ pub struct Changes {
     pub nodes: Vec<(String, Option<Vec<u8>>)>,
     /// Accounting records of runs that ended (encoded).
     pub acct: Vec<Vec<u8>>,
+    /// Jobs' payloads to write, or `None` to delete.
+    pub payloads: Vec<(u64, Option<Vec<u8>>)>,
     pub next_job: u64,
 }
 
 impl Changes {
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty() && self.nodes.is_empty() && self.acct.is_empty()
+        self.jobs.is_empty()
+            && self.nodes.is_empty()
+            && self.acct.is_empty()
+            && self.payloads.is_empty()
     }
 }
 
@@ -142,6 +158,7 @@ impl Store {
                     tx.open_table(JOBS).map_err(db)?;
                     tx.open_table(NODES).map_err(db)?;
                     tx.open_table(ACCT).map_err(db)?;
+                    tx.open_table(PAYLOADS).map_err(db)?;
                 }
                 tx.commit().map_err(db)?;
             }
@@ -211,6 +228,7 @@ impl Store {
             let mut nodes = tx.open_table(NODES).map_err(db)?;
             let mut meta = tx.open_table(META).map_err(db)?;
             let mut acct = tx.open_table(ACCT).map_err(db)?;
+            let mut payloads = tx.open_table(PAYLOADS).map_err(db)?;
             let mut seq = meta.get("acct_seq").map_err(db)?.map_or(0, |v| v.value());
             let seq_before = seq;
             let mut next = 0;
@@ -235,6 +253,16 @@ impl Store {
                         }
                     }
                 }
+                for (id, p) in &c.payloads {
+                    match p {
+                        Some(bytes) => {
+                            payloads.insert(id, bytes.as_slice()).map_err(db)?;
+                        }
+                        None => {
+                            payloads.remove(id).map_err(db)?;
+                        }
+                    }
+                }
                 for rec in &c.acct {
                     seq += 1;
                     acct.insert(seq, rec.as_slice()).map_err(db)?;
@@ -249,6 +277,18 @@ impl Store {
             }
         }
         tx.commit().map_err(db)
+    }
+
+    /// A job's script and environment, if stored.
+    pub fn payload(&self, job: u64) -> Result<Option<Payload>, StoreError> {
+        let tx = self.with(|d| d.begin_read().map_err(db))?;
+        let t = tx.open_table(PAYLOADS).map_err(db)?;
+        let Some(v) = t.get(job).map_err(db)? else {
+            return Ok(None);
+        };
+        bincode::serde::decode_from_slice(v.value(), bincode::config::standard())
+            .map(|(p, _)| Some(p))
+            .map_err(db)
     }
 
     /// Up to `limit` accounting records waiting for the database, oldest
@@ -300,12 +340,14 @@ mod tests {
                     jobs: vec![(1, Some(b"one".to_vec())), (2, Some(b"two".to_vec()))],
                     nodes: vec![("n1".into(), Some(b"drain".to_vec()))],
                     acct: vec![b"run 1".to_vec()],
+                    payloads: vec![(2, Some(b"not bincode".to_vec()))],
                     next_job: 3,
                 },
                 Changes {
                     jobs: vec![(1, None), (2, Some(b"two again".to_vec()))],
                     nodes: vec![],
                     acct: vec![b"run 2".to_vec(), b"run 3".to_vec()],
+                    payloads: vec![],
                     next_job: 3,
                 },
             ])

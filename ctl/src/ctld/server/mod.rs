@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use corral_proto::error_chain as chain;
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, JobFilter, JobRun, Open, Registration, Request, Response, JOBS_PER_PAGE,
+    AgentMsg, CtldMsg, JobFilter, JobId, JobRun, LaunchKind, Open, Registration, Request, Response,
+    JOBS_PER_PAGE,
 };
 use corral_proto::ratelimit::LogLimiter;
 use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
@@ -236,7 +237,8 @@ impl Server {
         ticket
     }
 
-    fn deliver(&self, out: Vec<(String, CtldMsg)>) {
+    fn deliver(&self, mut out: Vec<(String, CtldMsg)>) {
+        self.fill_launches(&mut out);
         let agents = self.agents.lock();
         for (node, msg) in out {
             match agents.get(&node) {
@@ -244,6 +246,46 @@ impl Server {
                     let _ = link.tx.send(msg);
                 }
                 None => tracing::debug!(%node, "message for a disconnected node dropped"),
+            }
+        }
+    }
+
+    /// Puts jobs' scripts and environments, kept in the store rather than
+    /// in memory, back into their launches: the job's environment under
+    /// the step's own (the step's wins), the script into a batch launch.
+    fn fill_launches(&self, out: &mut [(String, CtldMsg)]) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let mut read: HashMap<JobId, Option<Arc<store::Payload>>> = HashMap::new();
+        for (_, msg) in out.iter_mut() {
+            let CtldMsg::Launch(l) = msg else {
+                continue;
+            };
+            let payload = read
+                .entry(l.job)
+                .or_insert_with(|| match store.payload(l.job.0) {
+                    Ok(p) => p.map(Arc::new),
+                    Err(e) => {
+                        warn_limited!(LOGS, "payload", job = %l.job, error = %chain(&e), "cannot read a job's script and environment");
+                        None
+                    }
+                })
+                .clone();
+            let Some(p) = payload else {
+                continue;
+            };
+            let own = std::mem::take(&mut l.env);
+            let mut env = p.env.clone();
+            for (k, v) in own {
+                env.retain(|(key, _)| *key != k);
+                env.push((k, v));
+            }
+            l.env = env;
+            if let (LaunchKind::Batch { script, .. }, Some(s)) = (&mut l.what, &p.script) {
+                if script.is_empty() {
+                    script.clone_from(s);
+                }
             }
         }
     }

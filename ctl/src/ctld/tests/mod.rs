@@ -1120,3 +1120,59 @@ fn each_run_that_ends_leaves_one_accounting_record() {
         )
         .is_empty());
 }
+
+#[test]
+fn with_a_store_scripts_and_environments_leave_memory_until_the_job_ends() {
+    let cfg = Config::parse(
+        std::path::Path::new("t.toml"),
+        "state_dir = \"/nowhere\"\n[accounting]\nenabled = false\n\
+         [[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-3]\"\ndefault = true\n",
+    )
+    .unwrap();
+    let mut c = Controller::new(cfg).unwrap();
+    c.register(reg("worker-0", 4), 0).unwrap();
+    let mut spec = batch("#!/bin/sh\necho a big script\n");
+    spec.env = vec![("HOME".into(), "/home/alice".into())];
+    let id = c.submit(ALICE, spec, 1).unwrap();
+    let changes = c.take_changes();
+    let (pid, bytes) = changes.payloads[0].clone();
+    assert_eq!(pid, id.0);
+    let p: crate::ctld::store::Payload =
+        bincode::serde::decode_from_slice(&bytes.unwrap(), bincode::config::standard())
+            .unwrap()
+            .0;
+    assert_eq!(p.env, [("HOME".to_string(), "/home/alice".to_string())]);
+    assert_eq!(p.script.as_deref(), Some("#!/bin/sh\necho a big script\n"));
+    let j = c.jobs.get(&id).unwrap();
+    assert!(j.spec.env.is_empty());
+    assert!(matches!(&j.spec.kind, JobKind::Batch { script, .. } if script.is_empty()));
+    // The launch carries no payload: the server fills it from the store.
+    c.schedule(2);
+    let l = launches(&mut c);
+    assert!(l[0].1.env.is_empty());
+    let exit = ExitStatus::default();
+    c.agent_message(
+        "worker-0",
+        AgentMsg::StepExited {
+            job: r0(id),
+            step: StepId::BATCH,
+            exit,
+            oom: false,
+        },
+        3,
+    );
+    c.agent_message(
+        "worker-0",
+        AgentMsg::JobCleaned {
+            job: r0(id),
+            usage: None,
+        },
+        3,
+    );
+    let changes = c.take_changes();
+    assert_eq!(
+        changes.payloads,
+        [(id.0, None)],
+        "deleted once the job ended"
+    );
+}
