@@ -193,6 +193,35 @@ fn benches(c: &mut Criterion) {
         );
     }
 
+    // What the store and accounting cost finished jobs: tiny jobs through
+    // the control plane (agents do not fork them) into a controller that
+    // stores and accounts them, one that stores them only, and one that
+    // keeps them in memory.
+    let tiny_rate = |durable, extra: &str| {
+        let e = Env::start(Opts {
+            nodes: 4,
+            gpus: 8,
+            no_exec: true,
+            durable,
+            extra_config: extra.to_string(),
+            ..Opts::default()
+        });
+        let n = 3_000;
+        let t0 = Instant::now();
+        submit_all(&rt, &e, n, 1, false);
+        while active(&rt, &e) > 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        n as f64 / t0.elapsed().as_secs_f64()
+    };
+    let accounted = tiny_rate(true, "");
+    let stored = tiny_rate(true, "\n[accounting]\nenabled = false\n");
+    let memory = tiny_rate(false, "");
+    println!(
+        "tiny jobs end to end (no exec): {accounted:.0}/s stored and accounted (SQLite), \
+         {stored:.0}/s stored only, {memory:.0}/s in memory"
+    );
+
     // Controller memory with 10,000 pending jobs.
     let pid = env.cluster.ctld_pid().expect("ctld pid");
     let before = rss_kib(pid);
