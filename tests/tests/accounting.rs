@@ -330,6 +330,14 @@ fn sacct_reports_what_ran_with_steps_states_and_exit_codes() {
         err.trim(),
         "sacct: error: Invalid field requested: \"Bogus\""
     );
+    // A query too large for the database's bound values: one line.
+    let many: Vec<String> = (1..=10_001).map(|i| i.to_string()).collect();
+    let (code, _, err) = env.run(&["sacct", "-j", &many.join(",")]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err.trim(),
+        "sacct: error: Too many jobs, users and states in one query (at most 10000)"
+    );
 }
 
 #[test]

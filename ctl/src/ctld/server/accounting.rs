@@ -26,6 +26,10 @@ use crate::ctld::config::AcctConfig;
 /// Records written per database transaction.
 const WRITE_BATCH: usize = 500;
 
+/// The most ids, users and states one query may name: each is a bound
+/// value in its SQL, and databases cap those (SQLite at 32,766).
+pub const ACCT_MAX_ENTRIES: usize = 10_000;
+
 /// How long a query or a connection attempt waits for the database.
 const DB_PATIENCE: Duration = Duration::from_secs(5);
 
@@ -172,6 +176,14 @@ impl Server {
         };
         q.ids.sort_unstable();
         q.ids.dedup();
+        q.users.sort_unstable();
+        q.users.dedup();
+        q.states.dedup();
+        if q.ids.len() + q.users.len() + q.states.len() > ACCT_MAX_ENTRIES {
+            return Response::Error(format!(
+                "Too many jobs, users and states in one query (at most {ACCT_MAX_ENTRIES})"
+            ));
+        }
         let users = self.ctl.lock().acct_users(&q, who);
         let from_db = async {
             let db = acct.db().await?;
