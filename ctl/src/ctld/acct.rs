@@ -26,6 +26,10 @@ pub(super) struct StepTrack {
     pub exit: ExitStatus,
 }
 
+/// Steps of one run accounted one by one; later ones are not (a loop of
+/// a million `srun`s must not grow the job's record without bound).
+pub const MAX_STEPS: usize = 1024;
+
 /// The name sacct shows for a step: `batch`, or the program's file name.
 pub(super) fn step_name(argv: &[String]) -> String {
     argv.first()
@@ -66,6 +70,9 @@ impl JobRecord {
         tasks: u32,
         now: u64,
     ) {
+        if self.steps.len() >= MAX_STEPS {
+            return;
+        }
         let on: Vec<String> = self
             .alloc
             .iter()

@@ -1176,3 +1176,28 @@ fn with_a_store_scripts_and_environments_leave_memory_until_the_job_ends() {
         "deleted once the job ended"
     );
 }
+
+#[test]
+fn a_run_accounts_at_most_max_steps_steps() {
+    let mut c = accounted_cluster(1);
+    let id = c.submit(ALICE, batch("x"), 1).unwrap();
+    c.schedule(1);
+    let _ = launches(&mut c);
+    for _ in 0..super::acct::MAX_STEPS + 5 {
+        let step = StepSpec {
+            job: id,
+            nodes: None,
+            ntasks: Some(1),
+            argv: vec!["true".into()],
+            work_dir: "/tmp".into(),
+            env: vec![],
+            io: StepIo {
+                addr: "127.0.0.1:9".parse().unwrap(),
+                cert_sha256: [0; 32],
+                secret: [1; 32],
+            },
+        };
+        c.submit_step(ALICE, step, 2).unwrap();
+    }
+    assert_eq!(c.jobs.get(&id).unwrap().steps.len(), super::acct::MAX_STEPS);
+}
