@@ -21,11 +21,23 @@ fn a_killed_controller_comes_back_with_every_job_and_keeps_the_running_ones() {
     let long = env.sbatch(
         &["-N2", "-o", "long.out"],
         &format!(
-            "#!/bin/sh\necho started >> {}\nsrun -l sh -c 'sleep 4; echo $SLURM_NODEID'\nexit 3\n",
+            "#!/bin/sh\necho started >> {}\nsrun -l sh -c 'touch {}.$SLURM_NODEID; sleep 4; echo $SLURM_NODEID'\nexit 3\n",
+            marker.display(),
             marker.display()
         ),
     );
     env.wait_state(long, &["RUNNING"], 10);
+    // The step runs on both nodes before the controller dies. (A step
+    // whose launch is still on its way when ctld dies is lost: a known
+    // gap, see the note.)
+    let t0 = std::time::Instant::now();
+    while !(0..2).all(|n| env.work.join(format!("runs.{n}")).exists()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the step did not start on both nodes"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let queued = env.sbatch(
         &["-N2", "--exclusive", "-o", "/dev/null"],
         "#!/bin/sh\ntrue\n",
