@@ -320,13 +320,23 @@ impl Controller {
     /// running ones (which accounting has no record of yet) and finished
     /// ones still shown by squeue.
     pub fn acct_live(&self, q: &AcctQuery, users: &[u32], now: u64) -> Vec<AcctJob> {
+        // In id order from the page's start; the cheap filters come before
+        // a record is built, and no more than a page is built (this runs
+        // under the controller's lock).
+        let from = JobId(q.after.0.saturating_add(1));
         let candidates: Box<dyn Iterator<Item = &JobRecord>> = if q.ids.is_empty() {
-            Box::new(self.jobs.values())
+            Box::new(self.jobs.range(from..).map(|(_, j)| j))
         } else {
-            Box::new(q.ids.iter().filter_map(|id| self.jobs.get(id)))
+            Box::new(
+                q.ids
+                    .iter()
+                    .filter(|id| **id >= from)
+                    .filter_map(|id| self.jobs.get(id)),
+            )
         };
         candidates
             .filter(|j| users.is_empty() || users.contains(&j.user.uid))
+            .filter(|j| q.states.is_empty() || q.states.contains(&j.state))
             .map(|j| {
                 let mut a = j.acct(now);
                 if j.state == JobState::Pending {
@@ -335,6 +345,7 @@ impl Controller {
                 a
             })
             .filter(|a| matches(q, users, a))
+            .take(corral_proto::msg::ACCT_PER_PAGE + 1)
             .collect()
     }
 }
