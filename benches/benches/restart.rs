@@ -29,6 +29,8 @@ fn register_all(ctl: &mut Controller, now: u64) {
             features: Vec::new(),
             credential_key: vec![7; 32],
             running: Vec::new(),
+            launched: Vec::new(),
+            instance: 1,
             agent_version: "bench".into(),
         };
         ctl.register(reg, now).expect("register");

@@ -131,7 +131,11 @@ pub struct Agent {
     key: Vec<u8>,
     pub(crate) endpoint: quinn::Endpoint,
     client: quinn::ClientConfig,
-    pub(crate) conn: watch::Sender<Option<quinn::Connection>>,
+    /// The connection to ctld now, numbered (quinn's `stable_id` is an
+    /// address, which a new connection may reuse).
+    pub(crate) conn: watch::Sender<Option<(u64, quinn::Connection)>>,
+    /// Connections made so far.
+    sessions: std::sync::atomic::AtomicU64,
     up: mpsc::UnboundedSender<AgentMsg>,
     up_rx: Mutex<Option<mpsc::UnboundedReceiver<AgentMsg>>>,
     /// Held while signalling, so a signalled group is one it lists.
@@ -149,6 +153,8 @@ pub struct Agent {
     /// What the node reported about its jobs lately, sent again on each
     /// new connection (see [`Recent`]).
     recent: Mutex<Recent>,
+    /// Drawn at start: ctld tells a restarted agent from a reconnected one.
+    instance: u64,
 }
 
 /// The job outcomes (step exits, clean-ups) written to ctld lately. A
@@ -241,6 +247,7 @@ impl Agent {
             endpoint,
             client,
             conn: watch::channel(None).0,
+            sessions: std::sync::atomic::AtomicU64::new(0),
             up,
             up_rx: Mutex::new(Some(up_rx)),
             procs: Mutex::new(ProcTable::default()),
@@ -250,6 +257,7 @@ impl Agent {
             health_cfg: watch::channel(None).0,
             checks: Mutex::new(CheckResults::default()),
             recent: Mutex::new(Recent::default()),
+            instance: corral_proto::cred::random_u64()?,
         }))
     }
 
@@ -274,6 +282,13 @@ impl Agent {
     }
 
     fn registration(&self) -> Registration {
+        // One look at the table: what runs and what it was sent agree.
+        let (running, launched) = {
+            let procs = self.procs.lock();
+            let mut running = procs.running();
+            running.sort_unstable();
+            (running, procs.launched())
+        };
         Registration {
             name: self.cfg.name.clone(),
             cpus: self.cfg.resources.cpus,
@@ -281,7 +296,9 @@ impl Agent {
             gpus: self.cfg.gpus.clone(),
             features: self.cfg.features.clone(),
             credential_key: self.key.clone(),
-            running: self.running(),
+            running,
+            launched,
+            instance: self.instance,
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -322,7 +339,10 @@ impl Agent {
                 }
                 Ok(()) => {}
             }
-            self.conn.send_replace(None);
+            // A session that registered starts the waits afresh.
+            if self.conn.send_replace(None).is_some() {
+                backoff = Duration::from_millis(100);
+            }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(2));
         }
@@ -352,7 +372,10 @@ impl Agent {
             _ => return Err(AgentError::Closed),
         };
         tracing::info!(ctld = %self.cfg.ctld, "registered");
-        self.conn.send_replace(Some(conn.clone()));
+        let n = self
+            .sessions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.conn.send_replace(Some((n, conn.clone())));
         let me = self.clone();
         let mut reader = tokio::spawn(async move {
             loop {
@@ -418,10 +441,17 @@ impl Agent {
                 // Terminate right behind the Launch must find it (or the
                 // task would start after this node reported the job clean).
                 let (job, step) = (l.job_run(), l.step);
-                if !self.begin_step(job, step) {
-                    let why = error_chain(&StepError::Ending);
-                    self.end_step(job, step, Err(why));
-                    return;
+                match self.begin_step(job, step) {
+                    StepStart::Go { .. } => {}
+                    StepStart::Again => {
+                        tracing::debug!(job = %job.job, %step, "launch sent again; already here");
+                        return;
+                    }
+                    StepStart::Refused => {
+                        let why = error_chain(&StepError::Ending);
+                        self.end_step(job, step, Err(why));
+                        return;
+                    }
                 }
                 let me = self.clone();
                 tokio::spawn(async move { me.launch(l).await });
@@ -498,20 +528,18 @@ impl Agent {
         }
     }
 
-    /// Registers a step of a run; false if the run is being ended or a
-    /// newer run of the job is here. A newer run replaces an older one,
-    /// whose processes are killed.
-    fn begin_step(&self, job: JobRun, step: StepId) -> bool {
+    /// Registers a step of a run, unless the run is being ended or a
+    /// newer run of the job is here, or the step was launched here before.
+    /// A newer run replaces an older one, whose processes are killed.
+    fn begin_step(&self, job: JobRun, step: StepId) -> StepStart {
         let mut procs = self.procs.lock();
-        match procs.begin_step(job, step) {
-            StepStart::Go { replaced } => {
-                for g in replaced {
-                    signal_group(g, Signal::SIGKILL);
-                }
-                true
+        let start = procs.begin_step(job, step);
+        if let StepStart::Go { replaced } = &start {
+            for &g in replaced {
+                signal_group(g, Signal::SIGKILL);
             }
-            StepStart::Refused => false,
         }
+        start
     }
 
     fn end_step(
@@ -837,9 +865,10 @@ impl Agent {
         let deadline = tokio::time::Instant::now() + RELAY_TIMEOUT;
         // A request that may be repeated safely is sent again over the
         // agent's next connection when ctld went away under it (a restart);
-        // a submission is not (ctld may have stored it before it died).
+        // a submission is not (ctld may have stored it before it died). A
+        // step is: ctld knows a step it stored by its srun's secret.
         let repeatable = !matches!(request, Request::Submit(_));
-        let mut failed_on: Option<usize> = None;
+        let mut failed_on: Option<u64> = None;
         loop {
             // While ctld is away (restarting), wait for the agent to
             // reconnect, as Slurm's commands retry, rather than fail at once.
@@ -847,7 +876,7 @@ impl Agent {
             let next = tokio::time::timeout_at(deadline, async {
                 loop {
                     let current = rx.borrow_and_update().clone();
-                    if let Some(c) = current.filter(|c| Some(c.stable_id()) != failed_on) {
+                    if let Some(c) = current.filter(|(n, _)| Some(*n) != failed_on) {
                         return Some(c);
                     }
                     if rx.changed().await.is_err() {
@@ -855,7 +884,7 @@ impl Agent {
                     }
                 }
             });
-            let Ok(Some(conn)) = next.await else {
+            let Ok(Some((n, conn))) = next.await else {
                 return unreachable();
             };
             let token = match self.minter.mint(who, now_ms()) {
@@ -876,7 +905,7 @@ impl Agent {
             // MessageTimeout does.
             match tokio::time::timeout_at(deadline, exchange).await {
                 Ok(Some(resp)) => return resp,
-                Ok(None) if repeatable => failed_on = Some(conn.stable_id()),
+                Ok(None) if repeatable => failed_on = Some(n),
                 _ => return unreachable(),
             }
         }

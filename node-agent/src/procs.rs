@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use corral_proto::msg::{ExitStatus, JobId, JobRun, StepId};
+use corral_proto::msg::{ExitStatus, JobId, JobRun, Launched, StepId};
 use nix::sys::signal::Signal;
 
 /// This node's processes of one job, of its latest run here.
@@ -24,6 +24,10 @@ struct JobProcs {
     steps: HashMap<StepId, Vec<u32>>,
     /// ctld asked to end the run: no new steps start.
     terminating: bool,
+    /// The batch step was launched here.
+    batch: bool,
+    /// One more than the highest numbered step launched here.
+    next: u32,
 }
 
 impl JobProcs {
@@ -37,6 +41,24 @@ impl JobProcs {
     fn groups(&self) -> Vec<u32> {
         self.steps.values().flatten().copied().collect()
     }
+
+    /// Whether `step` was launched here before (ctld sends a launch again
+    /// when it cannot know it arrived).
+    fn launched(&self, step: StepId) -> bool {
+        if step == StepId::BATCH {
+            self.batch
+        } else {
+            step.0 < self.next
+        }
+    }
+
+    fn mark_launched(&mut self, step: StepId) {
+        if step == StepId::BATCH {
+            self.batch = true;
+        } else {
+            self.next = self.next.max(step.0.saturating_add(1));
+        }
+    }
 }
 
 /// Whether a step may start.
@@ -47,6 +69,9 @@ pub enum StepStart {
     Go { replaced: Vec<u32> },
     /// The run is ending, or a newer run of the job is here.
     Refused,
+    /// The step was launched here already: this launch is a copy, sent
+    /// again by a controller that could not know the first arrived.
+    Again,
 }
 
 /// What [`ProcTable::terminate`] found.
@@ -79,6 +104,21 @@ impl ProcTable {
             .collect()
     }
 
+    /// The steps each run here was sent (for registration).
+    pub fn launched(&self) -> Vec<Launched> {
+        let mut v: Vec<Launched> = self
+            .jobs
+            .iter()
+            .map(|(&job, j)| Launched {
+                run: JobRun { job, run: j.run },
+                batch: j.batch,
+                next: j.next,
+            })
+            .collect();
+        v.sort_unstable_by_key(|l| l.run);
+        v
+    }
+
     /// A step of a run is about to start.
     pub fn begin_step(&mut self, job: JobRun, step: StepId) -> StepStart {
         let j = self
@@ -89,7 +129,14 @@ impl ProcTable {
         if j.run < job.run {
             kill = std::mem::replace(j, JobProcs::new(job.run)).groups();
         }
-        if j.terminating || j.run != job.run {
+        if j.run != job.run {
+            return StepStart::Refused;
+        }
+        if j.launched(step) {
+            return StepStart::Again;
+        }
+        j.mark_launched(step);
+        if j.terminating {
             return StepStart::Refused;
         }
         j.steps.entry(step).or_default();
@@ -140,6 +187,10 @@ impl ProcTable {
         let Some(j) = self.jobs.get_mut(&job.job).filter(|j| j.run <= job.run) else {
             return Termination::Clean;
         };
+        if j.run < job.run {
+            // The newer run was launched nothing here.
+            (j.batch, j.next) = (false, 0);
+        }
         j.run = job.run;
         j.terminating = true;
         if j.steps.is_empty() {
@@ -285,5 +336,48 @@ mod tests {
         assert_eq!(t.running(), [run(2, 1)]);
         assert!(t.end_step(run(2, 1), StepId(0)));
         assert!(t.running().is_empty());
+    }
+
+    #[test]
+    fn a_launch_sent_again_is_not_run_twice_and_registration_says_what_arrived() {
+        let mut t = ProcTable::default();
+        let go = StepStart::Go { replaced: vec![] };
+        assert_eq!(t.begin_step(run(1, 0), StepId::BATCH), go);
+        assert_eq!(t.begin_step(run(1, 0), StepId(0)), go);
+        assert_eq!(t.begin_step(run(1, 0), StepId(2)), go);
+        // Copies: running, ended, or skipped over (a step before the
+        // highest was sent before it, on the same ordered stream).
+        assert_eq!(t.begin_step(run(1, 0), StepId::BATCH), StepStart::Again);
+        assert!(!t.end_step(run(1, 0), StepId(0)));
+        assert_eq!(t.begin_step(run(1, 0), StepId(0)), StepStart::Again);
+        assert_eq!(t.begin_step(run(1, 0), StepId(1)), StepStart::Again);
+        assert_eq!(t.begin_step(run(1, 0), StepId(3)), go);
+        t.begin_step(run(2, 4), StepId(0));
+        let l = t.launched();
+        assert_eq!(
+            l,
+            [
+                Launched {
+                    run: run(1, 0),
+                    batch: true,
+                    next: 4
+                },
+                Launched {
+                    run: run(2, 4),
+                    batch: false,
+                    next: 1
+                }
+            ]
+        );
+        assert!(l[0].has(StepId(3)) && !l[0].has(StepId(4)) && l[0].has(StepId::BATCH));
+        assert!(!l[1].has(StepId::BATCH));
+        // A newer run starts with nothing launched.
+        assert_eq!(t.begin_step(run(1, 1), StepId(0)), go);
+        assert_eq!(t.launched()[0].next, 1);
+        assert!(!t.launched()[0].batch);
+        // Terminated: a new step is refused, and its copy ignored.
+        t.terminate(run(2, 4));
+        assert_eq!(t.begin_step(run(2, 4), StepId(1)), StepStart::Refused);
+        assert_eq!(t.begin_step(run(2, 4), StepId(1)), StepStart::Again);
     }
 }

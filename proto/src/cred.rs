@@ -76,6 +76,15 @@ pub struct Minter {
     rng: SystemRandom,
 }
 
+/// A random number from the system's generator (an agent's instance).
+pub fn random_u64() -> Result<u64, CredError> {
+    let mut b = [0u8; 8];
+    SystemRandom::new()
+        .fill(&mut b)
+        .map_err(|_| CredError::Random)?;
+    Ok(u64::from_le_bytes(b))
+}
+
 impl Minter {
     /// A fresh random key; returns the minter and the key bytes to register.
     pub fn generate(node: impl Into<String>, ttl_ms: u64) -> Result<(Minter, Vec<u8>), CredError> {

@@ -59,7 +59,36 @@ pub struct Registration {
     pub credential_key: Vec<u8>,
     /// Jobs the agent still runs (after a reconnect), with their runs.
     pub running: Vec<JobRun>,
+    /// The steps of those runs the agent was sent: a launch that did not
+    /// arrive (lost with a connection or a controller) is sent again.
+    pub launched: Vec<Launched>,
+    /// Drawn at random when the agent starts: a node that registers again
+    /// with another one restarted, and its jobs' processes died with it.
+    pub instance: u64,
     pub agent_version: String,
+}
+
+/// The steps of one run a node was sent. Launches reach a node in the
+/// order ctld sent them, so a node that has step `n` has every step ctld
+/// sent it before; it runs none twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launched {
+    pub run: JobRun,
+    /// The batch script's step.
+    pub batch: bool,
+    /// One more than the highest numbered step (0 when none).
+    pub next: u32,
+}
+
+impl Launched {
+    /// Whether the node was sent `step` of this run.
+    pub fn has(&self, step: StepId) -> bool {
+        if step == StepId::BATCH {
+            self.batch
+        } else {
+            step.0 < self.next
+        }
+    }
 }
 
 /// One GPU of a node.

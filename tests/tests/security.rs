@@ -160,6 +160,8 @@ fn forged_expired_and_replayed_credentials_are_refused() {
             features: vec![],
             credential_key: key,
             running: vec![],
+            launched: Vec::new(),
+            instance: 1,
             agent_version: "test".into(),
         };
         let (mut send, mut recv) = conn.open_bi().await.unwrap();

@@ -264,13 +264,12 @@ impl Controller {
     }
 
     /// Runs `name` listed when it registered, checked against restored
-    /// jobs: a restored running job whose first step it should be running
-    /// (a batch script's node; every node of an srun job) but does not
-    /// list either ended while the controller was away (its agent is
-    /// about to say so) or died with its agent; if nothing is heard of it
-    /// by the end of the recovery window, it is lost. The other nodes of a
-    /// batch job run nothing until the script starts a step.
-    pub(super) fn runs_on_return(&mut self, name: &str, running: &HashSet<JobRun>) {
+    /// jobs. A restored running job placed there by another agent than
+    /// this one died with that agent (it restarted): it is lost at the end
+    /// of the recovery window unless heard of. One placed by this agent
+    /// whose first step the agent was sent is in its list; one whose
+    /// launch never arrived gets it again ([`Controller::send_missed_launches`]).
+    pub(super) fn runs_on_return(&mut self, name: &str, instance: u64, running: &HashSet<JobRun>) {
         let missing: Vec<JobId> = self
             .adopting
             .iter()
@@ -278,8 +277,10 @@ impl Controller {
             .filter(|id| {
                 self.jobs.get(id).is_some_and(|j| {
                     j.state == JobState::Running
-                        && j.primary_left.contains(name)
                         && !running.contains(&j.run())
+                        && j.alloc
+                            .iter()
+                            .any(|(n, a)| n == name && a.agent != instance)
                 })
             })
             .collect();

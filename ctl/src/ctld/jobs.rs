@@ -87,6 +87,7 @@ impl Controller {
             return;
         }
         j.step_part_exited(step, node, exit, now);
+        j.open_step_ended(step, node);
         if j.state != JobState::Running || step != j.primary_step() {
             return;
         }
@@ -117,6 +118,7 @@ impl Controller {
         };
         j.state = JobState::Completing;
         j.end = Some(now);
+        j.open_steps.clear();
         j.cleaning = j.alloc.iter().map(|(n, _)| n.clone()).collect();
         let run = j.run();
         for (n, _) in &j.alloc {
@@ -314,6 +316,7 @@ impl Controller {
                 cancelled_by: None,
                 accounted: false,
                 payload_stored: false,
+                open_steps: Vec::new(),
                 bytes,
             },
         );

@@ -1,12 +1,14 @@
 //! The `Launch` messages that start a batch job, an srun job's first
-//! step, or a later step inside an allocation.
+//! step, or a later step inside an allocation, and the same launches
+//! again for a node that registers without having received them (lost
+//! with a connection, or in a controller's send buffers when it died).
 
 use super::wire::wire_id;
 use super::{natural, Controller, CtldError, JobRecord, Refusal, StoredAlloc};
 
 use corral_proto::msg::{
-    CtldMsg, ExitStatus, GpuAsk, Ident, JobId, JobKind, JobState, Launch, LaunchKind, StepId,
-    StepSpec,
+    CtldMsg, ExitStatus, GpuAsk, Ident, JobId, JobKind, JobState, Launch, LaunchKind, Launched,
+    StepId, StepIo, StepSpec,
 };
 use scheduler_core::StartDecision;
 
@@ -17,7 +19,7 @@ struct StepPlan<'a> {
     job: &'a JobRecord,
     step: StepId,
     work_dir: &'a str,
-    env: &'a [(String, String)],
+    env: std::borrow::Cow<'a, [(String, String)]>,
     /// `SLURM_NTASKS` and `SLURM_NNODES` as the step's tasks see them.
     ntasks: u32,
     step_nodes: u32,
@@ -27,7 +29,8 @@ struct StepPlan<'a> {
 }
 
 impl StepPlan<'_> {
-    fn launches(self) -> Vec<(String, Launch)> {
+    /// The launches for the step's nodes (`only`: for that one alone).
+    fn launches(self, only: Option<&str>) -> Vec<(String, Launch)> {
         let j = self.job;
         let job_nodes: Vec<String> = j.alloc.iter().map(|(n, _)| n.clone()).collect();
         let gpus_per_task = match j.spec.gpus {
@@ -38,6 +41,10 @@ impl StepPlan<'_> {
         let mut first_task = 0;
         let mut out = Vec::with_capacity(self.tasks.len());
         for (i, ((node, a), &here)) in j.alloc.iter().zip(&self.tasks).enumerate() {
+            if only.is_some_and(|o| o != node) {
+                first_task += here;
+                continue;
+            }
             let launch = Launch {
                 job: j.id,
                 run: j.restarts,
@@ -69,12 +76,141 @@ impl StepPlan<'_> {
     }
 }
 
+/// A later step (srun inside an allocation) of the current run that
+/// has not ended on all its nodes: what builds its launches again.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(super) struct OpenStep {
+    pub step: StepId,
+    /// Nodes whose part has not ended.
+    pub left: Vec<String>,
+    nodes: u32,
+    ntasks: u32,
+    work_dir: String,
+    /// The step's own environment (the job's is under it).
+    env: Vec<(String, String)>,
+    argv: Vec<String>,
+    io: StepIo,
+}
+
+/// The most open steps a run keeps for sending again; a run with more
+/// at once (rare: each is an srun) still runs them, without that cover.
+const MAX_OPEN_STEPS: usize = 1024;
+
+impl JobRecord {
+    /// The job's first step: its batch script, or srun's command.
+    fn primary_plan(&self) -> StepPlan<'_> {
+        let ntasks: u32 = self.alloc.iter().map(|(_, a)| a.tasks).sum();
+        let step_nodes = self.alloc.len() as u32;
+        let (step, tasks, what) = match &self.spec.kind {
+            JobKind::Batch {
+                script,
+                args,
+                stdout,
+                stderr,
+            } => (
+                StepId::BATCH,
+                vec![1],
+                LaunchKind::Batch {
+                    script: script.clone(),
+                    args: args.clone(),
+                    stdout: stdout.clone().unwrap_or_else(|| "slurm-%j.out".into()),
+                    stderr: stderr.clone(),
+                },
+            ),
+            JobKind::Interactive { argv, io } => (
+                StepId(0),
+                self.alloc.iter().map(|(_, a)| a.tasks).collect(),
+                LaunchKind::Step {
+                    argv: argv.clone(),
+                    io: *io,
+                },
+            ),
+        };
+        StepPlan {
+            job: self,
+            step,
+            work_dir: &self.spec.work_dir,
+            env: std::borrow::Cow::Borrowed(&self.spec.env),
+            ntasks,
+            step_nodes,
+            tasks,
+            what,
+        }
+    }
+
+    /// A later step's launches.
+    fn step_plan<'a>(&'a self, s: &'a OpenStep) -> StepPlan<'a> {
+        let mut env = self.spec.env.clone();
+        // The step's own environment wins over the job's.
+        for (k, v) in &s.env {
+            env.retain(|(key, _)| key != k);
+            env.push((k.clone(), v.clone()));
+        }
+        // Tasks spread evenly, the first nodes taking one more.
+        let (base, extra) = (s.ntasks / s.nodes, s.ntasks % s.nodes);
+        StepPlan {
+            job: self,
+            step: s.step,
+            work_dir: &s.work_dir,
+            env: std::borrow::Cow::Owned(env),
+            ntasks: s.ntasks,
+            step_nodes: s.nodes,
+            tasks: (0..s.nodes).map(|i| base + u32::from(i < extra)).collect(),
+            what: LaunchKind::Step {
+                argv: s.argv.clone(),
+                io: s.io,
+            },
+        }
+    }
+
+    /// `node`'s part of a later step ended: once all have, it is no longer
+    /// open.
+    pub(super) fn open_step_ended(&mut self, step: StepId, node: &str) {
+        if let Some(i) = self.open_steps.iter().position(|s| s.step == step) {
+            let s = &mut self.open_steps[i];
+            s.left.retain(|n| n != node);
+            if s.left.is_empty() {
+                self.open_steps.swap_remove(i);
+            }
+        }
+    }
+
+    /// The launches `node` should have had and, by its word, did not:
+    /// only for a running job, and only from the agent the run started
+    /// on (another one restarted, and the run died with it).
+    fn launches_missed(&self, node: &str, instance: u64, sent: Option<&Launched>) -> Vec<Launch> {
+        if self.state != JobState::Running
+            || !self
+                .alloc
+                .iter()
+                .any(|(n, a)| n == node && a.agent == instance)
+        {
+            return Vec::new();
+        }
+        let has = |step| sent.is_some_and(|l| l.run == self.run() && l.has(step));
+        let mut out = Vec::new();
+        if self.primary_left.contains(node) && !has(self.primary_step()) {
+            out.extend(self.primary_plan().launches(Some(node)));
+        }
+        for s in &self.open_steps {
+            if s.left.iter().any(|n| n == node) && !has(s.step) {
+                out.extend(self.step_plan(s).launches(Some(node)));
+            }
+        }
+        out.into_iter().map(|(_, l)| l).collect()
+    }
+}
+
 impl Controller {
     pub(super) fn start(&mut self, now: u64, d: StartDecision) {
         let mut alloc: Vec<(String, StoredAlloc)> = d
             .nodes
             .into_iter()
-            .map(|a| (self.node_name(a.node), StoredAlloc::of(a)))
+            .map(|a| {
+                let name = self.node_name(a.node);
+                let agent = self.nodes.get(&name).map_or(0, |n| n.reg.instance);
+                (name, StoredAlloc::of(a, agent))
+            })
             .collect();
         // Slurm orders a job's nodes by name: task 0 and the batch script
         // go to the first.
@@ -90,60 +226,35 @@ impl Controller {
         j.kill = None;
         j.failure = None;
         j.steps.clear();
+        j.open_steps.clear();
         match &j.spec.kind {
-            JobKind::Batch { .. } => j.step_started(StepId::BATCH, "batch".into(), 1, 1, now),
+            JobKind::Batch { .. } => {
+                j.step_started(StepId::BATCH, "batch".into(), 1, 1, now);
+                j.primary_left = j.alloc.iter().take(1).map(|(n, _)| n.clone()).collect();
+            }
             JobKind::Interactive { argv, .. } => {
                 let (name, nodes) = (super::acct::step_name(argv), j.alloc.len());
                 let tasks = j.alloc.iter().map(|(_, a)| a.tasks).sum();
                 j.step_started(StepId(0), name, nodes, tasks, now);
-            }
-        }
-        let ntasks: u32 = j.alloc.iter().map(|(_, a)| a.tasks).sum();
-        let step_nodes = j.alloc.len() as u32;
-        let plan = match &j.spec.kind {
-            JobKind::Batch {
-                script,
-                args,
-                stdout,
-                stderr,
-            } => {
-                j.primary_left = j.alloc.iter().take(1).map(|(n, _)| n.clone()).collect();
-                StepPlan {
-                    job: j,
-                    step: StepId::BATCH,
-                    work_dir: &j.spec.work_dir,
-                    env: &j.spec.env,
-                    ntasks,
-                    step_nodes,
-                    tasks: vec![1],
-                    what: LaunchKind::Batch {
-                        script: script.clone(),
-                        args: args.clone(),
-                        stdout: stdout.clone().unwrap_or_else(|| "slurm-%j.out".into()),
-                        stderr: stderr.clone(),
-                    },
-                }
-            }
-            JobKind::Interactive { argv, io } => {
                 j.primary_left = j.alloc.iter().map(|(n, _)| n.clone()).collect();
                 j.next_step = 1;
-                StepPlan {
-                    job: j,
-                    step: StepId(0),
-                    work_dir: &j.spec.work_dir,
-                    env: &j.spec.env,
-                    ntasks,
-                    step_nodes,
-                    tasks: j.alloc.iter().map(|(_, a)| a.tasks).collect(),
-                    what: LaunchKind::Step {
-                        argv: argv.clone(),
-                        io: *io,
-                    },
-                }
             }
-        };
-        for (node, l) in plan.launches() {
+        }
+        for (node, l) in j.primary_plan().launches(None) {
             self.outbox.push((node, CtldMsg::Launch(l)));
+        }
+    }
+
+    /// A node registered saying which launches it was sent: the ones of
+    /// running jobs it should have had and did not are sent again.
+    pub(super) fn send_missed_launches(&mut self, node: &str, instance: u64, sent: &[Launched]) {
+        let sent: std::collections::HashMap<JobId, &Launched> =
+            sent.iter().map(|l| (l.run.job, l)).collect();
+        for j in self.jobs.values() {
+            for l in j.launches_missed(node, instance, sent.get(&j.id).copied()) {
+                tracing::info!(job = %j.id, step = %l.step, node, "launch sent again");
+                self.outbox.push((node.to_string(), CtldMsg::Launch(l)));
+            }
         }
     }
 
@@ -164,6 +275,12 @@ impl Controller {
         }
         if j.state != JobState::Running {
             return Err(CtldError::NotRunning(s.job));
+        }
+        // The same srun asking again (its answer was lost with a
+        // controller that died after storing the step): the same step.
+        // Each srun draws its own secret.
+        if let Some(o) = j.open_steps.iter().find(|o| o.io.secret == s.io.secret) {
+            return Ok((s.job, o.step));
         }
         let all = j.alloc.len() as u32;
         let nodes = s.nodes.unwrap_or(all);
@@ -189,28 +306,26 @@ impl Controller {
             ntasks,
             now,
         );
-        let mut env = j.spec.env.clone();
-        // The step's own environment wins over the job's.
-        for (k, v) in s.env {
-            env.retain(|(key, _)| *key != k);
-            env.push((k, v));
-        }
-        // Tasks spread evenly, the first nodes taking one more.
-        let (base, extra) = (ntasks / nodes, ntasks % nodes);
-        let plan = StepPlan {
-            job: j,
+        let open = OpenStep {
             step,
-            work_dir: &s.work_dir,
-            env: &env,
+            left: j
+                .alloc
+                .iter()
+                .take(nodes as usize)
+                .map(|(n, _)| n.clone())
+                .collect(),
+            nodes,
             ntasks,
-            step_nodes: nodes,
-            tasks: (0..nodes).map(|i| base + u32::from(i < extra)).collect(),
-            what: LaunchKind::Step {
-                argv: s.argv.clone(),
-                io: s.io,
-            },
+            work_dir: s.work_dir,
+            env: s.env,
+            argv: s.argv,
+            io: s.io,
         };
-        for (node, l) in plan.launches() {
+        let launches = j.step_plan(&open).launches(None);
+        if j.open_steps.len() < MAX_OPEN_STEPS {
+            j.open_steps.push(open);
+        }
+        for (node, l) in launches {
             self.outbox.push((node, CtldMsg::Launch(l)));
         }
         Ok((s.job, step))

@@ -69,15 +69,19 @@ struct StoredAlloc {
     cpus: Vec<u32>,
     gpus: Vec<u32>,
     memory_mb: u64,
+    /// The node's agent when the run started ([`Registration::instance`]):
+    /// one that registers with another restarted, and the run died there.
+    agent: u64,
 }
 
 impl StoredAlloc {
-    fn of(a: NodeAllocation) -> StoredAlloc {
+    fn of(a: NodeAllocation, agent: u64) -> StoredAlloc {
         StoredAlloc {
             tasks: a.tasks,
             cpus: a.cpus,
             gpus: a.gpus,
             memory_mb: a.memory_mb,
+            agent,
         }
     }
 
@@ -198,6 +202,9 @@ struct JobRecord {
     accounted: bool,
     /// Its script and environment are in the store, not here.
     payload_stored: bool,
+    /// Later steps of the current run still running somewhere, with what
+    /// builds their launches again (for a node that never got one).
+    open_steps: Vec<launch::OpenStep>,
 }
 
 impl JobRecord {
@@ -240,6 +247,7 @@ impl JobRecord {
         self.alloc.clear();
         self.primary_left.clear();
         self.cleaning.clear();
+        self.open_steps.clear();
     }
 
     /// Back to pending for a new run (`--requeue` after a node failure).

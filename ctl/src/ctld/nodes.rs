@@ -31,12 +31,16 @@ impl Controller {
             n.problem = None;
             let was_down = std::mem::replace(&mut n.not_responding, false);
             let name = n.reg.name.clone();
-            // Runs we think are here that the agent no longer has: the
-            // agent restarted and its tasks died with it.
+            let (instance, launched) = (n.reg.instance, std::mem::take(&mut n.reg.launched));
+            // Runs placed here by another agent than this one: the agent
+            // restarted and their tasks died with it. (A run it does not
+            // list may just have nothing here yet: a batch job's other
+            // nodes, or a launch lost with the connection, sent again.)
             let lost_runs = self.jobs.values().any(|j| {
                 j.state == JobState::Running
-                    && j.alloc.iter().any(|(n, _)| *n == name)
-                    && !running.contains(&j.run())
+                    && j.alloc
+                        .iter()
+                        .any(|(n, a)| *n == name && a.agent != instance)
             });
             if !was_down && lost_runs {
                 self.node_lost(now, &name, "Agent restarted");
@@ -45,6 +49,7 @@ impl Controller {
                 }
             }
             self.end_strays(now, &name, &running);
+            self.send_missed_launches(&name, instance, &launched);
             let admin = self.admin_state(&name);
             self.sched
                 .handle_node_admin(now, id, admin)
@@ -58,6 +63,7 @@ impl Controller {
             .map_err(CtldError::Control)?;
         let running: HashSet<JobRun> = reg.running.iter().copied().collect();
         let name = reg.name.clone();
+        let (instance, launched) = (reg.instance, reg.launched.clone());
         let admin = self.restored_admin.remove(&name);
         self.nodes.insert(
             name.clone(),
@@ -80,8 +86,9 @@ impl Controller {
         }
         self.nodes_dirty.insert(name.clone());
         // Runs of restored jobs stay (they are adopted); others end.
-        self.runs_on_return(&name, &running);
+        self.runs_on_return(&name, instance, &running);
         self.end_strays(now, &name, &running);
+        self.send_missed_launches(&name, instance, &launched);
         self.adopt_ready(now);
         self.node_returned(now, &name);
         Ok(())

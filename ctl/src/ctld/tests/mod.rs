@@ -3,6 +3,7 @@
 use super::*;
 
 mod harness;
+mod relaunch;
 mod stories;
 use corral_proto::msg::{
     AgentMsg, CtldMsg, ExitStatus, GpuAsk, GpuInfo, Ident, JobFilter, JobKind, JobReason, JobRun,
@@ -55,6 +56,8 @@ fn reg(name: &str, gpus: u32) -> Registration {
         features: vec![],
         credential_key: vec![7; 32],
         running: vec![],
+        launched: Vec::new(),
+        instance: 1,
         agent_version: "t".into(),
     }
 }
@@ -381,7 +384,13 @@ fn restarted_agent_loses_its_jobs_at_once() {
     let id = c.submit(ALICE, batch("x"), 0).unwrap();
     c.schedule(0);
     launches(&mut c);
-    c.register(reg("worker-0", 4), 3).unwrap();
+    // The same agent again (a connection lost and made again): nothing
+    // lost. Another one: the agent restarted, and the job died with it.
+    c.register(reg("worker-0", 4), 2).unwrap();
+    assert_eq!(state(&c, id), JobState::Running);
+    let mut again = reg("worker-0", 4);
+    again.instance = 2;
+    c.register(again, 3).unwrap();
     assert_eq!(state(&c, id), JobState::NodeFail);
     assert_eq!(node_state(&c.node_views()[0]), "idle");
 }
@@ -1183,7 +1192,9 @@ fn a_run_accounts_at_most_max_steps_steps() {
     let id = c.submit(ALICE, batch("x"), 1).unwrap();
     c.schedule(1);
     let _ = launches(&mut c);
-    for _ in 0..super::acct::MAX_STEPS + 5 {
+    for i in 0..super::acct::MAX_STEPS + 5 {
+        let mut secret = [1; 32];
+        secret[..8].copy_from_slice(&(i as u64).to_le_bytes());
         let step = StepSpec {
             job: id,
             nodes: None,
@@ -1194,10 +1205,13 @@ fn a_run_accounts_at_most_max_steps_steps() {
             io: StepIo {
                 addr: "127.0.0.1:9".parse().unwrap(),
                 cert_sha256: [0; 32],
-                secret: [1; 32],
+                secret,
             },
         };
         c.submit_step(ALICE, step, 2).unwrap();
     }
-    assert_eq!(c.jobs.get(&id).unwrap().steps.len(), super::acct::MAX_STEPS);
+    let j = c.jobs.get(&id).unwrap();
+    assert_eq!(j.steps.len(), super::acct::MAX_STEPS);
+    // What builds launches again is bounded the same way.
+    assert_eq!(j.open_steps.len(), 1024);
 }

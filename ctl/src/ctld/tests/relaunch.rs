@@ -1,0 +1,210 @@
+//! Launches that never reached their node (lost with a connection, or in
+//! a controller's send buffers when it died) are sent again when the node
+//! registers, and only those: an agent says which it was sent.
+
+use super::*;
+use corral_proto::msg::{LaunchKind, Launched};
+
+const IO: StepIo = StepIo {
+    addr: std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::LOCALHOST,
+        9,
+    )),
+    cert_sha256: [0; 32],
+    secret: [1; 32],
+};
+
+/// A step from its own srun (`argv` makes its secret).
+fn step(job: JobId, nodes: u32, argv: &str) -> StepSpec {
+    let mut io = IO;
+    io.secret[..argv.len().min(32)].copy_from_slice(&argv.as_bytes()[..argv.len().min(32)]);
+    StepSpec {
+        job,
+        nodes: Some(nodes),
+        ntasks: None,
+        argv: vec![argv.into()],
+        work_dir: "/work".into(),
+        env: vec![("STEP_ONLY".into(), "1".into())],
+        io,
+    }
+}
+
+/// A controller that died and started again from what the first stored
+/// (everything it acknowledged), its outbox lost with it.
+fn restarted(c: &mut Controller, now: u64) -> Controller {
+    let changes = c.take_changes();
+    let loaded = store::Loaded {
+        jobs: changes.jobs.into_iter().filter_map(|(_, r)| r).collect(),
+        nodes: changes
+            .nodes
+            .into_iter()
+            .filter_map(|(n, r)| r.map(|r| (n, r)))
+            .collect(),
+        next_job: changes.next_job,
+    };
+    let mut c2 = Controller::new(config()).unwrap();
+    c2.restore(loaded, now).unwrap();
+    c2
+}
+
+fn registered(
+    name: &str,
+    instance: u64,
+    running: &[JobRun],
+    launched: &[Launched],
+) -> Registration {
+    let mut r = reg(name, 4);
+    r.instance = instance;
+    r.running = running.to_vec();
+    r.launched = launched.to_vec();
+    r
+}
+
+/// What a launch says, for comparing one with its copy.
+fn said(l: &[(String, Launch)]) -> Vec<String> {
+    let mut v: Vec<String> = l.iter().map(|(n, l)| format!("{n} {l:?}")).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_step_whose_launches_died_with_the_controller_is_sent_again_once() {
+    let mut c = cluster(2);
+    let mut spec = batch("#!/bin/sh\nsrun hostname\n");
+    spec.nodes = Some(2);
+    spec.env = vec![("JOB_ENV".into(), "x".into())];
+    let id = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    let first = launches(&mut c);
+    assert_eq!(first.len(), 1, "the batch script, on the first node");
+    let run = r0(id);
+    // Step 0 on both nodes, step 1 on the first only: acknowledged (and
+    // stored), but the controller dies before any launch leaves.
+    c.submit_step(ALICE, step(id, 2, "hostname"), 5).unwrap();
+    c.submit_step(ALICE, step(id, 1, "date"), 6).unwrap();
+    let sent = launches(&mut c);
+    assert_eq!(sent.len(), 3);
+    let mut c = restarted(&mut c, 10);
+    // srun for step 1 did not hear its answer and asks again: the same
+    // step, not a second one.
+    assert_eq!(
+        c.submit_step(ALICE, step(id, 1, "date"), 10).unwrap(),
+        (id, StepId(1))
+    );
+    assert!(launches(&mut c).is_empty());
+    // worker-0 got the batch script and step 0 (a prefix of its stream),
+    // worker-1 nothing.
+    let w0 = Launched {
+        run,
+        batch: true,
+        next: 1,
+    };
+    c.register(registered("worker-0", 1, &[run], &[w0]), 11)
+        .unwrap();
+    c.register(registered("worker-1", 1, &[], &[]), 11).unwrap();
+    let again = launches(&mut c);
+    let expect: Vec<(String, Launch)> = sent
+        .iter()
+        .filter(|(n, l)| !(n == "worker-0" && l.step == StepId(0)))
+        .cloned()
+        .collect();
+    assert_eq!(
+        said(&again),
+        said(&expect),
+        "exactly the lost ones, as they were"
+    );
+    assert!(again
+        .iter()
+        .all(|(_, l)| l.env.contains(&("JOB_ENV".into(), "x".into()))
+            && l.env.contains(&("STEP_ONLY".into(), "1".into()))));
+    assert_eq!(state(&c, id), JobState::Running, "adopted, not lost");
+    // Registering again with everything: nothing more is sent.
+    let all = Launched {
+        run,
+        batch: true,
+        next: 2,
+    };
+    let w1 = Launched {
+        run,
+        batch: false,
+        next: 1,
+    };
+    c.register(registered("worker-0", 1, &[run], &[all]), 12)
+        .unwrap();
+    c.register(registered("worker-1", 1, &[run], &[w1]), 12)
+        .unwrap();
+    assert!(launches(&mut c).is_empty());
+    // Steps that ended everywhere are not sent again, even to a node
+    // that claims to have had nothing.
+    for (node, s) in [("worker-0", 0), ("worker-1", 0), ("worker-0", 1)] {
+        c.agent_message(
+            node,
+            AgentMsg::StepExited {
+                job: run,
+                step: StepId(s),
+                exit: ExitStatus::default(),
+                oom: false,
+            },
+            13,
+        );
+    }
+    c.register(registered("worker-1", 1, &[run], &[]), 14)
+        .unwrap();
+    assert!(launches(&mut c).is_empty());
+    c.register(registered("worker-0", 1, &[run], &[]), 14)
+        .unwrap();
+    let l = launches(&mut c);
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].1.step, StepId::BATCH, "only the script, still running");
+    assert!(matches!(&l[0].1.what, LaunchKind::Batch { script, .. } if script.contains("srun")));
+}
+
+#[test]
+fn an_srun_jobs_first_step_lost_with_the_controller_is_sent_again() {
+    let mut c = cluster(2);
+    let spec = JobSpec {
+        nodes: Some(2),
+        work_dir: "/w".into(),
+        kind: JobKind::Interactive {
+            argv: vec!["hostname".into()],
+            io: IO,
+        },
+        ..JobSpec::default()
+    };
+    let id = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    let sent = launches(&mut c);
+    assert_eq!(sent.len(), 2);
+    let mut c = restarted(&mut c, 5);
+    c.register(registered("worker-0", 1, &[], &[]), 6).unwrap();
+    c.register(registered("worker-1", 1, &[], &[]), 6).unwrap();
+    assert_eq!(said(&launches(&mut c)), said(&sent));
+    assert_eq!(state(&c, id), JobState::Running);
+}
+
+#[test]
+fn a_restarted_agent_is_not_sent_a_run_that_died_with_it() {
+    let mut c = cluster(2);
+    let mut spec = batch("x");
+    spec.nodes = Some(2);
+    let id = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    launches(&mut c);
+    c.submit_step(ALICE, step(id, 2, "hostname"), 1).unwrap();
+    launches(&mut c);
+    let run = r0(id);
+    let mut c = restarted(&mut c, 5);
+    let w0 = Launched {
+        run,
+        batch: true,
+        next: 1,
+    };
+    c.register(registered("worker-0", 1, &[run], &[w0]), 6)
+        .unwrap();
+    // worker-1's agent restarted: step 0's part there died with it.
+    c.register(registered("worker-1", 7, &[], &[]), 6).unwrap();
+    assert!(launches(&mut c).is_empty(), "nothing runs twice");
+    // Nothing is heard of it by the end of the recovery window: lost.
+    c.tick(6 + 11);
+    assert_eq!(state(&c, id), JobState::NodeFail);
+}
