@@ -283,7 +283,7 @@ impl Controller {
             return;
         }
         for id in ids {
-            let Some(j) = self.jobs.map.get_mut(id) else {
+            let Some(j) = self.jobs.get_mut_unstored(id) else {
                 continue;
             };
             if j.state.is_final() && !j.accounted {

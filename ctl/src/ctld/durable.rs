@@ -40,7 +40,7 @@ impl Controller {
         self.account_ended(&ids);
         // A job that ended (or is gone) no longer needs its payload.
         for id in &ids {
-            match self.jobs.map.get_mut(id) {
+            match self.jobs.get_mut_unstored(id) {
                 Some(j) if j.payload_stored && j.state.is_final() => {
                     j.payload_stored = false;
                     self.payloads_out.push((id.0, None));
@@ -94,7 +94,7 @@ impl Controller {
                 _ => {}
             }
             // Read back as it was: nothing to store again.
-            self.jobs.map.insert(id, j);
+            self.jobs.restore(j);
         }
         for (name, bytes) in &loaded.nodes {
             let admin: Option<Admin> = decode(bytes)?;

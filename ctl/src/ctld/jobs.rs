@@ -231,7 +231,7 @@ impl Controller {
         if self.cfg.state_dir.is_none() {
             return;
         }
-        let Some(j) = self.jobs.map.get_mut(&id) else {
+        let Some(j) = self.jobs.get_mut_unstored(&id) else {
             return;
         };
         let script = match &mut j.spec.kind {

@@ -98,15 +98,18 @@ impl StoredAlloc {
 
 /// The job table. Every change goes through it, so it knows which
 /// records changed since the store last took them ([`JobTable::take_dirty`]).
+/// Records are boxed: a B-tree's nodes filled in id order stay about half
+/// full, and half-empty slots the size of a record cost more than the
+/// record's pointer.
 #[derive(Debug, Default)]
 struct JobTable {
-    map: BTreeMap<JobId, JobRecord>,
+    map: BTreeMap<JobId, Box<JobRecord>>,
     dirty: std::collections::BTreeSet<JobId>,
 }
 
 impl JobTable {
     fn get(&self, id: &JobId) -> Option<&JobRecord> {
-        self.map.get(id)
+        self.map.get(id).map(|r| &**r)
     }
 
     /// A record to change: it will be stored again.
@@ -115,7 +118,13 @@ impl JobTable {
         if r.is_some() {
             self.dirty.insert(*id);
         }
-        r
+        r.map(|r| &mut **r)
+    }
+
+    /// A record to change, not to store again (what is stored elsewhere
+    /// or not at all).
+    fn get_mut_unstored(&mut self, id: &JobId) -> Option<&mut JobRecord> {
+        self.map.get_mut(id).map(|r| &mut **r)
     }
 
     /// A record to change only if `wanted` says so: a message about
@@ -125,7 +134,7 @@ impl JobTable {
         id: &JobId,
         wanted: impl FnOnce(&JobRecord) -> bool,
     ) -> Option<&mut JobRecord> {
-        if !self.map.get(id).is_some_and(wanted) {
+        if !self.get(id).is_some_and(wanted) {
             return None;
         }
         self.get_mut(id)
@@ -133,18 +142,23 @@ impl JobTable {
 
     fn insert(&mut self, id: JobId, r: JobRecord) {
         self.dirty.insert(id);
-        self.map.insert(id, r);
+        self.map.insert(id, Box::new(r));
     }
 
-    fn values(&self) -> std::collections::btree_map::Values<'_, JobId, JobRecord> {
-        self.map.values()
+    /// A record read back from the store: nothing to store again.
+    fn restore(&mut self, r: JobRecord) {
+        self.map.insert(r.id, Box::new(r));
+    }
+
+    fn values(&self) -> impl Iterator<Item = &JobRecord> {
+        self.map.values().map(|r| &**r)
     }
 
     fn range(
         &self,
         r: impl std::ops::RangeBounds<JobId>,
-    ) -> std::collections::btree_map::Range<'_, JobId, JobRecord> {
-        self.map.range(r)
+    ) -> impl DoubleEndedIterator<Item = (&JobId, &JobRecord)> {
+        self.map.range(r).map(|(id, r)| (id, &**r))
     }
 
     /// Keeps the records `keep` says yes to; the others are deleted from

@@ -17,7 +17,7 @@ impl Scheduler {
             return Err(SubmitError::DuplicateJob(id));
         }
         let job = self.validate(now, req)?;
-        self.jobs.insert(id, job);
+        self.jobs.insert(id, Box::new(job));
         Ok(())
     }
 

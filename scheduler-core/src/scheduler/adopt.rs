@@ -91,7 +91,7 @@ impl Scheduler {
             end_by,
             alloc,
         };
-        self.jobs.insert(id, job);
+        self.jobs.insert(id, Box::new(job));
         Ok(end_by)
     }
 }

@@ -235,7 +235,8 @@ pub struct Scheduler {
     node_names: HashMap<String, NodeId>,
     partitions: Vec<Partition>,
     partition_names: HashMap<String, PartitionId>,
-    jobs: BTreeMap<JobId, Job>,
+    /// Boxed: B-tree nodes filled in id order stay about half full.
+    jobs: BTreeMap<JobId, Box<Job>>,
     finished: HashMap<JobId, JobOutcome>,
     fairshare: FairShare,
     timelines: Vec<Timeline>,
