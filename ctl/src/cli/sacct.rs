@@ -123,6 +123,10 @@ pub struct Column {
     pub width: i32,
 }
 
+/// The widest column `-o Field%width` may ask for (a typo's ten digits
+/// would otherwise pad every cell with gigabytes of spaces).
+pub const MAX_WIDTH: u32 = 4096;
+
 /// Parses `-o`: `Field[%width],…`, names in any case.
 pub fn parse_columns(format: &str) -> Result<Vec<Column>, String> {
     let mut out = Vec::new();
@@ -132,7 +136,9 @@ pub fn parse_columns(format: &str) -> Result<Vec<Column>, String> {
             Some((n, w)) => {
                 let w: i32 = w
                     .parse()
-                    .map_err(|_| format!("Invalid field requested: \"{part}\""))?;
+                    .ok()
+                    .filter(|w: &i32| w.unsigned_abs() <= MAX_WIDTH)
+                    .ok_or_else(|| format!("Invalid field requested: \"{part}\""))?;
                 (n, Some(w))
             }
             None => (part, None),
@@ -696,5 +702,8 @@ mod tests {
         }
         assert!(parse_columns("JobID,Nonsense").is_err());
         assert!(parse_columns("JobID%x").is_err());
+        assert!(parse_columns("JobID%4096,State%-4096").is_ok());
+        let e = parse_columns("JobID%2000000000").unwrap_err();
+        assert_eq!(e, "Invalid field requested: \"JobID%2000000000\"");
     }
 }
