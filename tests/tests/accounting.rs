@@ -341,6 +341,47 @@ fn sacct_reports_what_ran_with_steps_states_and_exit_codes() {
 }
 
 #[test]
+fn sacct_records_time_limits_and_memory_kills() {
+    let env = Env::start(Opts {
+        durable: true,
+        nodes: 1,
+        ..Opts::default()
+    });
+    let late = env.sbatch(
+        &["-J", "late", "-t", "0:02"],
+        "#!/bin/sh\ntrap '' TERM\nsleep 300\n",
+    );
+    // Memory kills need the job's cgroup, so root.
+    let hungry = corral_e2e::is_root().then(|| {
+        env.sbatch(
+            &["-J", "hungry", "--mem=32M"],
+            "#!/bin/sh\ntail /dev/zero\n",
+        )
+    });
+    env.wait_state(late, &["TIMEOUT", "FAILED", "COMPLETED"], 30);
+    let mut ids = vec![late];
+    if let Some(h) = hungry {
+        env.wait_state(h, &["OUT_OF_MEMORY", "FAILED", "COMPLETED"], 60);
+        ids.push(h);
+    } else {
+        eprintln!("SKIPPED (needs root): sacct of a job killed for memory");
+    }
+    let lines = sacct(&env, &ids, "JobID,JobName,State,ExitCode");
+    // The time limit's SIGTERM was ignored: SIGKILL ended it.
+    let mut want = vec![
+        format!("{late}|late|TIMEOUT|0:9"),
+        format!("{late}.batch|batch|TIMEOUT|0:9"),
+    ];
+    if let Some(h) = hungry {
+        // The script's shell outlived its killed child: its own code.
+        // (Slurm shows 0:125 here; not compared with a real slurmdbd yet.)
+        want.push(format!("{h}|hungry|OUT_OF_MEMORY|137:0"));
+        want.push(format!("{h}.batch|batch|OUT_OF_MEMORY|137:0"));
+    }
+    assert_eq!(lines, want);
+}
+
+#[test]
 fn an_accounting_database_outage_loses_and_doubles_nothing() {
     let mut pg = match db::postgres() {
         Ok(pg) => pg,
