@@ -85,6 +85,19 @@ struct Heard {
 /// Requests of one (unprivileged) user served at once.
 const REQUESTS_PER_USER: usize = 2;
 
+/// Where a stream stands after its first frame was read and served.
+enum Phase {
+    /// Nothing more to say (a refusal was sent, or the stream ended).
+    Done,
+    /// An agent's control stream.
+    Control(Box<Registration>),
+    /// The answer, to send now.
+    Answer(Response),
+    /// The answer, to send once the changes of `ticket` are stored (with
+    /// the user's turn, held until then).
+    Commit(Response, u64, Option<tokio::sync::OwnedSemaphorePermit>),
+}
+
 /// Lines a peer can cause are rate-limited.
 static LOGS: std::sync::LazyLock<LogLimiter> = std::sync::LazyLock::new(LogLimiter::default);
 
@@ -471,6 +484,11 @@ impl Server {
         }
     }
 
+    /// One stream from an agent: its registration (the control stream) or
+    /// one request. The request is read and served in a first phase that
+    /// is boxed and gone before the wait for its commit, so a task waiting
+    /// holds only its answer: a burst of thousands waiting at once would
+    /// otherwise leave kilobytes each behind as holes in the heap.
     async fn stream(
         self: Arc<Self>,
         conn: quinn::Connection,
@@ -478,31 +496,51 @@ impl Server {
         mut recv: quinn::RecvStream,
         logged: Arc<AtomicBool>,
     ) {
+        let phase = Box::pin(self.first_phase(&conn, &mut send, &mut recv, &logged)).await;
+        let resp = match phase {
+            Phase::Done => return,
+            Phase::Control(reg) => return Box::pin(self.control(conn, *reg, send, recv)).await,
+            Phase::Answer(resp) => resp,
+            Phase::Commit(resp, ticket, turn) => {
+                let resp = self.acknowledged(resp, ticket).await;
+                drop(turn);
+                resp
+            }
+        };
+        let _ = write_frame(&mut send, &resp).await;
+        let _ = send.finish();
+    }
+
+    /// Reads a stream's first frame and serves it, short of waiting for
+    /// what it changed to be stored.
+    async fn first_phase(
+        &self,
+        conn: &quinn::Connection,
+        send: &mut quinn::SendStream,
+        recv: &mut quinn::RecvStream,
+        logged: &AtomicBool,
+    ) -> Phase {
         let first =
-            tokio::time::timeout(Duration::from_secs(10), read_frame::<_, Open>(&mut recv)).await;
+            tokio::time::timeout(Duration::from_secs(10), read_frame::<_, Open>(recv)).await;
         let open = match first {
             Ok(Ok(Some(open))) => open,
-            Ok(Ok(None)) => return,
+            Ok(Ok(None)) => return Phase::Done,
             Ok(Err(e)) => {
-                refuse(&conn, &mut send, &mut recv, &e, &logged).await;
-                return;
+                refuse(conn, send, recv, &e, logged).await;
+                return Phase::Done;
             }
             Err(_) => {
                 let _ = send.reset(1u32.into());
-                return;
+                return Phase::Done;
             }
         };
         match open {
-            Open::Control(reg) => self.control(conn, reg, send, recv).await,
-            Open::Request { token, request } => {
-                let resp = self.request(&token, request).await;
-                let _ = write_frame(&mut send, &resp).await;
-                let _ = send.finish();
-            }
+            Open::Control(reg) => Phase::Control(Box::new(reg)),
+            Open::Request { token, request } => self.request(&token, request).await,
         }
     }
 
-    async fn request(&self, token: &corral_proto::cred::Token, request: Request) -> Response {
+    async fn request(&self, token: &corral_proto::cred::Token, request: Request) -> Phase {
         let now = now();
         let served = {
             let mut c = self.ctl.lock();
@@ -511,7 +549,9 @@ impl Server {
                 Err(e) => {
                     drop(c);
                     warn_limited!(LOGS, "credential", node = %token.claims.node, error = %e, "credential refused");
-                    return Response::Error(format!("Invalid authentication credential: {e}"));
+                    return Phase::Answer(Response::Error(format!(
+                        "Invalid authentication credential: {e}"
+                    )));
                 }
             };
             // Operators' requests other than job views are served in the
@@ -525,11 +565,12 @@ impl Server {
         };
         let (who, privileged, request) = match served {
             Ok(next) => next,
-            Err((resp, ticket)) => return self.acknowledged(resp, ticket).await,
+            Err((resp, ticket)) => return Phase::Commit(resp, ticket, None),
         };
-        // One user's requests are served a few at a time, so a flood of
-        // them queues behind itself rather than ahead of everyone else.
-        let _turn = if privileged {
+        // One user's requests are served a few at a time (a turn is held
+        // until the answer is stored), so a flood of them queues behind
+        // itself rather than ahead of everyone else.
+        let turn = if privileged {
             None
         } else {
             let sem = self
@@ -541,12 +582,12 @@ impl Server {
             sem.acquire_owned().await.ok()
         };
         let request = match request {
-            Request::Jobs(f) => return self.jobs(f).await,
-            Request::Accounting(q) => return self.accounting(who, q).await,
+            Request::Jobs(f) => return Phase::Answer(self.jobs(f).await),
+            Request::Accounting(q) => return Phase::Answer(self.accounting(who, q).await),
             other => other,
         };
         let (resp, ticket) = self.serve(self.ctl.lock(), who, request, now);
-        self.acknowledged(resp, ticket).await
+        Phase::Commit(resp, ticket, turn)
     }
 
     /// A request's answer, once what it changed is stored; else an error
