@@ -3,7 +3,6 @@
 
 use super::wire::{core_id, job_request, wire_id};
 use super::{Controller, CtldError, JobRecord, Kill, KillRefusal, Refusal, Selector};
-use std::collections::HashSet;
 
 use corral_proto::msg::{
     AgentMsg, CtldMsg, ExitStatus, Ident, JobFilter, JobId, JobRun, JobSpec, JobState, JobUsage,
@@ -302,22 +301,13 @@ impl Controller {
                 start: None,
                 end: None,
                 end_by: None,
-                alloc: Vec::new(),
                 exit: ExitStatus::default(),
-                kill: None,
-                primary_left: HashSet::new(),
-                cleaning: HashSet::new(),
-                next_step: 0,
                 restarts: 0,
                 failure: None,
-                oom: false,
-                used: None,
-                steps: Vec::new(),
-                cancelled_by: None,
                 accounted: false,
                 payload_stored: false,
-                open_steps: Vec::new(),
                 bytes,
+                run_part: None,
             },
         );
         self.store_payload(id);

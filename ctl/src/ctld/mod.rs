@@ -179,6 +179,11 @@ impl JobTable {
     }
 }
 
+/// A job as the controller keeps it. What only a run that started has
+/// (its nodes, steps, usage) is in [`RunPart`], boxed and absent while the
+/// job pends: most of a queue never ran, and the record is a third smaller
+/// without it. The record derefs to it, so `j.alloc` reads the run's nodes
+/// (none while pending), and writing one makes the box.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct JobRecord {
     id: JobId,
@@ -190,35 +195,57 @@ struct JobRecord {
     start: Option<u64>,
     end: Option<u64>,
     end_by: Option<u64>,
-    alloc: Vec<(String, StoredAlloc)>,
     exit: ExitStatus,
+    /// Times the job was requeued: the number of its current run.
+    restarts: u32,
+    failure: Option<String>,
+    /// Bytes of script, arguments and environment held for it (counted
+    /// against its user until it is final).
+    bytes: u64,
+    /// The current run's final record went to accounting.
+    accounted: bool,
+    /// Its script and environment are in the store, not here.
+    payload_stored: bool,
+    run_part: Option<Box<RunPart>>,
+}
+
+/// What a job has once it started: see [`JobRecord`].
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct RunPart {
+    alloc: Vec<(String, StoredAlloc)>,
     kill: Option<Kill>,
     /// Nodes still running the job's first step (batch or srun's).
     primary_left: HashSet<String>,
     /// Nodes that have not yet confirmed the job's processes are gone.
     cleaning: HashSet<String>,
     next_step: u32,
-    /// Times the job was requeued: the number of its current run.
-    restarts: u32,
-    failure: Option<String>,
     /// A process was killed for exceeding the memory limit.
     oom: bool,
     /// What its nodes reported using.
     used: Option<JobUsage>,
-    /// Bytes of script, arguments and environment held for it (counted
-    /// against its user until it is final).
-    bytes: u64,
     /// The current run's steps, for accounting.
     steps: Vec<acct::StepTrack>,
     /// Who cancelled it.
     cancelled_by: Option<u32>,
-    /// The current run's final record went to accounting.
-    accounted: bool,
-    /// Its script and environment are in the store, not here.
-    payload_stored: bool,
     /// Later steps of the current run still running somewhere, with what
     /// builds their launches again (for a node that never got one).
     open_steps: Vec<launch::OpenStep>,
+}
+
+/// The run part of a job that has none.
+static NO_RUN: std::sync::LazyLock<RunPart> = std::sync::LazyLock::new(RunPart::default);
+
+impl std::ops::Deref for JobRecord {
+    type Target = RunPart;
+    fn deref(&self) -> &RunPart {
+        self.run_part.as_deref().unwrap_or(&NO_RUN)
+    }
+}
+
+impl std::ops::DerefMut for JobRecord {
+    fn deref_mut(&mut self) -> &mut RunPart {
+        self.run_part.get_or_insert_with(Box::default)
+    }
 }
 
 impl JobRecord {
@@ -271,16 +298,14 @@ impl JobRecord {
         let mut ended = self.acct(now);
         ended.state = JobState::Requeued;
         ended.end = Some(self.end.unwrap_or(now));
-        self.steps.clear();
-        self.cancelled_by = None;
+        // Its nodes were released: nothing of the run is left to keep.
+        self.run_part = None;
         self.accounted = false;
         self.end = None;
         self.state = JobState::Pending;
         self.start = None;
         self.end_by = None;
         self.exit = ExitStatus::default();
-        self.oom = false;
-        self.used = None;
         self.restarts += 1;
         ended
     }

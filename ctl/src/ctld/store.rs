@@ -28,8 +28,9 @@ const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
 /// The layout this code writes; a store of another is refused. 2: job
 /// records carry their steps; accounting records wait in `acct`. 3: a
 /// run's allocation names the agent it started on, and its open steps
-/// what builds their launches again.
-const LAYOUT: u64 = 3;
+/// what builds their launches again. 4: what only a run has is one
+/// optional part of the record.
+const LAYOUT: u64 = 4;
 
 /// The bulky part of a job: its batch script and environment. Read when
 /// the job (or a step of it) is launched.

@@ -1215,3 +1215,27 @@ fn a_run_accounts_at_most_max_steps_steps() {
     // What builds launches again is bounded the same way.
     assert_eq!(j.open_steps.len(), 1024);
 }
+
+#[test]
+fn a_pending_job_keeps_no_run_part_until_it_starts_and_a_requeue_drops_it() {
+    let mut c = cluster(1);
+    let mut spec = batch("x");
+    spec.requeue = true;
+    let id = c.submit(ALICE, spec, 0).unwrap();
+    // Views, holds and releases read the (absent) run part: none is made.
+    let _ = c.job_views(&JobFilter::default(), 0);
+    c.hold(ALICE, &[id], false).unwrap();
+    c.hold(ALICE, &[id], true).unwrap();
+    assert!(c.jobs.get(&id).unwrap().run_part.is_none());
+    c.schedule(1);
+    launches(&mut c);
+    let j = c.jobs.get(&id).unwrap();
+    assert_eq!(j.alloc.len(), 1);
+    assert!(j.run_part.is_some());
+    // Its node goes silent: requeued, pending again, and nothing of the
+    // old run is left.
+    c.tick(1 + 11);
+    let j = c.jobs.get(&id).unwrap();
+    assert_eq!((j.state, j.restarts), (JobState::Pending, 1));
+    assert!(j.run_part.is_none());
+}
