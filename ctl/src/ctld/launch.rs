@@ -215,7 +215,9 @@ impl Controller {
         // Slurm orders a job's nodes by name: task 0 and the batch script
         // go to the first.
         alloc.sort_by(|a, b| natural(&a.0, &b.0));
-        let Some(j) = self.jobs.get_mut(&wire_id(d.job)) else {
+        let id = wire_id(d.job);
+        self.jobs.mark_started(id);
+        let Some(j) = self.jobs.get_mut(&id) else {
             return;
         };
         j.state = JobState::Running;
@@ -250,7 +252,10 @@ impl Controller {
     pub(super) fn send_missed_launches(&mut self, node: &str, instance: u64, sent: &[Launched]) {
         let sent: std::collections::HashMap<JobId, &Launched> =
             sent.iter().map(|l| (l.run.job, l)).collect();
-        for j in self.jobs.values() {
+        for id in self.jobs.running_ids() {
+            let Some(j) = self.jobs.get(&id) else {
+                continue;
+            };
             for l in j.launches_missed(node, instance, sent.get(&j.id).copied()) {
                 tracing::info!(job = %j.id, step = %l.step, node, "launch sent again");
                 self.outbox.push((node.to_string(), CtldMsg::Launch(l)));

@@ -105,6 +105,11 @@ impl StoredAlloc {
 struct JobTable {
     map: BTreeMap<JobId, Box<JobRecord>>,
     dirty: std::collections::BTreeSet<JobId>,
+    /// Jobs that may be running: each job that starts (or is read back
+    /// running) is put here, and those that no longer run are dropped
+    /// when next looked at. Scans for running jobs (a node registering)
+    /// walk this, not the whole queue.
+    started: std::collections::BTreeSet<JobId>,
 }
 
 impl JobTable {
@@ -147,7 +152,23 @@ impl JobTable {
 
     /// A record read back from the store: nothing to store again.
     fn restore(&mut self, r: JobRecord) {
+        if r.state == JobState::Running {
+            self.started.insert(r.id);
+        }
         self.map.insert(r.id, Box::new(r));
+    }
+
+    /// A job started running.
+    fn mark_started(&mut self, id: JobId) {
+        self.started.insert(id);
+    }
+
+    /// The jobs running now, in id order.
+    fn running_ids(&mut self) -> Vec<JobId> {
+        let map = &self.map;
+        self.started
+            .retain(|id| map.get(id).is_some_and(|j| j.state == JobState::Running));
+        self.started.iter().copied().collect()
     }
 
     fn values(&self) -> impl Iterator<Item = &JobRecord> {

@@ -36,11 +36,12 @@ impl Controller {
             // restarted and their tasks died with it. (A run it does not
             // list may just have nothing here yet: a batch job's other
             // nodes, or a launch lost with the connection, sent again.)
-            let lost_runs = self.jobs.values().any(|j| {
-                j.state == JobState::Running
-                    && j.alloc
+            let lost_runs = self.jobs.running_ids().iter().any(|id| {
+                self.jobs.get(id).is_some_and(|j| {
+                    j.alloc
                         .iter()
                         .any(|(n, a)| *n == name && a.agent != instance)
+                })
             });
             if !was_down && lost_runs {
                 self.node_lost(now, &name, "Agent restarted");
