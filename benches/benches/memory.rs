@@ -16,9 +16,11 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use corral_ctl::ctld::config::Config;
 use corral_ctl::ctld::store::Store;
 use corral_ctl::ctld::Controller;
-use corral_proto::msg::{Ident, JobKind, JobSpec, Registration};
+use corral_proto::msg::{Ident, JobKind, JobSpec};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use scheduler_core::{JobId, JobRequest, NodeSpec, PartitionSpec, Scheduler, SchedulerConfig};
+
+mod common;
 
 /// Heap bytes live now.
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -84,21 +86,7 @@ fn controller(state: &std::path::Path) -> Controller {
     );
     let cfg = Config::parse(std::path::Path::new("bench.toml"), &text).expect("config");
     let mut ctl = Controller::new(cfg).expect("controller");
-    for i in 0..NODES {
-        let reg = Registration {
-            name: format!("worker-{i}"),
-            cpus: 64,
-            memory_mb: 512_000,
-            gpus: Vec::new(),
-            features: Vec::new(),
-            credential_key: vec![7; 32],
-            running: Vec::new(),
-            launched: Vec::new(),
-            instance: 1,
-            agent_version: "bench".into(),
-        };
-        ctl.register(reg, 1).expect("register");
-    }
+    common::register_nodes(&mut ctl, NODES, 1);
     ctl
 }
 

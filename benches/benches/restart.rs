@@ -13,29 +13,13 @@
 use corral_ctl::ctld::config::Config;
 use corral_ctl::ctld::store::Store;
 use corral_ctl::ctld::Controller;
-use corral_proto::msg::{Ident, JobKind, JobSpec, Registration};
+use corral_proto::msg::{Ident, JobKind, JobSpec};
 use criterion::{criterion_group, criterion_main, Criterion};
+
+mod common;
 
 const JOBS: usize = 100_000;
 const NODES: usize = 64;
-
-fn register_all(ctl: &mut Controller, now: u64) {
-    for i in 0..NODES {
-        let reg = Registration {
-            name: format!("worker-{i}"),
-            cpus: 64,
-            memory_mb: 512_000,
-            gpus: Vec::new(),
-            features: Vec::new(),
-            credential_key: vec![7; 32],
-            running: Vec::new(),
-            launched: Vec::new(),
-            instance: 1,
-            agent_version: "bench".into(),
-        };
-        ctl.register(reg, now).expect("register");
-    }
-}
 
 fn config(state: &std::path::Path) -> Config {
     let text = format!(
@@ -51,7 +35,7 @@ fn benches(c: &mut Criterion) {
     let state = dir.path().join("state");
     let store = Store::open(&state).expect("store");
     let mut ctl = Controller::new(config(&state)).expect("controller");
-    register_all(&mut ctl, 1_000);
+    common::register_nodes(&mut ctl, NODES, 1_000);
     let who = Ident {
         uid: 1000,
         gid: 1000,
@@ -86,7 +70,7 @@ fn benches(c: &mut Criterion) {
             assert_eq!(loaded.jobs.len(), JOBS);
             let mut ctl = Controller::new(config(&state)).expect("controller");
             ctl.restore(loaded, 2_000).expect("restore");
-            register_all(&mut ctl, 2_000);
+            common::register_nodes(&mut ctl, NODES, 2_000);
             assert_eq!(ctl.stats().pending, JOBS as u64);
             ctl
         })

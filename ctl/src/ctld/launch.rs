@@ -92,9 +92,22 @@ pub(super) struct OpenStep {
     io: StepIo,
 }
 
-/// The most open steps a run keeps for sending again; a run with more
-/// at once (rare: each is an srun) still runs them, without that cover.
+/// The most open steps a run keeps for sending again, and the most bytes
+/// of their environments, commands and directories together (a step's
+/// spec comes from its user, up to a frame's size, and the job's record
+/// is stored again on each change). A step beyond either still runs,
+/// without that cover.
 const MAX_OPEN_STEPS: usize = 1024;
+const MAX_OPEN_STEP_BYTES: usize = 1 << 20;
+
+impl OpenStep {
+    /// The bytes of its user's text it keeps.
+    fn bytes(&self) -> usize {
+        let env: usize = self.env.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let argv: usize = self.argv.iter().map(String::len).sum();
+        env + argv + self.work_dir.len()
+    }
+}
 
 impl JobRecord {
     /// The job's first step: its batch script, or srun's command.
@@ -327,7 +340,8 @@ impl Controller {
             io: s.io,
         };
         let launches = j.step_plan(&open).launches(None);
-        if j.open_steps.len() < MAX_OPEN_STEPS {
+        let kept: usize = j.open_steps.iter().map(OpenStep::bytes).sum();
+        if j.open_steps.len() < MAX_OPEN_STEPS && kept + open.bytes() <= MAX_OPEN_STEP_BYTES {
             j.open_steps.push(open);
         }
         for (node, l) in launches {

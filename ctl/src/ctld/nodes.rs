@@ -16,7 +16,7 @@ impl Controller {
     // ---- nodes -------------------------------------------------------
 
     /// An agent registers (its certificate already checked for the name).
-    pub fn register(&mut self, reg: Registration, now: u64) -> Result<(), Refusal> {
+    pub fn register(&mut self, mut reg: Registration, now: u64) -> Result<(), Refusal> {
         if reg.name.is_empty() || reg.name.len() > 256 {
             return Err(CtldError::BadNodeName);
         }
@@ -64,7 +64,7 @@ impl Controller {
             .map_err(CtldError::Control)?;
         let running: HashSet<JobRun> = reg.running.iter().copied().collect();
         let name = reg.name.clone();
-        let (instance, launched) = (reg.instance, reg.launched.clone());
+        let (instance, launched) = (reg.instance, std::mem::take(&mut reg.launched));
         let admin = self.restored_admin.remove(&name);
         self.nodes.insert(
             name.clone(),

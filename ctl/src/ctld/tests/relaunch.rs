@@ -60,6 +60,11 @@ fn registered(
     r
 }
 
+/// What a node says it was sent of `run`.
+fn had(run: JobRun, batch: bool, next: u32) -> Launched {
+    Launched { run, batch, next }
+}
+
 /// What a launch says, for comparing one with its copy.
 fn said(l: &[(String, Launch)]) -> Vec<String> {
     let mut v: Vec<String> = l.iter().map(|(n, l)| format!("{n} {l:?}")).collect();
@@ -94,11 +99,7 @@ fn a_step_whose_launches_died_with_the_controller_is_sent_again_once() {
     assert!(launches(&mut c).is_empty());
     // worker-0 got the batch script and step 0 (a prefix of its stream),
     // worker-1 nothing.
-    let w0 = Launched {
-        run,
-        batch: true,
-        next: 1,
-    };
+    let w0 = had(run, true, 1);
     c.register(registered("worker-0", 1, &[run], &[w0]), 11)
         .unwrap();
     c.register(registered("worker-1", 1, &[], &[]), 11).unwrap();
@@ -119,16 +120,8 @@ fn a_step_whose_launches_died_with_the_controller_is_sent_again_once() {
             && l.env.contains(&("STEP_ONLY".into(), "1".into()))));
     assert_eq!(state(&c, id), JobState::Running, "adopted, not lost");
     // Registering again with everything: nothing more is sent.
-    let all = Launched {
-        run,
-        batch: true,
-        next: 2,
-    };
-    let w1 = Launched {
-        run,
-        batch: false,
-        next: 1,
-    };
+    let all = had(run, true, 2);
+    let w1 = had(run, false, 1);
     c.register(registered("worker-0", 1, &[run], &[all]), 12)
         .unwrap();
     c.register(registered("worker-1", 1, &[run], &[w1]), 12)
@@ -194,11 +187,7 @@ fn a_restarted_agent_is_not_sent_a_run_that_died_with_it() {
     launches(&mut c);
     let run = r0(id);
     let mut c = restarted(&mut c, 5);
-    let w0 = Launched {
-        run,
-        batch: true,
-        next: 1,
-    };
+    let w0 = had(run, true, 1);
     c.register(registered("worker-0", 1, &[run], &[w0]), 6)
         .unwrap();
     // worker-1's agent restarted: step 0's part there died with it.
@@ -207,4 +196,30 @@ fn a_restarted_agent_is_not_sent_a_run_that_died_with_it() {
     // Nothing is heard of it by the end of the recovery window: lost.
     c.tick(6 + 11);
     assert_eq!(state(&c, id), JobState::NodeFail);
+}
+
+#[test]
+fn a_step_too_large_to_keep_still_runs_and_the_rest_stay_covered() {
+    let mut c = cluster(1);
+    let id = c.submit(ALICE, batch("x"), 0).unwrap();
+    c.schedule(0);
+    launches(&mut c);
+    // A hostile srun: an environment of 2 MiB (a frame holds 8). It runs,
+    // but the record does not keep it to send again.
+    let mut huge = step(id, 1, "huge");
+    huge.env = vec![("BIG".into(), "x".repeat(2 << 20))];
+    let (_, s0) = c.submit_step(ALICE, huge, 1).unwrap();
+    let l = launches(&mut c);
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].1.step, s0);
+    assert!(c.jobs.get(&id).unwrap().open_steps.is_empty());
+    // A normal step after it is kept, and sent again to a node that lacks it.
+    let (_, s1) = c.submit_step(ALICE, step(id, 1, "small"), 2).unwrap();
+    launches(&mut c);
+    assert_eq!(c.jobs.get(&id).unwrap().open_steps.len(), 1);
+    let run = r0(id);
+    c.register(registered("worker-0", 1, &[run], &[had(run, true, 1)]), 3)
+        .unwrap();
+    let again: Vec<StepId> = launches(&mut c).iter().map(|(_, l)| l.step).collect();
+    assert_eq!(again, [s1]);
 }
