@@ -76,6 +76,8 @@ pub enum AgentError {
     Refused(String),
     #[error("ctld closed the control stream")]
     Closed,
+    #[error("no answer from ctld within {} s", CONNECT_WAIT.as_secs())]
+    ConnectTimeout,
     #[error("{path}")]
     Io {
         path: PathBuf,
@@ -122,6 +124,9 @@ pub enum StepError {
 
 /// How long a relayed request waits for ctld's answer.
 pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long one attempt to reach ctld may take before a fresh one.
+const CONNECT_WAIT: Duration = Duration::from_secs(2);
 
 /// A running agent. Cheap to share (`Arc`).
 #[derive(Debug)]
@@ -352,10 +357,14 @@ impl Agent {
         self: &Arc<Self>,
         rx: &mut mpsc::UnboundedReceiver<AgentMsg>,
     ) -> Result<(), AgentError> {
-        let conn = self
-            .endpoint
-            .connect_with(self.client.clone(), self.cfg.ctld, CTLD_NAME)?
-            .await?;
+        // A handshake begun while ctld was down (restarting) waits out
+        // QUIC's growing retransmission delays; a fresh one is quicker.
+        let connecting =
+            self.endpoint
+                .connect_with(self.client.clone(), self.cfg.ctld, CTLD_NAME)?;
+        let conn = tokio::time::timeout(CONNECT_WAIT, connecting)
+            .await
+            .map_err(|_| AgentError::ConnectTimeout)??;
         let (mut send, mut recv) = conn.open_bi().await?;
         write_frame(&mut send, &Open::Control(self.registration())).await?;
         let heartbeat = match read_frame::<_, CtldMsg>(&mut recv).await? {
