@@ -237,14 +237,9 @@ impl Controller {
             corral_proto::msg::JobKind::Batch { script, .. } => Some(std::mem::take(script)),
             corral_proto::msg::JobKind::Interactive { .. } => None,
         };
-        let payload = crate::ctld::store::Payload {
-            env: std::mem::take(&mut j.spec.env),
-            script,
-        };
+        let payload = crate::ctld::store::NewPayload::new(&std::mem::take(&mut j.spec.env), script);
         j.payload_stored = true;
-        let bytes = bincode::serde::encode_to_vec(&payload, bincode::config::standard())
-            .unwrap_or_default();
-        self.payloads_out.push((id.0, Some(bytes)));
+        self.payloads_out.push((id.0, Some(payload)));
     }
 
     /// Takes back a submission whose record could not be stored (its

@@ -415,7 +415,7 @@ pub struct Controller {
     acct_out: Vec<corral_proto::msg::AcctJob>,
     /// Scripts and environments of jobs submitted since the store took
     /// them (with a store, they live there, not here).
-    payloads_out: Vec<(u64, Option<Vec<u8>>)>,
+    payloads_out: Vec<(u64, Option<crate::ctld::store::NewPayload>)>,
 }
 
 /// What one user has queued.

@@ -8,9 +8,10 @@
 //! The layout holds no host-local path: a standby controller on another
 //! host could take over from the same directory on shared storage.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 /// Job id → the job's record (bincode).
 const JOBS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("jobs");
@@ -18,9 +19,18 @@ const JOBS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("jobs");
 const NODES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("nodes");
 /// `next_job`, `layout`, `acct_seq`.
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
-/// Job id → the job's script and environment ([`Payload`]), kept here
-/// rather than in the controller's memory until the job ends.
+/// Job id → the job's script and the key of its environment in `envs`,
+/// kept here rather than in the controller's memory until the job ends.
 const PAYLOADS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("payloads");
+/// Environments (encoded), each stored once however many jobs carry the
+/// same one byte for byte: a user's loop of submissions from one shell
+/// writes its environment once, not once per job. The key is a hash of
+/// the bytes, moved on past any entry holding other bytes; only the key
+/// a payload names is ever used to read one back.
+const ENVS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("envs");
+/// Environment key → how many stored payloads name it; the environment
+/// goes when the last does.
+const ENV_REFS: TableDefinition<'_, u64, u64> = TableDefinition::new("env_refs");
 /// Accounting records not yet in the accounting database, in the order
 /// they were made (bincode).
 const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
@@ -40,6 +50,31 @@ pub struct Payload {
     pub script: Option<String>,
 }
 
+/// A new job's payload as the controller hands it over: its environment
+/// encoded (the store keeps each distinct one once) and its script.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NewPayload {
+    pub env: Vec<u8>,
+    pub script: Option<String>,
+}
+
+impl NewPayload {
+    pub fn new(env: &[(String, String)], script: Option<String>) -> NewPayload {
+        NewPayload {
+            env: bincode::serde::encode_to_vec(env, bincode::config::standard())
+                .unwrap_or_default(),
+            script,
+        }
+    }
+}
+
+/// A payload as stored: the script, and the key of the environment.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredPayload {
+    env: u64,
+    script: Option<String>,
+}
+
 /// What one call on the controller changed.
 #[derive(Debug, Default)]
 pub struct Changes {
@@ -49,7 +84,7 @@ pub struct Changes {
     /// Accounting records of runs that ended (encoded).
     pub acct: Vec<Vec<u8>>,
     /// Jobs' payloads to write, or `None` to delete.
-    pub payloads: Vec<(u64, Option<Vec<u8>>)>,
+    pub payloads: Vec<(u64, Option<NewPayload>)>,
     pub next_job: u64,
 }
 
@@ -95,6 +130,86 @@ pub enum StoreError {
 
 fn db<E: std::fmt::Display>(e: E) -> StoreError {
     StoreError::Db(e.to_string())
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
+    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+        .map(|(v, _)| v)
+        .map_err(db)
+}
+
+/// Where an environment's entry is looked for first. Nothing relies on
+/// this hash staying the same across builds: a payload names its key.
+fn env_hash(env: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    env.hash(&mut h);
+    h.finish()
+}
+
+/// The stored environments within one write: the ones this write already
+/// looked up, and how each one's count of payloads changes, applied once
+/// at the end.
+struct Envs<'t> {
+    table: redb::Table<'t, u64, &'static [u8]>,
+    refs: redb::Table<'t, u64, u64>,
+    known: HashMap<Vec<u8>, u64>,
+    delta: HashMap<u64, i64>,
+}
+
+impl Envs<'_> {
+    /// The key of these bytes, stored now if no entry holds them; one
+    /// more payload names it.
+    fn take(&mut self, env: &[u8]) -> Result<u64, StoreError> {
+        let key = match self.known.get(env) {
+            Some(k) => *k,
+            None => {
+                let mut key = env_hash(env);
+                loop {
+                    let found = self.table.get(key).map_err(db)?.map(|v| v.value() == env);
+                    match found {
+                        Some(true) => break,
+                        // Another environment with the same hash: the
+                        // next key (an attacker gains nothing but a
+                        // longer walk).
+                        Some(false) => key = key.wrapping_add(1),
+                        None => {
+                            self.table.insert(key, env).map_err(db)?;
+                            break;
+                        }
+                    }
+                }
+                self.known.insert(env.to_vec(), key);
+                key
+            }
+        };
+        *self.delta.entry(key).or_default() += 1;
+        Ok(key)
+    }
+
+    /// A stored payload no longer names its environment.
+    fn release(&mut self, stored: &[u8]) -> Result<(), StoreError> {
+        let p: StoredPayload = decode(stored)?;
+        *self.delta.entry(p.env).or_default() -= 1;
+        Ok(())
+    }
+
+    /// Writes the counts; an environment no payload names goes.
+    fn settle(&mut self) -> Result<(), StoreError> {
+        // A zero change still counts: an environment first stored by this
+        // write for a payload it also deleted is named by none.
+        for (key, d) in std::mem::take(&mut self.delta) {
+            let now = self.refs.get(key).map_err(db)?.map_or(0, |v| v.value());
+            let next = now.saturating_add_signed(d);
+            if next == 0 {
+                self.refs.remove(key).map_err(db)?;
+                self.table.remove(key).map_err(db)?;
+            } else {
+                self.refs.insert(key, next).map_err(db)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The controller's state store.
@@ -164,6 +279,8 @@ impl Store {
                     tx.open_table(NODES).map_err(db)?;
                     tx.open_table(ACCT).map_err(db)?;
                     tx.open_table(PAYLOADS).map_err(db)?;
+                    tx.open_table(ENVS).map_err(db)?;
+                    tx.open_table(ENV_REFS).map_err(db)?;
                 }
                 tx.commit().map_err(db)?;
             }
@@ -234,6 +351,12 @@ impl Store {
             let mut meta = tx.open_table(META).map_err(db)?;
             let mut acct = tx.open_table(ACCT).map_err(db)?;
             let mut payloads = tx.open_table(PAYLOADS).map_err(db)?;
+            let mut envs = Envs {
+                table: tx.open_table(ENVS).map_err(db)?,
+                refs: tx.open_table(ENV_REFS).map_err(db)?,
+                known: HashMap::new(),
+                delta: HashMap::new(),
+            };
             let mut seq = meta.get("acct_seq").map_err(db)?.map_or(0, |v| v.value());
             let seq_before = seq;
             let mut next = 0;
@@ -259,13 +382,26 @@ impl Store {
                     }
                 }
                 for (id, p) in &c.payloads {
-                    match p {
-                        Some(bytes) => {
-                            payloads.insert(id, bytes.as_slice()).map_err(db)?;
+                    let old = match p {
+                        Some(p) => {
+                            let env = envs.take(&p.env)?;
+                            let stored = StoredPayload {
+                                env,
+                                script: p.script.clone(),
+                            };
+                            let bytes =
+                                bincode::serde::encode_to_vec(&stored, bincode::config::standard())
+                                    .map_err(db)?;
+                            let old = payloads.insert(id, bytes.as_slice()).map_err(db)?;
+                            old.map(|v| v.value().to_vec())
                         }
                         None => {
-                            payloads.remove(id).map_err(db)?;
+                            let old = payloads.remove(id).map_err(db)?;
+                            old.map(|v| v.value().to_vec())
                         }
+                    };
+                    if let Some(old) = old {
+                        envs.release(&old)?;
                     }
                 }
                 for rec in &c.acct {
@@ -274,6 +410,7 @@ impl Store {
                 }
                 next = next.max(c.next_job);
             }
+            envs.settle()?;
             if next > 0 {
                 meta.insert("next_job", next).map_err(db)?;
             }
@@ -291,9 +428,27 @@ impl Store {
         let Some(v) = t.get(job).map_err(db)? else {
             return Ok(None);
         };
-        bincode::serde::decode_from_slice(v.value(), bincode::config::standard())
-            .map(|(p, _)| Some(p))
-            .map_err(db)
+        let stored: StoredPayload = decode(v.value())?;
+        let envs = tx.open_table(ENVS).map_err(db)?;
+        let env = match envs.get(stored.env).map_err(db)? {
+            Some(e) => decode(e.value())?,
+            None => {
+                return Err(StoreError::Db(format!(
+                    "job {job}'s environment is missing"
+                )))
+            }
+        };
+        Ok(Some(Payload {
+            env,
+            script: stored.script,
+        }))
+    }
+
+    /// How many distinct environments are stored (for tests and benches).
+    pub fn environments(&self) -> Result<u64, StoreError> {
+        let tx = self.with(|d| d.begin_read().map_err(db))?;
+        let t = tx.open_table(ENVS).map_err(db)?;
+        t.len().map_err(db)
     }
 
     /// Up to `limit` accounting records waiting for the database, oldest
@@ -349,7 +504,7 @@ mod tests {
                     jobs: vec![(1, Some(b"one".to_vec())), (2, Some(b"two".to_vec()))],
                     nodes: vec![("n1".into(), Some(b"drain".to_vec()))],
                     acct: vec![b"run 1".to_vec()],
-                    payloads: vec![(2, Some(b"not bincode".to_vec()))],
+                    payloads: vec![(2, Some(NewPayload::new(&[], Some("x".into()))))],
                     next_job: 3,
                 },
                 Changes {
@@ -389,6 +544,115 @@ mod tests {
         // A new store starts at job 1.
         let fresh = Store::open(&dir.path().join("fresh")).unwrap();
         assert_eq!(fresh.load().unwrap().next_job, 1);
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn put(s: &Store, job: u64, e: &[(String, String)]) {
+        s.commit(&[Changes {
+            payloads: vec![(job, Some(NewPayload::new(e, Some(format!("job {job}")))))],
+            ..Changes::default()
+        }])
+        .unwrap();
+    }
+
+    fn drop_payload(s: &Store, job: u64) {
+        s.commit(&[Changes {
+            payloads: vec![(job, None)],
+            ..Changes::default()
+        }])
+        .unwrap();
+    }
+
+    #[test]
+    fn an_environment_is_stored_once_and_goes_with_its_last_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let alice = env(&[("HOME", "/home/alice"), ("PATH", "/usr/bin")]);
+        let bob = env(&[("HOME", "/home/bob")]);
+        // Three jobs of one batch share alice's; bob's is another.
+        s.commit(&[Changes {
+            payloads: vec![
+                (1, Some(NewPayload::new(&alice, Some("one".into())))),
+                (2, Some(NewPayload::new(&alice, None))),
+                (3, Some(NewPayload::new(&bob, Some("three".into())))),
+            ],
+            ..Changes::default()
+        }])
+        .unwrap();
+        put(&s, 4, &alice);
+        assert_eq!(s.environments().unwrap(), 2);
+        let p = s.payload(2).unwrap().unwrap();
+        assert_eq!((p.env, p.script), (alice.clone(), None));
+        let p = s.payload(3).unwrap().unwrap();
+        assert_eq!((p.env, p.script.as_deref()), (bob.clone(), Some("three")));
+        drop_payload(&s, 3);
+        assert_eq!(s.environments().unwrap(), 1, "bob's went with his job");
+        assert!(s.payload(3).unwrap().is_none());
+        for job in [1, 2] {
+            drop_payload(&s, job);
+        }
+        assert_eq!(
+            s.payload(4).unwrap().unwrap().env,
+            alice,
+            "one job still names it"
+        );
+        // Deleting what is not there changes nothing.
+        drop_payload(&s, 99);
+        drop_payload(&s, 4);
+        assert_eq!(s.environments().unwrap(), 0);
+        // A job written and deleted in one batch (a withdrawn
+        // submission) leaves nothing behind.
+        s.commit(&[
+            Changes {
+                payloads: vec![(5, Some(NewPayload::new(&bob, None)))],
+                ..Changes::default()
+            },
+            Changes {
+                payloads: vec![(5, None)],
+                ..Changes::default()
+            },
+        ])
+        .unwrap();
+        assert_eq!(s.environments().unwrap(), 0);
+    }
+
+    #[test]
+    fn another_environment_at_the_same_hash_is_neither_read_nor_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let alice = env(&[("SECRET", "alice's")]);
+        let mallory = NewPayload::new(&env(&[("X", "crafted")]), None).env;
+        // Mallory's bytes already sit where alice's hash points, as a
+        // collision would put them.
+        let at = env_hash(&NewPayload::new(&alice, None).env);
+        s.with(|d| {
+            let tx = d.begin_write().map_err(db)?;
+            {
+                tx.open_table(ENVS)
+                    .map_err(db)?
+                    .insert(at, mallory.as_slice())
+                    .map_err(db)?;
+                tx.open_table(ENV_REFS)
+                    .map_err(db)?
+                    .insert(at, 1)
+                    .map_err(db)?;
+            }
+            tx.commit().map_err(db)
+        })
+        .unwrap();
+        put(&s, 1, &alice);
+        assert_eq!(s.payload(1).unwrap().unwrap().env, alice);
+        drop_payload(&s, 1);
+        let tx = s.with(|d| d.begin_read().map_err(db)).unwrap();
+        let t = tx.open_table(ENVS).unwrap();
+        assert_eq!(t.get(at).unwrap().unwrap().value(), mallory.as_slice());
+        assert_eq!(t.len().unwrap(), 1, "alice's went, mallory's stayed");
     }
 
     #[test]

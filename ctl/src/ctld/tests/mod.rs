@@ -1144,13 +1144,14 @@ fn with_a_store_scripts_and_environments_leave_memory_until_the_job_ends() {
     spec.env = vec![("HOME".into(), "/home/alice".into())];
     let id = c.submit(ALICE, spec, 1).unwrap();
     let changes = c.take_changes();
-    let (pid, bytes) = changes.payloads[0].clone();
+    let (pid, p) = changes.payloads[0].clone();
     assert_eq!(pid, id.0);
-    let p: crate::ctld::store::Payload =
-        bincode::serde::decode_from_slice(&bytes.unwrap(), bincode::config::standard())
+    let p = p.unwrap();
+    let env: Vec<(String, String)> =
+        bincode::serde::decode_from_slice(&p.env, bincode::config::standard())
             .unwrap()
             .0;
-    assert_eq!(p.env, [("HOME".to_string(), "/home/alice".to_string())]);
+    assert_eq!(env, [("HOME".to_string(), "/home/alice".to_string())]);
     assert_eq!(p.script.as_deref(), Some("#!/bin/sh\necho a big script\n"));
     let j = c.jobs.get(&id).unwrap();
     assert!(j.spec.env.is_empty());
