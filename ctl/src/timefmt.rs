@@ -33,6 +33,16 @@ pub fn parse_limit(s: &str) -> Result<Option<u64>, String> {
     Ok(Some(secs))
 }
 
+/// A job's time limit as sbatch and srun take it: any form of
+/// [`parse_limit`], rounded up to whole minutes as Slurm records it
+/// (`5:30` is 6 minutes); `0` asks for no limit.
+pub fn parse_job_limit(s: &str) -> Result<Option<u64>, String> {
+    Ok(match parse_limit(s)? {
+        None | Some(0) => None,
+        Some(secs) => Some(secs.div_ceil(60) * 60),
+    })
+}
+
 /// A duration as squeue's `TIME` column prints it: `M:SS`, `H:MM:SS`,
 /// `D-HH:MM:SS`.
 pub fn elapsed(secs: u64) -> String {
@@ -266,6 +276,46 @@ mod tests {
         assert_eq!(parse_limit("UNLIMITED"), Ok(None));
         for bad in ["", "x", "1:2:3:4", "-5", "1--2", "1-", "99999999999"] {
             assert!(parse_limit(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn job_limits_round_up_to_whole_minutes_and_zero_is_none() {
+        let m = |n: u64| Ok(Some(n * 60));
+        assert_eq!(parse_job_limit("5:30"), m(6));
+        assert_eq!(parse_job_limit("1-02:03:04"), m(26 * 60 + 4));
+        assert_eq!(parse_job_limit("0:01"), m(1));
+        assert_eq!(parse_job_limit("10"), m(10));
+        assert_eq!(parse_job_limit("1:00:00"), m(60));
+        assert_eq!(parse_job_limit("2-3"), m(51 * 60));
+        assert_eq!(parse_job_limit("0"), Ok(None));
+        assert_eq!(parse_job_limit("0:00"), Ok(None));
+        assert_eq!(parse_job_limit("UNLIMITED"), Ok(None));
+        assert!(parse_job_limit("soon").is_err());
+    }
+
+    proptest::proptest! {
+        /// Every form Slurm takes parses to its seconds, rounded up to
+        /// the minute; nothing panics on any input.
+        #[test]
+        fn every_limit_form_rounds_up(d in 0u64..400, h in 0u64..24, m in 0u64..60, s in 0u64..60) {
+            let minutes = |secs: u64| if secs == 0 { None } else { Some(secs.div_ceil(60) * 60) };
+            let hms = h * 3600 + m * 60 + s;
+            for (text, secs) in [
+                (format!("{m}"), m * 60),
+                (format!("{m}:{s:02}"), m * 60 + s),
+                (format!("{h}:{m:02}:{s:02}"), hms),
+                (format!("{d}-{h}"), d * 86400 + h * 3600),
+                (format!("{d}-{h}:{m:02}"), d * 86400 + h * 3600 + m * 60),
+                (format!("{d}-{h:02}:{m:02}:{s:02}"), d * 86400 + hms),
+            ] {
+                proptest::prop_assert_eq!(parse_job_limit(&text), Ok(minutes(secs)), "{}", text);
+            }
+        }
+
+        #[test]
+        fn any_text_is_a_limit_or_a_refusal(text in "\\PC{0,24}") {
+            let _ = parse_job_limit(&text);
         }
     }
 

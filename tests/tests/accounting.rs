@@ -348,7 +348,7 @@ fn sacct_records_time_limits_and_memory_kills() {
         ..Opts::default()
     });
     let late = env.sbatch(
-        &["-J", "late", "-t", "0:02"],
+        &["-J", "late", "-t", "0:02"], // one minute: limits are whole minutes
         "#!/bin/sh\ntrap '' TERM\nsleep 300\n",
     );
     // Memory kills need the job's cgroup, so root.
@@ -358,7 +358,7 @@ fn sacct_records_time_limits_and_memory_kills() {
             "#!/bin/sh\ntail /dev/zero\n",
         )
     });
-    env.wait_state(late, &["TIMEOUT", "FAILED", "COMPLETED"], 30);
+    env.wait_state(late, &["TIMEOUT", "FAILED", "COMPLETED"], 120);
     let mut ids = vec![late];
     if let Some(h) = hungry {
         env.wait_state(h, &["OUT_OF_MEMORY", "FAILED", "COMPLETED"], 60);

@@ -55,9 +55,10 @@ fn scancel_kills_the_jobs_processes() {
 #[test]
 fn time_limit_turns_into_timeout() {
     let env = Env::start(Opts::default());
-    let id = env.sbatch(&["-t", "0:02"], "#!/bin/sh\ntrap '' TERM\nsleep 300\n");
+    // Limits are whole minutes, as Slurm's (`-t 0:02` would be one).
+    let id = env.sbatch(&["-t", "1"], "#!/bin/sh\ntrap '' TERM\nsleep 300\n");
     assert_eq!(
-        env.wait_state(id, &["TIMEOUT", "FAILED", "COMPLETED"], 20),
+        env.wait_state(id, &["TIMEOUT", "FAILED", "COMPLETED"], 120),
         "TIMEOUT"
     );
 }

@@ -2,18 +2,9 @@
 //! argv[0] or as `corral CMD`; plus `corral up`, `corral sim`, `corral certs`).
 
 fn main() {
-    // A reader that stops early (`scontrol show hostnames | head -n 1`)
-    // ends the command quietly, as it ends Slurm's: Rust ignores SIGPIPE
-    // and would panic on the failed write instead.
-    // SAFETY: restoring the default disposition installs no handler; it
-    // runs first in main, before any other thread exists.
-    #[allow(unsafe_code)]
-    unsafe {
-        let _ = nix::sys::signal::signal(
-            nix::sys::signal::Signal::SIGPIPE,
-            nix::sys::signal::SigHandler::SigDfl,
-        );
-    }
+    // SIGPIPE stays ignored (Rust's default): the commands write their
+    // output in one piece and take a closed pipe as a quiet end
+    // (`corral_ctl::cli::emit`); srun lets it end the process, as Slurm's.
     let code = corral_ctl::cli::main(std::env::args_os().collect());
     std::process::exit(code);
 }

@@ -44,7 +44,7 @@ pub fn main(args: &[OsString]) -> i32 {
     match a.what {
         What::Init { dir } => match tls::init_ca(&dir) {
             Ok(()) => {
-                println!("cluster CA created in {}", dir.display());
+                crate::say!("cluster CA created in {}", dir.display());
                 0
             }
             Err(e) => fail(CMD, chain(&e)),
@@ -61,7 +61,7 @@ pub fn main(args: &[OsString]) -> i32 {
             };
             match tls::issue(&dir, &name, role) {
                 Ok(f) => {
-                    println!("{} and {}", f.cert.display(), f.key.display());
+                    crate::say!("{} and {}", f.cert.display(), f.key.display());
                     0
                 }
                 Err(e) => fail(CMD, chain(&e)),

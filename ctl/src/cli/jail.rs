@@ -96,7 +96,7 @@ pub fn main(args: &[OsString]) -> i32 {
             });
             match made {
                 Ok(()) => {
-                    println!(
+                    crate::say!(
                         "{}: a busybox root; run jobs in it with\n  corral up --jail {}",
                         dir.display(),
                         dir.display()
@@ -113,7 +113,7 @@ pub fn main(args: &[OsString]) -> i32 {
             ..
         } => match shared_root::scaffold::debootstrap(&dir, &suite, mirror.as_deref()) {
             Ok(()) => {
-                println!(
+                crate::say!(
                     "{}: a Debian {suite} root; run jobs in it with\n  corral up --jail {}",
                     dir.display(),
                     dir.display()
@@ -139,7 +139,7 @@ pub fn main(args: &[OsString]) -> i32 {
             });
             match made {
                 Ok(()) => {
-                    println!(
+                    crate::say!(
                         "{}: a tiny root; run jobs in it with\n  corral up --jail {} --jail-submount /usr:/usr:ro",
                         dir.display(),
                         dir.display()
@@ -169,11 +169,11 @@ pub fn main(args: &[OsString]) -> i32 {
         What::Check { dir, submounts } => {
             let lacks = shared_root::check::check(&dir, &submounts);
             if lacks.is_empty() {
-                println!("{}: a usable shared root", dir.display());
+                crate::say!("{}: a usable shared root", dir.display());
                 return 0;
             }
             for l in &lacks {
-                println!("{}: {l}", dir.display());
+                crate::say!("{}: {l}", dir.display());
             }
             1
         }

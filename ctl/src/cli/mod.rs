@@ -31,10 +31,56 @@ pub const COMMANDS: [&str; 7] = [
 /// Prints `CMD: error: MESSAGE` (each line of a message of several) and
 /// gives the exit code 1.
 pub fn fail(cmd: &str, msg: impl std::fmt::Display) -> i32 {
+    let mut text = String::new();
     for line in msg.to_string().lines() {
-        eprintln!("{cmd}: error: {line}");
+        text.push_str(&format!("{cmd}: error: {line}\n"));
     }
+    // Nowhere to say it (a closed stderr) leaves only the exit code.
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
     1
+}
+
+/// Writes a command's whole output to stdout in one piece and gives its
+/// exit code. A reader that stopped early (`scontrol show hostnames
+/// $SLURM_JOB_NODELIST | head -n1`) is not an error: 0, quietly, so a
+/// script under `set -o pipefail` goes on. Any other failure to write (a
+/// full disk) is one error line and 1.
+pub fn emit(cmd: &str, text: &str) -> i32 {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => 0,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(e) => fail(cmd, format!("writing the output: {e}")),
+    }
+}
+
+/// `println!` that neither panics on a closed stdout nor dies of
+/// SIGPIPE: a line of a long-running command's chatter (`corral up`).
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = std::io::Write::write_all(
+            &mut std::io::stdout().lock(),
+            format!("{}\n", format_args!($($arg)*)).as_bytes(),
+        );
+    }};
+}
+
+/// Lets SIGPIPE end this process, as it ends Slurm's `srun` when its
+/// reader goes away (the other commands write once and take EPIPE as the
+/// end instead).
+pub fn sigpipe_ends_the_process() {
+    // SAFETY: restoring the default disposition installs no handler; it
+    // is called at the start of srun's main, before its runtime starts
+    // any thread.
+    #[allow(unsafe_code)]
+    unsafe {
+        let _ = nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        );
+    }
 }
 
 /// Turns a clap outcome into an exit: help and version print as usual,
@@ -188,10 +234,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             usage();
             0
         }
-        "-V" | "--version" => {
-            println!("corral {}", env!("CARGO_PKG_VERSION"));
-            0
-        }
+        "-V" | "--version" => emit("corral", &format!("corral {}\n", env!("CARGO_PKG_VERSION"))),
         other => {
             eprintln!("corral: error: unknown command {other}");
             usage()

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use corral_proto::msg::{Dep, GpuAsk, JobId, JobSpec};
 
-use crate::timefmt::parse_limit;
+use crate::timefmt::parse_job_limit;
 
 /// The resource options of sbatch and srun, spelled as Slurm spells them.
 #[derive(Args, Debug, Clone, Default)]
@@ -47,7 +47,8 @@ pub struct JobOpts {
     /// Whole nodes only.
     #[arg(long)]
     pub exclusive: bool,
-    /// Time limit (minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]).
+    /// Time limit (minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], UNLIMITED;
+    /// rounded up to whole minutes; 0 is no limit).
     #[arg(short = 't', long)]
     pub time: Option<String>,
     /// Working directory.
@@ -86,6 +87,85 @@ pub struct JobOpts {
     /// Lower the job's priority by this much.
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<i32>,
+}
+
+/// An option an input environment variable stands for: the variable, the
+/// long flag it gives, and whether that flag is a switch (set by any
+/// value) rather than taking the variable's value.
+#[derive(Debug)]
+pub struct InputVar {
+    pub var: &'static str,
+    pub flag: &'static str,
+    pub switch: bool,
+}
+
+const fn value(var: &'static str, flag: &'static str) -> InputVar {
+    InputVar {
+        var,
+        flag,
+        switch: false,
+    }
+}
+
+const fn switch(var: &'static str, flag: &'static str) -> InputVar {
+    InputVar {
+        var,
+        flag,
+        switch: true,
+    }
+}
+
+/// sbatch's input environment variables (its man page's INPUT
+/// ENVIRONMENT VARIABLES, those of options Corral has).
+pub const SBATCH_INPUT: &[InputVar] = &[
+    value("SBATCH_ACCOUNT", "--account"),
+    switch("SBATCH_EXCLUSIVE", "--exclusive"),
+    value("SBATCH_EXPORT", "--export"),
+    value("SBATCH_GPUS", "--gpus"),
+    value("SBATCH_GPUS_PER_NODE", "--gpus-per-node"),
+    value("SBATCH_GPUS_PER_TASK", "--gpus-per-task"),
+    value("SBATCH_GRES", "--gres"),
+    value("SBATCH_JOB_NAME", "--job-name"),
+    value("SBATCH_MEM_PER_NODE", "--mem"),
+    switch("SBATCH_NO_REQUEUE", "--no-requeue"),
+    value("SBATCH_PARTITION", "--partition"),
+    value("SBATCH_QOS", "--qos"),
+    switch("SBATCH_REQUEUE", "--requeue"),
+    value("SBATCH_TIMELIMIT", "--time"),
+];
+
+/// srun's: only those that name the request, not the `SLURM_*` shape a
+/// job's own environment carries (`SLURM_NTASKS` inside a batch job is
+/// the job's, and would silently become every step's).
+pub const SRUN_INPUT: &[InputVar] = &[
+    value("SLURM_ACCOUNT", "--account"),
+    switch("SLURM_EXCLUSIVE", "--exclusive"),
+    value("SLURM_EXPORT_ENV", "--export"),
+    value("SLURM_PARTITION", "--partition"),
+    value("SLURM_QOS", "--qos"),
+    value("SLURM_TIMELIMIT", "--time"),
+];
+
+/// The options the environment gives, as flags to put between a
+/// script's directives and the command line (later flags win: the
+/// command line over the environment over `#SBATCH`). An empty variable
+/// counts as unset.
+pub fn input_options(
+    table: &[InputVar],
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::new();
+    for v in table {
+        match lookup(v.var) {
+            Some(val) if !val.is_empty() => out.push(if v.switch {
+                v.flag.into()
+            } else {
+                format!("{}={val}", v.flag).into()
+            }),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Parses `--dependency` (conditions joined by `,`, all must hold).
@@ -276,7 +356,7 @@ impl JobOpts {
             gpus = GpuAsk::None;
         }
         let time_limit = match &self.time {
-            Some(t) => parse_limit(t)?,
+            Some(t) => parse_job_limit(t)?,
             None => None,
         };
         let mem_mb = match &self.mem {

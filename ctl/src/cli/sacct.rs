@@ -493,11 +493,13 @@ pub fn main(args: &[OsString]) -> i32 {
     };
     if a.helpformat {
         let names: Vec<&str> = FIELDS.iter().map(|(n, _)| *n).collect();
+        let mut text = String::new();
         for row in names.chunks(5) {
             let line: Vec<String> = row.iter().map(|n| format!("{n:<18}")).collect();
-            println!("{}", line.join(" ").trim_end());
+            text.push_str(line.join(" ").trim_end());
+            text.push('\n');
         }
-        return 0;
+        return super::emit(CMD, &text);
     }
     let now = now();
     let (q, picks) = match query(&a, now) {
@@ -529,9 +531,7 @@ pub fn main(args: &[OsString]) -> i32 {
         match c.accounting(q).await {
             Ok(jobs) => {
                 let text = render(&jobs, &columns, &layout, !a.noheader, &picks, now);
-                let mut out = std::io::stdout().lock();
-                let _ = std::io::Write::write_all(&mut out, text.as_bytes());
-                0
+                super::emit(CMD, &text)
             }
             Err(e) => fail(CMD, e),
         }

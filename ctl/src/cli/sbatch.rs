@@ -111,10 +111,19 @@ pub fn directives(script: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// Parses the command line, reads the script and merges its directives.
-/// Returns the final arguments and the script text.
+/// Parses the command line, reads the script and merges its directives
+/// and the input environment variables. Returns the final arguments and
+/// the script text.
 pub fn prepare(
     args: &[OsString],
+) -> Result<(SbatchArgs, String, Vec<String>), Result<String, i32>> {
+    prepare_with(args, |v| std::env::var(v).ok())
+}
+
+/// [`prepare`] with the environment read through `lookup`.
+pub fn prepare_with(
+    args: &[OsString],
+    lookup: impl Fn(&str) -> Option<String>,
 ) -> Result<(SbatchArgs, String, Vec<String>), Result<String, i32>> {
     let first: SbatchArgs = parse(CMD, args).map_err(Err)?;
     let (script, script_args, name) = if let Some(cmd) = &first.wrap {
@@ -140,10 +149,15 @@ pub fn prepare(
     if !script.starts_with("#!") {
         return Err(Ok("This does not look like a batch script.  The first line must start with #! followed by the path to an interpreter.".into()));
     }
-    // Directives first, the command line after: the later value wins.
+    // Directives first, then the environment's options, the command line
+    // last: the later value wins.
     let dirs = directives(&script).map_err(Ok)?;
     let mut merged: Vec<OsString> = vec![args[0].clone()];
     merged.extend(dirs.into_iter().map(OsString::from));
+    merged.extend(super::opts::input_options(
+        super::opts::SBATCH_INPUT,
+        lookup,
+    ));
     merged.extend(args[1..].iter().cloned());
     let mut full: SbatchArgs = parse(CMD, &merged).map_err(Err)?;
     if full.job.job_name.is_none() {
@@ -184,11 +198,10 @@ pub fn main(args: &[OsString]) -> i32 {
         match c.ok(Request::Submit(spec)).await {
             Ok(Response::Submitted { job }) => {
                 if a.parsable {
-                    println!("{job}");
+                    super::emit(CMD, &format!("{job}\n"))
                 } else {
-                    println!("Submitted batch job {job}");
+                    super::emit(CMD, &format!("Submitted batch job {job}\n"))
                 }
-                0
             }
             Ok(other) => fail(CMD, format!("unexpected answer {other:?}")),
             Err(e) => fail(CMD, format!("Batch job submission failed: {e}")),
@@ -227,10 +240,61 @@ mod tests {
             .iter()
             .map(OsString::from)
             .collect();
-        let (a, _, rest) = prepare(&argv).unwrap();
+        let (a, _, rest) = prepare_with(&argv, |_| None).unwrap();
         assert_eq!(a.job.nodes.as_deref(), Some("3"));
         assert_eq!(a.job.job_name.as_deref(), Some("fromscript"));
         assert_eq!(rest, vec!["x"]);
+    }
+
+    #[test]
+    fn the_environment_wins_over_directives_and_loses_to_the_command_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("job.sh");
+        std::fs::write(
+            &p,
+            "#!/bin/sh\n#SBATCH -t 10\n#SBATCH -J fromscript\n#SBATCH -p script\ntrue\n",
+        )
+        .unwrap();
+        let env = |v: &str| match v {
+            "SBATCH_TIMELIMIT" => Some("20".to_string()),
+            "SBATCH_JOB_NAME" => Some("fromenv".to_string()),
+            "SBATCH_PARTITION" => Some(String::new()),
+            "SBATCH_REQUEUE" => Some("1".to_string()),
+            "SBATCH_GRES" => Some("gpu:2".to_string()),
+            _ => None,
+        };
+        let argv = |extra: &[&str]| -> Vec<OsString> {
+            let mut v: Vec<OsString> = vec!["sbatch".into()];
+            v.extend(extra.iter().map(OsString::from));
+            v.push(p.clone().into());
+            v
+        };
+        let (a, _, _) = prepare_with(&argv(&[]), env).unwrap();
+        let spec = a.job.to_spec().unwrap();
+        assert_eq!(spec.time_limit, Some(20 * 60), "environment over #SBATCH");
+        assert_eq!(spec.name, "fromenv");
+        assert_eq!(
+            spec.partition.as_deref(),
+            Some("script"),
+            "an empty variable is unset"
+        );
+        assert!(spec.requeue);
+        assert_eq!(spec.gpus, corral_proto::msg::GpuAsk::PerNode(2));
+        let (a, _, _) = prepare_with(&argv(&["-t", "30", "-J", "cli"]), env).unwrap();
+        let spec = a.job.to_spec().unwrap();
+        assert_eq!(
+            spec.time_limit,
+            Some(30 * 60),
+            "command line over environment"
+        );
+        assert_eq!(spec.name, "cli");
+        // An invalid value is refused as the flag would be.
+        let bad = |v: &str| (v == "SBATCH_TIMELIMIT").then(|| "soon".to_string());
+        let (a, _, _) = prepare_with(&argv(&[]), bad).unwrap();
+        assert!(a.job.to_spec().unwrap_err().contains("invalid time limit"));
+        let bad = |v: &str| (v == "SBATCH_GPUS").then(|| "gpu:x".to_string());
+        let (a, _, _) = prepare_with(&argv(&[]), bad).unwrap();
+        assert!(a.job.to_spec().is_err());
     }
 
     #[test]

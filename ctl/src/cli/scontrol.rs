@@ -9,7 +9,7 @@ use corral_proto::msg::{
 };
 use scheduler_core::hostlist;
 
-use super::{block_on, fail, group_name, parse_ids, user_name, words};
+use super::{block_on, emit, fail, group_name, parse_ids, user_name, words};
 use crate::client::Client;
 use crate::ctld::server::now;
 use crate::timefmt::{cpu_time, limit, timestamp};
@@ -317,8 +317,7 @@ pub fn main(args: &[OsString]) -> i32 {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     if rest.first().is_some_and(|a| a == "-h" || a == "--help") {
-        println!("usage: scontrol show job|node|partition [NAME] | show hostnames|hostlist LIST\n       scontrol update NodeName=LIST State=DRAIN|RESUME|DOWN [Reason=TEXT]\n       scontrol hold|release JOBID[,JOBID]");
-        return 0;
+        return emit(CMD, "usage: scontrol show job|node|partition [NAME] | show hostnames|hostlist LIST\n       scontrol update NodeName=LIST State=DRAIN|RESUME|DOWN [Reason=TEXT]\n       scontrol hold|release JOBID[,JOBID]\n");
     }
     let act = match action(&rest) {
         Ok(a) => a,
@@ -327,17 +326,18 @@ pub fn main(args: &[OsString]) -> i32 {
     match act {
         Action::Hostnames(expr) => match hostlist::expand(&expr) {
             Ok(names) => {
+                let mut text = String::with_capacity(names.len() * 12);
                 for n in names {
-                    println!("{n}");
+                    text.push_str(&n);
+                    text.push('\n');
                 }
-                0
+                emit(CMD, &text)
             }
             Err(e) => fail(CMD, format!("invalid hostlist {expr}: {e}")),
         },
         Action::Hostlist(list) => {
             let names: Vec<&str> = list.split(',').filter(|s| !s.is_empty()).collect();
-            println!("{}", hostlist::compress(&names));
-            0
+            emit(CMD, &format!("{}\n", hostlist::compress(&names)))
         }
         other => block_on(CMD, async move {
             let (req, show) = match other {
@@ -406,8 +406,7 @@ pub fn main(args: &[OsString]) -> i32 {
                 Response::Done | Response::Affected { .. } => return 0,
                 other => return fail(CMD, format!("unexpected answer {other:?}")),
             };
-            println!("{text}");
-            0
+            emit(CMD, &format!("{text}\n"))
         }),
     }
 }

@@ -240,8 +240,7 @@ pub fn main(args: &[OsString]) -> i32 {
         } else {
             render_summary(&parts, &nodes, &a)
         };
-        print!("{out}");
-        0
+        super::emit(CMD, &out)
     })
 }
 

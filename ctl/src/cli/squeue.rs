@@ -271,10 +271,7 @@ pub fn main(args: &[OsString]) -> i32 {
             Ok(mut jobs) => {
                 sort(&mut jobs);
                 let text = render(&jobs, &format, !a.noheader, now());
-                let mut out = std::io::stdout().lock();
-                // A closed pipe (`squeue | head`) is not an error.
-                let _ = std::io::Write::write_all(&mut out, text.as_bytes());
-                0
+                super::emit(CMD, &text)
             }
             Err(e) => fail(CMD, e),
         }

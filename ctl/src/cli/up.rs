@@ -764,11 +764,11 @@ pub fn main(args: &[OsString]) -> i32 {
             cluster.spec.dir.display()
         );
         if a.command.is_empty() {
-            println!("# In another shell:");
+            crate::say!("# In another shell:");
             for (k, v) in cluster.env() {
-                println!("export {k}={v}");
+                crate::say!("export {k}={v}");
             }
-            println!("# Ctrl-C here stops the cluster.");
+            crate::say!("# Ctrl-C here stops the cluster.");
             let mut cluster = cluster;
             let stop = tokio::signal::ctrl_c();
             tokio::pin!(stop);

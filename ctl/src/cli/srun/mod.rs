@@ -36,7 +36,7 @@ const CMD: &str = "srun";
 
 /// Run a parallel job.
 #[derive(Debug, Parser)]
-#[command(name = "srun", version)]
+#[command(name = "srun", version, args_override_self = true)]
 pub struct SrunArgs {
     #[command(flatten)]
     pub job: JobOpts,
@@ -463,7 +463,14 @@ async fn run(a: SrunArgs) -> i32 {
 }
 
 pub fn main(args: &[OsString]) -> i32 {
-    let a: SrunArgs = match parse(CMD, args) {
+    super::sigpipe_ends_the_process();
+    // The environment's options before the command line's: the later wins.
+    let mut merged: Vec<OsString> = args.iter().take(1).cloned().collect();
+    merged.extend(super::opts::input_options(super::opts::SRUN_INPUT, |v| {
+        std::env::var(v).ok()
+    }));
+    merged.extend(args.iter().skip(1).cloned());
+    let a: SrunArgs = match parse(CMD, &merged) {
         Ok(a) => a,
         Err(code) => return code,
     };
