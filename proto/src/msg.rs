@@ -384,6 +384,12 @@ pub struct JobSpec {
     pub work_dir: String,
     pub env: Vec<(String, String)>,
     pub kind: JobKind,
+    /// `--comment`.
+    pub comment: Option<String>,
+    /// `--mail-type` (Slurm's names, comma-separated, checked by the CLI)
+    /// and `--mail-user`: recorded with the job.
+    pub mail_type: Option<String>,
+    pub mail_user: Option<String>,
 }
 
 /// One `--dependency` condition.
@@ -740,6 +746,9 @@ pub struct JobView {
     /// What the job used, summed over its nodes (CPU) or the most on one
     /// node (memory), once its nodes have reported it.
     pub usage: Option<JobUsage>,
+    pub comment: Option<String>,
+    pub mail_type: Option<String>,
+    pub mail_user: Option<String>,
 }
 
 /// Why a job waits, or why it ended as it did. The CLI writes Slurm's word

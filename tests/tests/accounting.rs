@@ -428,3 +428,89 @@ fn an_accounting_database_outage_loses_and_doubles_nothing() {
         pg.log()
     );
 }
+
+/// `--wait`, `--comment`, `--mail-type`/`--mail-user`, time limits in
+/// whole minutes, and an input environment variable between `#SBATCH`
+/// and the command line, through the real commands.
+#[test]
+fn sbatch_options_scripts_rely_on() {
+    let env = Env::start(Opts {
+        durable: true,
+        nodes: 1,
+        ..Opts::default()
+    });
+    // --wait: sbatch's exit is the job's; a signal's end is 1.
+    let run = |args: &[&str]| {
+        let mut a = vec!["sbatch"];
+        a.extend_from_slice(args);
+        env.run(&a)
+    };
+    let (code, out, err) = run(&[
+        "--wait",
+        "--comment",
+        "sweep 3",
+        "--mail-type=end,FAIL",
+        "--mail-user=ada@example.com",
+        "--wrap",
+        "exit 3",
+    ]);
+    assert_eq!(code, 3, "{err}");
+    let id: u64 = out
+        .trim()
+        .strip_prefix("Submitted batch job ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(
+        sacct(&env, &[id], "JobID,State,ExitCode,Comment")[0],
+        format!("{id}|FAILED|3:0|sweep 3")
+    );
+    let squeued = env.ok(&[
+        "squeue",
+        "-h",
+        "-t",
+        "all",
+        "-j",
+        &id.to_string(),
+        "-o",
+        "%k",
+    ]);
+    assert_eq!(squeued.trim(), "sweep 3");
+    let (code, _, err) = run(&["-W", "--wrap", "kill -9 $$"]);
+    assert_eq!(code, 1, "{err}");
+    let (code, _, err) = run(&["--mail-type=SOMETIMES", "--wrap", "true"]);
+    assert_eq!(code, 1);
+    assert_eq!(err.trim(), "sbatch: error: --mail-type=SOMETIMES invalid");
+    // Limits are whole minutes; 0 is none.
+    let limit = |args: &[&str], vars: &[(&str, &str)]| {
+        let mut a = vec!["sbatch", "--parsable", "-H"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["--wrap", "true"]);
+        let o = env
+            .cmd(&a)
+            .envs(vars.iter().copied())
+            .output()
+            .expect("sbatch");
+        let (code, out, err) = corral_e2e::out(o);
+        assert_eq!(code, 0, "{err}");
+        let id = out.trim().to_string();
+        env.ok(&["squeue", "-h", "-j", &id, "-o", "%l"])
+            .trim()
+            .to_string()
+    };
+    assert!(limit(&["-t", "5:30"], &[]).ends_with("6:00"));
+    assert_eq!(limit(&["-t", "0"], &[]), "UNLIMITED");
+    assert!(limit(&[], &[("SBATCH_TIMELIMIT", "20")]).ends_with("20:00"));
+    assert!(limit(&["-t", "30"], &[("SBATCH_TIMELIMIT", "20")]).ends_with("30:00"));
+    let (code, _, err) = corral_e2e::out(
+        env.cmd(&["sbatch", "--wrap", "true"])
+            .env("SBATCH_TIMELIMIT", "soon")
+            .output()
+            .expect("sbatch"),
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("invalid time limit specification: soon"),
+        "{err}"
+    );
+    env.ok(&["scancel", "-t", "PENDING"]);
+}

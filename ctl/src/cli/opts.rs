@@ -87,6 +87,48 @@ pub struct JobOpts {
     /// Lower the job's priority by this much.
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<i32>,
+    /// A comment kept with the job (sacct's Comment).
+    #[arg(long)]
+    pub comment: Option<String>,
+    /// When to mail: NONE, BEGIN, END, FAIL, REQUEUE, ALL, INVALID_DEPEND,
+    /// STAGE_OUT, TIME_LIMIT, TIME_LIMIT_90, TIME_LIMIT_80, TIME_LIMIT_50,
+    /// ARRAY_TASKS, comma-separated (recorded with the job).
+    #[arg(long = "mail-type")]
+    pub mail_type: Option<String>,
+    /// Whom to mail (recorded with the job).
+    #[arg(long = "mail-user")]
+    pub mail_user: Option<String>,
+}
+
+/// Slurm's `--mail-type` names.
+const MAIL_TYPES: [&str; 13] = [
+    "NONE",
+    "BEGIN",
+    "END",
+    "FAIL",
+    "REQUEUE",
+    "ALL",
+    "INVALID_DEPEND",
+    "STAGE_OUT",
+    "TIME_LIMIT",
+    "TIME_LIMIT_90",
+    "TIME_LIMIT_80",
+    "TIME_LIMIT_50",
+    "ARRAY_TASKS",
+];
+
+/// Checks `--mail-type` (names in any case, comma-separated) and gives
+/// it in Slurm's spelling.
+pub fn parse_mail_type(s: &str) -> Result<String, String> {
+    let mut out = Vec::new();
+    for t in s.split(',') {
+        let up = t.trim().to_ascii_uppercase();
+        match MAIL_TYPES.iter().find(|m| **m == up) {
+            Some(m) => out.push(*m),
+            None => return Err(format!("--mail-type={s} invalid")),
+        }
+    }
+    Ok(out.join(","))
 }
 
 /// An option an input environment variable stands for: the variable, the
@@ -393,6 +435,9 @@ impl JobOpts {
                 None => None,
             },
             qos: self.qos.clone(),
+            comment: self.comment.clone(),
+            mail_type: self.mail_type.as_deref().map(parse_mail_type).transpose()?,
+            mail_user: self.mail_user.clone(),
             nice: self.nice.unwrap_or(0),
             work_dir: String::new(),
             env: exported_env(self.export.as_deref())?,

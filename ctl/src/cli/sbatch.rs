@@ -31,6 +31,10 @@ pub struct SbatchArgs {
     /// Wrap this command line in a sh script.
     #[arg(long)]
     pub wrap: Option<String>,
+    /// Do not exit until the job ends; exit with its exit code (1 if a
+    /// signal ended it).
+    #[arg(short = 'W', long)]
+    pub wait: bool,
     /// The script (default: read from standard input) and its arguments.
     #[arg(trailing_var_arg = true)]
     pub script: Vec<String>,
@@ -197,16 +201,66 @@ pub fn main(args: &[OsString]) -> i32 {
         };
         match c.ok(Request::Submit(spec)).await {
             Ok(Response::Submitted { job }) => {
-                if a.parsable {
+                let said = if a.parsable {
                     super::emit(CMD, &format!("{job}\n"))
                 } else {
                     super::emit(CMD, &format!("Submitted batch job {job}\n"))
+                };
+                if a.wait && said == 0 {
+                    wait_for(&mut c, job).await
+                } else {
+                    said
                 }
             }
             Ok(other) => fail(CMD, format!("unexpected answer {other:?}")),
             Err(e) => fail(CMD, format!("Batch job submission failed: {e}")),
         }
     })
+}
+
+/// `--wait`: asks after the job, less often as it runs longer (every
+/// half second at first, at most every 5 s), until it ended; its exit
+/// code is sbatch's, or 1 when a signal ended it, as Slurm's.
+async fn wait_for(c: &mut Client, job: corral_proto::msg::JobId) -> i32 {
+    use corral_proto::msg::JobFilter;
+    let mut pause = std::time::Duration::from_millis(500);
+    let mut failures = 0;
+    loop {
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_secs(5));
+        let filter = JobFilter {
+            ids: vec![job],
+            ..JobFilter::default()
+        };
+        match c.jobs(filter).await {
+            Ok(views) => {
+                failures = 0;
+                let Some(v) = views.into_iter().find(|v| v.id == job) else {
+                    return fail(
+                        CMD,
+                        format!("Job {job} is no longer known to the controller"),
+                    );
+                };
+                if v.state.is_final() {
+                    return match v.exit.signal {
+                        Some(_) => 1,
+                        None => v.exit.code,
+                    };
+                }
+            }
+            // The controller may be restarting: the client already waited
+            // its bounded time; a few such in a row end the wait.
+            Err(e) => {
+                failures += 1;
+                if failures >= 5 {
+                    return fail(CMD, e);
+                }
+                if let Ok(fresh) = Client::connect().await {
+                    *c = fresh;
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -159,6 +159,7 @@ fn header(code: char) -> &'static str {
         'V' => "SUBMIT_TIME",
         'Q' => "PRIORITY",
         'b' => "TRES_PER_NODE",
+        'k' => "COMMENT",
         _ => "?",
     }
 }
@@ -205,6 +206,7 @@ fn field(j: &JobView, code: char, now: u64) -> String {
                 format!("gres/gpu:{}", j.gpus / j.num_nodes.max(1))
             }
         }
+        'k' => j.comment.clone().unwrap_or_else(|| "(null)".into()),
         other => format!("%{other}"),
     }
 }
@@ -318,6 +320,9 @@ mod tests {
             restarts: 0,
             failure: None,
             usage: None,
+            comment: None,
+            mail_type: None,
+            mail_user: None,
         }
     }
 

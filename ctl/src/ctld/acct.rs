@@ -223,7 +223,7 @@ impl JobRecord {
             cancelled_by: self.cancelled_by,
             usage: self.used,
             work_dir: self.spec.work_dir.clone(),
-            comment: String::new(),
+            comment: self.spec.comment.clone().unwrap_or_default(),
             steps,
         }
     }

@@ -22,7 +22,12 @@ pub(super) fn spec_bytes(spec: &JobSpec) -> u64 {
         }
         JobKind::Interactive { argv, .. } => argv.iter().map(|a| a.len() + 8).sum(),
     };
-    (env + kind + spec.work_dir.len() + spec.name.len()) as u64
+    let notes: usize = [&spec.comment, &spec.mail_type, &spec.mail_user]
+        .into_iter()
+        .flatten()
+        .map(String::len)
+        .sum();
+    (env + kind + spec.work_dir.len() + spec.name.len() + notes) as u64
 }
 
 impl Controller {
@@ -36,6 +41,15 @@ impl Controller {
         printable("working directory", &spec.work_dir)?;
         for p in [&spec.partition, &spec.qos].into_iter().flatten() {
             printable("partition or QOS name", p)?;
+        }
+        for (what, t) in [
+            ("comment", &spec.comment),
+            ("mail type", &spec.mail_type),
+            ("mail user", &spec.mail_user),
+        ] {
+            if let Some(t) = t {
+                printable(what, t)?;
+            }
         }
         if let JobKind::Batch {
             script,

@@ -39,8 +39,10 @@ const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
 /// records carry their steps; accounting records wait in `acct`. 3: a
 /// run's allocation names the agent it started on, and its open steps
 /// what builds their launches again. 4: what only a run has is one
-/// optional part of the record.
-const LAYOUT: u64 = 4;
+/// optional part of the record. 5: environments are stored once each
+/// (`envs`), payloads name theirs. 6: jobs carry a comment and mail
+/// options.
+const LAYOUT: u64 = 6;
 
 /// The bulky part of a job: its batch script and environment. Read when
 /// the job (or a step of it) is launched.

@@ -149,6 +149,9 @@ impl Controller {
             restarts: j.restarts,
             failure: j.failure.clone(),
             usage: j.used,
+            comment: j.spec.comment.clone(),
+            mail_type: j.spec.mail_type.clone(),
+            mail_user: j.spec.mail_user.clone(),
         }
     }
 
