@@ -15,7 +15,7 @@ use corral_proto::cred::{Minter, DEFAULT_TTL_MS};
 pub use corral_proto::error_chain;
 use corral_proto::msg::{
     AgentMsg, CtldMsg, ExitStatus, GpuInfo, HealthConfig, Ident, JobRun, Launch, LaunchKind, Open,
-    Registration, Request, Response, StepId,
+    Registration, Request, Response, SignalTo, StepId,
 };
 use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
 use corral_proto::{now_ms, read_frame, write_frame, WireError};
@@ -465,11 +465,11 @@ impl Agent {
                 let me = self.clone();
                 tokio::spawn(async move { me.launch(l).await });
             }
-            CtldMsg::Signal { job, step, signal } => {
+            CtldMsg::Signal { job, to, signal } => {
                 let Ok(sig) = Signal::try_from(signal) else {
                     return;
                 };
-                self.signal(job, step, sig);
+                self.signal(job, to, sig);
             }
             CtldMsg::Terminate { job, grace_ms } => self.terminate(job, grace_ms),
             CtldMsg::Farewell => self.farewell.notify_one(),
@@ -502,7 +502,7 @@ impl Agent {
             tokio::time::sleep(Duration::from_millis(grace_ms)).await;
             {
                 let procs = me.procs.lock();
-                for g in procs.groups(job, None) {
+                for g in procs.groups(job, SignalTo::All) {
                     signal_group(g, Signal::SIGKILL);
                 }
             }
@@ -528,11 +528,11 @@ impl Agent {
         signal_group(pgid, Signal::SIGKILL);
     }
 
-    /// Delivers a signal to the live task groups of a run: of one step,
-    /// or of all its steps.
-    pub(crate) fn signal(&self, job: JobRun, step: Option<StepId>, sig: Signal) {
+    /// Delivers a signal to the live task groups of a run that `to`
+    /// names.
+    pub(crate) fn signal(&self, job: JobRun, to: SignalTo, sig: Signal) {
         let procs = self.procs.lock();
-        for g in procs.groups(job, step) {
+        for g in procs.groups(job, to) {
             signal_group(g, sig);
         }
     }

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use corral_proto::msg::{ExitStatus, JobId, JobRun, Launched, StepId};
+use corral_proto::msg::{ExitStatus, JobId, JobRun, Launched, SignalTo, StepId};
 use nix::sys::signal::Signal;
 
 /// This node's processes of one job, of its latest run here.
@@ -170,13 +170,17 @@ impl ProcTable {
     }
 
     /// The live groups of a run: of one step, or of all its steps.
-    pub fn groups(&self, job: JobRun, step: Option<StepId>) -> Vec<u32> {
+    pub fn groups(&self, job: JobRun, to: SignalTo) -> Vec<u32> {
         let Some(j) = self.jobs.get(&job.job).filter(|j| j.run == job.run) else {
             return Vec::new();
         };
         j.steps
             .iter()
-            .filter(|(s, _)| step.is_none_or(|want| want == **s))
+            .filter(|(s, _)| match to {
+                SignalTo::All => true,
+                SignalTo::Step(want) => want == **s,
+                SignalTo::Steps => **s != StepId::BATCH,
+            })
             .flat_map(|(_, g)| g.iter().copied())
             .collect()
     }
@@ -255,6 +259,21 @@ mod tests {
     }
 
     #[test]
+    fn a_signal_for_the_steps_spares_the_batch_shell_and_one_for_it_only_it() {
+        let mut t = ProcTable::default();
+        for (step, g) in [(StepId::BATCH, 50), (StepId(0), 100), (StepId(1), 200)] {
+            assert_eq!(
+                t.begin_step(run(2, 0), step),
+                StepStart::Go { replaced: vec![] }
+            );
+            assert!(t.add_groups(run(2, 0), step, &[g]));
+        }
+        assert_eq!(sorted(t.groups(run(2, 0), SignalTo::Steps)), [100, 200]);
+        assert_eq!(t.groups(run(2, 0), SignalTo::Step(StepId::BATCH)), [50]);
+        assert_eq!(sorted(t.groups(run(2, 0), SignalTo::All)), [50, 100, 200]);
+    }
+
+    #[test]
     fn a_step_lists_its_groups_until_their_leaders_exit() {
         let mut t = ProcTable::default();
         assert_eq!(
@@ -267,15 +286,18 @@ mod tests {
             StepStart::Go { replaced: vec![] }
         );
         assert!(t.add_groups(run(1, 0), StepId(1), &[200]));
-        assert_eq!(sorted(t.groups(run(1, 0), None)), [100, 101, 200]);
-        assert_eq!(sorted(t.groups(run(1, 0), Some(StepId(0)))), [100, 101]);
+        assert_eq!(sorted(t.groups(run(1, 0), SignalTo::All)), [100, 101, 200]);
+        assert_eq!(
+            sorted(t.groups(run(1, 0), SignalTo::Step(StepId(0)))),
+            [100, 101]
+        );
         t.group_exited(run(1, 0), StepId(0), 100);
-        assert_eq!(t.groups(run(1, 0), Some(StepId(0))), [101]);
+        assert_eq!(t.groups(run(1, 0), SignalTo::Step(StepId(0))), [101]);
         assert_eq!(t.running(), [run(1, 0)]);
         // News of another run of the job changes nothing.
         t.group_exited(run(1, 1), StepId(0), 101);
-        assert!(t.groups(run(1, 1), None).is_empty());
-        assert_eq!(t.groups(run(1, 0), Some(StepId(0))), [101]);
+        assert!(t.groups(run(1, 1), SignalTo::All).is_empty());
+        assert_eq!(t.groups(run(1, 0), SignalTo::Step(StepId(0))), [101]);
     }
 
     #[test]
@@ -324,7 +346,7 @@ mod tests {
         t.begin_step(run(5, 2), StepId(0));
         t.add_groups(run(5, 2), StepId(0), &[500]);
         assert_eq!(t.terminate(run(5, 1)), Termination::Clean);
-        assert_eq!(t.groups(run(5, 2), None), [500]);
+        assert_eq!(t.groups(run(5, 2), SignalTo::All), [500]);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use corral_proto::msg::{ExitStatus, Launch, StepDown, StepIo, StepUp};
+use corral_proto::msg::{ExitStatus, Launch, SignalTo, StepDown, StepIo, StepUp};
 use corral_proto::{read_frame, tls, write_frame};
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -173,7 +173,7 @@ pub(crate) async fn run(
                 Ok(Some(StepDown::StdinEof)) => stdin0 = None,
                 Ok(Some(StepDown::Signal(s))) => {
                     if let Ok(sig) = Signal::try_from(s) {
-                        sig_agent.signal(run, Some(step), sig);
+                        sig_agent.signal(run, SignalTo::Step(step), sig);
                     }
                 }
                 Ok(None) | Err(_) => return,

@@ -221,10 +221,10 @@ pub enum CtldMsg {
         reason: String,
     },
     Launch(Launch),
-    /// Deliver a signal to the tasks of a job's run (one step, or all).
+    /// Deliver a signal to the tasks of a job's run.
     Signal {
         job: JobRun,
-        step: Option<StepId>,
+        to: SignalTo,
         signal: i32,
     },
     /// End the job's run on this node: SIGTERM, then SIGKILL after the
@@ -384,6 +384,8 @@ pub struct JobSpec {
     pub work_dir: String,
     pub env: Vec<(String, String)>,
     pub kind: JobKind,
+    /// `--signal`.
+    pub limit_signal: Option<LimitSignal>,
     /// `--comment`.
     pub comment: Option<String>,
     /// `--mail-type` (Slurm's names, comma-separated, checked by the CLI)
@@ -400,6 +402,33 @@ pub enum Dep {
     AfterNotOk(JobId),
     AfterAny(JobId),
     Singleton,
+}
+
+/// Which tasks of a job's run a signal is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SignalTo {
+    /// Every step's tasks and the batch shell (`scancel --full`).
+    All,
+    /// One step's tasks; [`StepId::BATCH`] is the batch shell alone
+    /// (`scancel --batch`, `--signal=B:`).
+    Step(StepId),
+    /// Every step's tasks, not the batch shell (`scancel -s`, `--signal`).
+    Steps,
+}
+
+/// A signal for a job's tasks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SendSignal {
+    pub signal: i32,
+    pub to: SignalTo,
+}
+
+/// `--signal=[B:]SIG[@TIME]`: `signal` goes to the job's tasks `before`
+/// seconds before its time limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitSignal {
+    pub signal: SendSignal,
+    pub before: u32,
 }
 
 /// A batch script, or srun's command run in its own allocation.
@@ -547,7 +576,7 @@ pub enum Request {
     /// Cancel (or signal, with `signal`) the selected jobs.
     Cancel {
         filter: JobFilter,
-        signal: Option<i32>,
+        signal: Option<SendSignal>,
     },
     Hold {
         ids: Vec<JobId>,

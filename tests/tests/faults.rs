@@ -104,3 +104,36 @@ fn a_killed_agent_downs_its_node_and_rejoins() {
     assert!(show.contains("Restarts=1"), "{show}");
     env.ok(&["scancel", &requeued.to_string()]);
 }
+
+/// Lightning's auto-requeue pattern: `--signal=SIGUSR1@90` reaches the
+/// training step before the limit (here 58 s before a one-minute limit,
+/// so about 2 s after the start); with `B:` it reaches the batch shell
+/// instead. Each job traps it, says so, and ends well before its limit.
+#[test]
+fn a_limit_signal_reaches_the_steps_or_with_b_the_batch_shell() {
+    let env = Env::start(Opts::default());
+    let trap =
+        |what: &str| format!("trap 'echo {what} got USR1; exit 0' USR1; sleep 300 & wait $!");
+    let batch = env.sbatch(
+        &["-t", "1", "--signal=B:USR1@58", "-o", "batch.out"],
+        &format!("#!/bin/sh\n{}\n", trap("shell")),
+    );
+    let step = env.sbatch(
+        &["-t", "1", "--signal=SIGUSR1@58", "-o", "step.out"],
+        &format!(
+            "#!/bin/sh\ntrap 'echo shell got USR1' USR1\nsrun sh -c \"{}\"\necho step done\n",
+            trap("step")
+        ),
+    );
+    for (id, file, want) in [
+        (batch, "batch.out", "shell got USR1\n"),
+        (step, "step.out", "step got USR1\nstep done\n"),
+    ] {
+        assert_eq!(
+            env.wait_state(id, &["COMPLETED", "TIMEOUT", "FAILED", "CANCELLED"], 50),
+            "COMPLETED"
+        );
+        let got = std::fs::read_to_string(env.work.join(file)).expect("output");
+        assert_eq!(got, want, "job {id}");
+    }
+}

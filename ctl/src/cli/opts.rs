@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use corral_proto::msg::{Dep, GpuAsk, JobId, JobSpec};
+use corral_proto::msg::{Dep, GpuAsk, JobId, JobSpec, LimitSignal, SendSignal, SignalTo, StepId};
 
 use crate::timefmt::parse_job_limit;
 
@@ -87,6 +87,10 @@ pub struct JobOpts {
     /// Lower the job's priority by this much.
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<i32>,
+    /// Signal the job's steps (with B:, only the batch shell) TIME seconds
+    /// (default 60) before its time limit: [{R|B}:]SIG[@TIME].
+    #[arg(long)]
+    pub signal: Option<String>,
     /// A comment kept with the job (sacct's Comment).
     #[arg(long)]
     pub comment: Option<String>,
@@ -98,6 +102,33 @@ pub struct JobOpts {
     /// Whom to mail (recorded with the job).
     #[arg(long = "mail-user")]
     pub mail_user: Option<String>,
+}
+
+/// Parses `--signal=[{R|B}:]SIG[@TIME]` (`R`, reservation overlap, is
+/// accepted and has nothing to change here).
+pub fn parse_limit_signal(s: &str) -> Result<LimitSignal, String> {
+    let bad = || format!("Invalid --signal specification: {s}");
+    let (flags, rest) = match s.split_once(':') {
+        Some((f, r)) if !f.is_empty() && f.chars().all(|c| matches!(c, 'B' | 'R' | 'b' | 'r')) => {
+            (f, r)
+        }
+        Some(_) => return Err(bad()),
+        None => ("", s),
+    };
+    let (sig, before) = match rest.split_once('@') {
+        Some((sig, t)) => (sig, t.parse::<u16>().map_err(|_| bad())?),
+        None => (rest, 60),
+    };
+    let signal = super::scancel::parse_signal(sig).map_err(|_| bad())?;
+    let to = if flags.contains(['B', 'b']) {
+        SignalTo::Step(StepId::BATCH)
+    } else {
+        SignalTo::Steps
+    };
+    Ok(LimitSignal {
+        signal: SendSignal { signal, to },
+        before: u32::from(before),
+    })
 }
 
 /// Slurm's `--mail-type` names.
@@ -435,6 +466,7 @@ impl JobOpts {
                 None => None,
             },
             qos: self.qos.clone(),
+            limit_signal: self.signal.as_deref().map(parse_limit_signal).transpose()?,
             comment: self.comment.clone(),
             mail_type: self.mail_type.as_deref().map(parse_mail_type).transpose()?,
             mail_user: self.mail_user.clone(),
@@ -483,6 +515,78 @@ mod tests {
         assert!(!env.iter().any(|(k, _)| k == "PATH"));
         let env = exported_env(None).unwrap();
         assert!(env.iter().any(|(k, _)| k == "PATH"));
+    }
+
+    proptest::proptest! {
+        /// Every spelling of every signal, with and without flags and a
+        /// time, parses back to what it says; any text parses or is
+        /// refused, never panics.
+        #[test]
+        fn limit_signals_round_trip(
+            sig in 1i32..32,
+            named in proptest::bool::ANY,
+            prefix in proptest::bool::ANY,
+            flags in proptest::option::of("[RB]{1,2}"),
+            before in proptest::option::of(0u16..=u16::MAX),
+        ) {
+            let Ok(s) = nix::sys::signal::Signal::try_from(sig) else {
+                return Ok(());
+            };
+            let name = match (named, prefix) {
+                (true, true) => s.as_str().to_string(),
+                (true, false) => s.as_str().trim_start_matches("SIG").to_string(),
+                (false, _) => sig.to_string(),
+            };
+            let mut text = String::new();
+            if let Some(f) = &flags {
+                text.push_str(f);
+                text.push(':');
+            }
+            text.push_str(&name);
+            if let Some(b) = before {
+                text.push_str(&format!("@{b}"));
+            }
+            let to = if flags.as_deref().is_some_and(|f| f.contains('B')) {
+                SignalTo::Step(StepId::BATCH)
+            } else {
+                SignalTo::Steps
+            };
+            let want = LimitSignal {
+                signal: SendSignal { signal: sig, to },
+                before: u32::from(before.unwrap_or(60)),
+            };
+            proptest::prop_assert_eq!(parse_limit_signal(&text), Ok(want));
+        }
+
+        #[test]
+        fn any_signal_text_parses_or_is_refused(text in "\\PC{0,24}") {
+            let _ = parse_limit_signal(&text);
+        }
+    }
+
+    #[test]
+    fn limit_signals_parse_in_slurms_forms() {
+        let p = |s| parse_limit_signal(s).map(|l| (l.signal.signal, l.signal.to, l.before));
+        let steps = SignalTo::Steps;
+        let batch = SignalTo::Step(StepId::BATCH);
+        assert_eq!(p("SIGUSR1@90"), Ok((10, steps, 90)));
+        assert_eq!(p("USR1"), Ok((10, steps, 60)));
+        assert_eq!(p("10@0"), Ok((10, steps, 0)));
+        assert_eq!(p("B:USR2@30"), Ok((12, batch, 30)));
+        assert_eq!(p("R:TERM@5"), Ok((15, steps, 5)));
+        assert_eq!(p("RB:sigterm"), Ok((15, batch, 60)));
+        for bad in [
+            "",
+            "X:USR1",
+            ":USR1",
+            "USR1@",
+            "USR1@-1",
+            "USR1@65536",
+            "NOPE@5",
+            "999",
+        ] {
+            assert!(p(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

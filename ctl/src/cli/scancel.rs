@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::str::FromStr;
 
 use clap::Parser;
-use corral_proto::msg::{JobFilter, JobState, Request, Response};
+use corral_proto::msg::{JobFilter, JobState, Request, Response, SendSignal, SignalTo, StepId};
 use nix::sys::signal::Signal;
 
 use super::{block_on, fail, parse, parse_ids, parse_user};
@@ -33,6 +33,12 @@ pub struct ScancelArgs {
     /// Send this signal instead of cancelling.
     #[arg(short = 's', long = "signal")]
     pub signal: Option<String>,
+    /// With a signal: to the batch shell only, not the job's steps.
+    #[arg(short = 'b', long)]
+    pub batch: bool,
+    /// With a signal: to the batch shell and every step.
+    #[arg(short = 'f', long)]
+    pub full: bool,
 }
 
 /// A signal by name (`KILL`, `SIGUSR1`) or number.
@@ -80,7 +86,21 @@ pub fn request(a: &ScancelArgs) -> Result<Request, String> {
     {
         return Err("No job identification provided".into());
     }
-    let signal = a.signal.as_deref().map(parse_signal).transpose()?;
+    // As Slurm's: a signal goes to the job's steps; the batch shell only
+    // with --batch (alone) or --full (with the steps).
+    let to = if a.full {
+        SignalTo::All
+    } else if a.batch {
+        SignalTo::Step(StepId::BATCH)
+    } else {
+        SignalTo::Steps
+    };
+    let signal = a
+        .signal
+        .as_deref()
+        .map(parse_signal)
+        .transpose()?
+        .map(|signal| SendSignal { signal, to });
     Ok(Request::Cancel { filter: f, signal })
 }
 
@@ -134,5 +154,21 @@ mod tests {
         }
         let a = ScancelArgs::try_parse_from(["scancel", "x"]).unwrap();
         assert!(request(&a).is_err());
+        // A signal goes to the steps; the batch shell only when asked.
+        for (flags, to) in [
+            (&[][..], SignalTo::Steps),
+            (&["-b"][..], SignalTo::Step(StepId::BATCH)),
+            (&["--full"][..], SignalTo::All),
+        ] {
+            let mut argv = vec!["scancel", "-s", "USR1", "7"];
+            argv.extend_from_slice(flags);
+            let a = ScancelArgs::try_parse_from(argv).unwrap();
+            match request(&a).unwrap() {
+                Request::Cancel { signal, .. } => {
+                    assert_eq!(signal, Some(SendSignal { signal: 10, to }));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

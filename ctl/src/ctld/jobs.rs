@@ -6,7 +6,7 @@ use super::{Controller, CtldError, JobRecord, Kill, KillRefusal, Refusal, Select
 
 use corral_proto::msg::{
     AgentMsg, CtldMsg, ExitStatus, Ident, JobFilter, JobId, JobRun, JobSpec, JobState, JobUsage,
-    StepId,
+    SendSignal, StepId,
 };
 use scheduler_core::{HoldKind, JobOutcome};
 
@@ -209,6 +209,7 @@ impl Controller {
             let grace = self.cfg.kill_wait * 1000;
             self.complete(now, job, grace);
         }
+        self.limit_signals(now);
         let age = self.cfg.min_job_age;
         self.jobs.retain(|_, j| {
             !(j.state.is_final() && j.end.is_some_and(|e| now.saturating_sub(e) > age))
@@ -221,6 +222,32 @@ impl Controller {
             self.dirty = true;
         }
         self.wake_at = self.sched.next_wakeup(now);
+    }
+
+    /// `--signal`: running jobs within their signal's time of their limit
+    /// are sent it, once per run.
+    fn limit_signals(&mut self, now: u64) {
+        for id in self.jobs.running_ids() {
+            let due = self.jobs.get(&id).is_some_and(|j| {
+                match (j.spec.limit_signal, j.spec.time_limit, j.start) {
+                    (Some(ls), Some(limit), Some(start)) => {
+                        !j.limit_signalled
+                            && now.saturating_add(u64::from(ls.before))
+                                >= start.saturating_add(limit)
+                    }
+                    _ => false,
+                }
+            });
+            if !due {
+                continue;
+            }
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.limit_signalled = true;
+                if let Some(ls) = j.spec.limit_signal {
+                    j.send_signal(ls.signal, &mut self.outbox);
+                }
+            }
+        }
     }
 
     /// With a store, a new job's script and environment go there (in the
@@ -323,7 +350,7 @@ impl Controller {
         &mut self,
         who: Ident,
         f: &JobFilter,
-        signal: Option<i32>,
+        signal: Option<SendSignal>,
         now: u64,
     ) -> Result<Vec<JobId>, Refusal> {
         let sel = Selector::new(f.clone())?;
@@ -359,17 +386,7 @@ impl Controller {
             }
             if let Some(sig) = signal {
                 if j.state == JobState::Running {
-                    let run = j.run();
-                    for (n, _) in &j.alloc {
-                        self.outbox.push((
-                            n.clone(),
-                            CtldMsg::Signal {
-                                job: run,
-                                step: None,
-                                signal: sig,
-                            },
-                        ));
-                    }
+                    j.send_signal(sig, &mut self.outbox);
                     done.push(id);
                 }
                 continue;

@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use corral_proto::cred::{CredError, Token, Verifier};
 use corral_proto::msg::{
     CtldMsg, ExitStatus, Ident, JobId, JobKind, JobRun, JobSpec, JobState, JobUsage, NodeUpdate,
-    Registration, Stats, StepId,
+    Registration, SendSignal, Stats, StepId,
 };
 use scheduler_core::{NodeAllocation, Scheduler, SchedulerConfig};
 
@@ -251,6 +251,8 @@ struct RunPart {
     /// Later steps of the current run still running somewhere, with what
     /// builds their launches again (for a node that never got one).
     open_steps: Vec<launch::OpenStep>,
+    /// `--signal` was sent to this run.
+    limit_signalled: bool,
 }
 
 /// The run part of a job that has none.
@@ -288,6 +290,21 @@ impl JobRecord {
         self.spec.env = Vec::new();
         if let JobKind::Batch { script, .. } = &mut self.spec.kind {
             *script = String::new();
+        }
+    }
+
+    /// Sends a signal to the job's tasks on every node it holds.
+    fn send_signal(&self, sig: SendSignal, outbox: &mut Vec<(String, CtldMsg)>) {
+        let run = self.run();
+        for (n, _) in &self.alloc {
+            outbox.push((
+                n.clone(),
+                CtldMsg::Signal {
+                    job: run,
+                    to: sig.to,
+                    signal: sig.signal,
+                },
+            ));
         }
     }
 

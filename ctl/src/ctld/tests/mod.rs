@@ -333,6 +333,69 @@ fn time_limit_turns_into_timeout() {
     assert_eq!(state(&c, id), JobState::Timeout);
 }
 
+/// `--signal=[B:]SIG@TIME`: once per run (the mark is in the run's part,
+/// which a requeue drops), TIME seconds before the limit, to the steps or
+/// (B:) the batch shell.
+#[test]
+fn a_limit_signal_goes_once_per_run_before_the_limit() {
+    use corral_proto::msg::{LimitSignal, SendSignal, SignalTo};
+    let signals = |c: &mut Controller| -> Vec<(String, SignalTo, i32)> {
+        c.take_outbox()
+            .into_iter()
+            .filter_map(|(n, m)| match m {
+                CtldMsg::Signal { to, signal, .. } => Some((n, to, signal)),
+                _ => None,
+            })
+            .collect()
+    };
+    for to in [SignalTo::Steps, SignalTo::Step(StepId::BATCH)] {
+        let mut c = cluster(1);
+        let mut spec = batch("x");
+        spec.time_limit = Some(600);
+        spec.limit_signal = Some(LimitSignal {
+            signal: SendSignal { signal: 10, to },
+            before: 90,
+        });
+        let id = c.submit(ALICE, spec, 0).unwrap();
+        c.schedule(0);
+        let (node, _) = launches(&mut c).remove(0);
+        let alive = |c: &mut Controller, now| {
+            c.agent_message(
+                &node,
+                AgentMsg::Heartbeat {
+                    running: vec![r0(id)],
+                },
+                now,
+            )
+        };
+        alive(&mut c, 509);
+        c.tick(509);
+        assert!(signals(&mut c).is_empty(), "too early");
+        alive(&mut c, 510);
+        c.tick(510);
+        assert_eq!(signals(&mut c), [(node.clone(), to, 10)]);
+        alive(&mut c, 511);
+        c.tick(511);
+        assert!(signals(&mut c).is_empty(), "once per run");
+        assert_eq!(state(&c, id), JobState::Running);
+    }
+    // Without a time limit there is nothing to be early for.
+    let mut c = cluster(1);
+    let mut spec = batch("x");
+    spec.limit_signal = Some(LimitSignal {
+        signal: SendSignal {
+            signal: 10,
+            to: SignalTo::Steps,
+        },
+        before: 90,
+    });
+    c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    let _ = launches(&mut c);
+    c.tick(100_000);
+    assert!(signals(&mut c).is_empty());
+}
+
 #[test]
 fn silent_node_goes_down_and_its_jobs_fail_or_requeue() {
     let mut c = cluster(2);
