@@ -529,11 +529,18 @@ impl Agent {
     }
 
     /// Delivers a signal to the live task groups of a run that `to`
-    /// names.
+    /// names. The batch shell alone (`--signal=B:`, `scancel --batch`) is
+    /// its group's leader only, as Slurm's: the shell's own children
+    /// (what it runs in the background) are not signalled.
     pub(crate) fn signal(&self, job: JobRun, to: SignalTo, sig: Signal) {
         let procs = self.procs.lock();
         for g in procs.groups(job, to) {
-            signal_group(g, sig);
+            if to == SignalTo::Step(StepId::BATCH) {
+                // A task's group is its leader's pid.
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(g as i32), sig);
+            } else {
+                signal_group(g, sig);
+            }
         }
     }
 

@@ -69,8 +69,12 @@ fn a_killed_agent_downs_its_node_and_rejoins() {
         heartbeat_timeout: 2,
         ..Opts::default()
     });
-    let failing = env.sbatch(&["-w", "worker-1"], "#!/bin/sh\nsleep 300\n");
-    let requeued = env.sbatch(&["-w", "worker-1", "--requeue"], "#!/bin/sh\nsleep 300\n");
+    let failing = env.sbatch(
+        &["-w", "worker-1", "--no-requeue"],
+        "#!/bin/sh\nsleep 300\n",
+    );
+    // Requeueable by default, as Slurm's batch jobs.
+    let requeued = env.sbatch(&["-w", "worker-1"], "#!/bin/sh\nsleep 300\n");
     env.wait_state(failing, &["RUNNING"], 20);
     env.wait_state(requeued, &["RUNNING"], 20);
     env.cluster.kill_agent(1, Signal::SIGKILL);

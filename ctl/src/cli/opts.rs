@@ -63,11 +63,12 @@ pub struct JobOpts {
     /// Environment to pass: ALL (default), NONE, or [ALL,]VAR[=VALUE],...
     #[arg(long)]
     pub export: Option<String>,
-    /// Requeue the job when its node fails.
-    #[arg(long)]
+    /// Requeue the job when its node fails (a batch job's default, as
+    /// Slurm's `JobRequeue=1`).
+    #[arg(long, overrides_with = "no_requeue")]
     pub requeue: bool,
     /// Never requeue the job.
-    #[arg(long = "no-requeue")]
+    #[arg(long = "no-requeue", overrides_with = "requeue")]
     pub no_requeue: bool,
     /// Submit held.
     #[arg(short = 'H', long)]
@@ -452,7 +453,9 @@ impl JobOpts {
             time_limit,
             nodelist: list(&self.nodelist)?,
             exclude: list(&self.exclude)?,
-            requeue: self.requeue && !self.no_requeue,
+            // Requeueable unless told not to; srun's own allocations are
+            // never requeued (there is no one to rerun their command for).
+            requeue: !self.no_requeue,
             hold: self.hold,
             dependencies: match &self.dependency {
                 Some(d) => parse_dependency(d)?,

@@ -352,6 +352,36 @@ mod tests {
     }
 
     #[test]
+    fn batch_jobs_are_requeueable_unless_told_and_the_last_word_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("job.sh");
+        std::fs::write(&p, "#!/bin/sh\n#SBATCH --no-requeue\ntrue\n").unwrap();
+        let plain = dir.path().join("plain.sh");
+        std::fs::write(&plain, "#!/bin/sh\ntrue\n").unwrap();
+        let requeue = |args: &[&str], script: &std::path::Path, env: Option<&str>| {
+            let mut argv: Vec<OsString> = vec!["sbatch".into()];
+            argv.extend(args.iter().map(OsString::from));
+            argv.push(script.into());
+            let (a, _, _) =
+                prepare_with(&argv, |v| env.filter(|e| *e == v).map(|_| "1".to_string())).unwrap();
+            a.job.to_spec().unwrap().requeue
+        };
+        assert!(requeue(&[], &plain, None), "Slurm's default");
+        assert!(!requeue(&[], &p, None));
+        assert!(
+            requeue(&["--requeue"], &p, None),
+            "command line over #SBATCH"
+        );
+        assert!(!requeue(&["--requeue", "--no-requeue"], &plain, None));
+        assert!(!requeue(&[], &plain, Some("SBATCH_NO_REQUEUE")));
+        assert!(requeue(&["--requeue"], &plain, Some("SBATCH_NO_REQUEUE")));
+        assert!(
+            requeue(&[], &p, Some("SBATCH_REQUEUE")),
+            "environment over #SBATCH"
+        );
+    }
+
+    #[test]
     fn a_script_without_interpreter_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("job.sh");

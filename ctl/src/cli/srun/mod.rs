@@ -365,6 +365,7 @@ async fn run(a: SrunArgs) -> i32 {
                 .unwrap_or_else(|| "srun".into());
         }
         spec.work_dir = cwd.to_string_lossy().into_owned();
+        spec.requeue = false;
         spec.kind = JobKind::Interactive {
             argv: a.command.clone(),
             io,
