@@ -68,6 +68,23 @@ fn join(v: &[u32]) -> String {
     v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
+/// Counts per node as Slurm writes them: runs of one count folded,
+/// `2(x3),1`.
+pub fn per_node(counts: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < counts.len() {
+        let n = counts[i..].iter().take_while(|&&c| c == counts[i]).count();
+        parts.push(if n > 1 {
+            format!("{}(x{n})", counts[i])
+        } else {
+            counts[i].to_string()
+        });
+        i += n;
+    }
+    parts.join(",")
+}
+
 /// The environment of task `local` (0-based on this node) of a launch:
 /// the submitter's exported variables, then Slurm's.
 pub fn task_env(
@@ -111,7 +128,31 @@ pub fn task_env(
     set("SLURM_NODEID", l.node_index.to_string());
     set("SLURM_CPUS_PER_TASK", l.cpus_per_task.to_string());
     set("SLURM_CPUS_ON_NODE", l.cpus.len().to_string());
-    set("SLURM_SUBMIT_DIR", l.work_dir.clone());
+    // Where sbatch ran, whatever `-D` said.
+    set(
+        "SLURM_SUBMIT_DIR",
+        l.shape
+            .submit_dir
+            .clone()
+            .unwrap_or_else(|| l.work_dir.clone()),
+    );
+    if let Some(h) = &l.shape.submit_host {
+        set("SLURM_SUBMIT_HOST", h.clone());
+    }
+    if let Some(q) = &l.shape.qos {
+        set("SLURM_JOB_QOS", q.clone());
+    }
+    set("SLURM_JOB_CPUS_PER_NODE", per_node(&l.shape.job_cpus));
+    if let Some(n) = l.shape.ntasks_per_node {
+        set("SLURM_NTASKS_PER_NODE", n.to_string());
+    }
+    set(
+        "SLURM_GTIDS",
+        (l.first_task..l.first_task + l.tasks_here)
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+    );
     set("SLURM_JOB_PARTITION", l.partition.clone());
     set("SLURM_RESTART_COUNT", l.run.to_string());
     set("SLURM_JOB_UID", l.user.uid.to_string());
@@ -120,12 +161,23 @@ pub fn task_env(
     set("SLURMD_NODENAME", node.to_string());
     set("SLURM_TOPOLOGY_ADDR", node.to_string());
     if batch {
-        set("SLURM_STEP_ID", "batch".into());
+        // The batch script sees the allocation; it is no step of its own
+        // to Slurm's launchers (no SLURM_STEP_ID).
+        set("SLURM_TASKS_PER_NODE", per_node(&l.shape.job_tasks));
     } else {
+        let steps_nodes = l.job_nodes.get(..l.shape.step_tasks.len()).unwrap_or(&[]);
         set("SLURM_STEP_ID", l.step.to_string());
         set("SLURM_STEPID", l.step.to_string());
         set("SLURM_STEP_NUM_NODES", l.step_nodes.to_string());
         set("SLURM_STEP_NUM_TASKS", l.ntasks.to_string());
+        set("SLURM_STEP_NODELIST", hostlist::compress(steps_nodes));
+        set("SLURM_TASKS_PER_NODE", per_node(&l.shape.step_tasks));
+        set("SLURM_STEP_TASKS_PER_NODE", per_node(&l.shape.step_tasks));
+        set("SLURM_STEP_GPUS", join(&gpus));
+        if let LaunchKind::Step { io, .. } = &l.what {
+            set("SLURM_LAUNCH_NODE_IPADDR", io.addr.ip().to_string());
+            set("SLURM_SRUN_COMM_HOST", io.addr.ip().to_string());
+        }
     }
     if let Some(t) = l.time_limit {
         set("SLURM_JOB_TIME_LIMIT", t.to_string());
@@ -134,6 +186,7 @@ pub fn task_env(
     set("GPU_DEVICE_ORDINAL", join(&gpus));
     if !l.gpus.is_empty() {
         set("SLURM_JOB_GPUS", join(&l.gpus));
+        set("SLURM_GPUS_ON_NODE", l.gpus.len().to_string());
     }
     set("CORRAL_AGENT_SOCKET", agent_socket.to_string());
     env
@@ -142,7 +195,7 @@ pub fn task_env(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use corral_proto::msg::{Ident, JobId, StepId, StepIo};
+    use corral_proto::msg::{Ident, JobId, LaunchShape, StepId, StepIo};
 
     fn vars() -> PatternVars<'static> {
         PatternVars {
@@ -199,6 +252,15 @@ mod tests {
                     secret: [0; 32],
                 },
             },
+            shape: LaunchShape {
+                job_tasks: vec![2, 2, 1],
+                job_cpus: vec![4, 4, 2],
+                step_tasks: vec![2, 2],
+                ntasks_per_node: None,
+                submit_dir: Some("/home/ada".into()),
+                submit_host: Some("login-1".into()),
+                qos: None,
+            },
         }
     }
 
@@ -220,5 +282,58 @@ mod tests {
         assert_eq!(get(&env, "HOME"), "/root");
         let env = task_env(&launch(Some(2)), "worker-1", "root", 1, "/run/a.sock", "c");
         assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), "5,6");
+        assert_eq!(get(&env, "SLURM_STEP_GPUS"), "5,6");
+        assert_eq!(get(&env, "SLURM_GPUS_ON_NODE"), "4");
+    }
+
+    /// What launchers compute ranks from, in a step and in the batch
+    /// script.
+    #[test]
+    fn env_describes_the_job_and_the_step_over_their_nodes() {
+        let mut l = launch(None);
+        l.job_nodes.push("worker-2".into());
+        let env = task_env(&l, "worker-1", "root", 0, "/run/a.sock", "c");
+        assert_eq!(get(&env, "SLURM_TASKS_PER_NODE"), "2(x2)");
+        assert_eq!(get(&env, "SLURM_STEP_TASKS_PER_NODE"), "2(x2)");
+        assert_eq!(get(&env, "SLURM_STEP_NODELIST"), "worker-[0-1]");
+        assert_eq!(get(&env, "SLURM_JOB_NODELIST"), "worker-[0-2]");
+        assert_eq!(get(&env, "SLURM_JOB_CPUS_PER_NODE"), "4(x2),2");
+        assert_eq!(get(&env, "SLURM_GTIDS"), "2,3");
+        assert_eq!(get(&env, "SLURM_SUBMIT_DIR"), "/home/ada");
+        assert_eq!(get(&env, "SLURM_SUBMIT_HOST"), "login-1");
+        assert_eq!(get(&env, "SLURM_LAUNCH_NODE_IPADDR"), "127.0.0.1");
+        assert_eq!(get(&env, "SLURM_STEP_ID"), "0");
+        assert!(!env.iter().any(|(k, _)| k == "SLURM_NTASKS_PER_NODE"));
+        l.shape.ntasks_per_node = Some(2);
+        l.what = LaunchKind::Batch {
+            script: String::new(),
+            args: vec![],
+            stdout: "o".into(),
+            stderr: None,
+        };
+        (l.first_task, l.tasks_here) = (0, 1);
+        let env = task_env(&l, "worker-0", "root", 0, "/run/a.sock", "c");
+        assert_eq!(get(&env, "SLURM_TASKS_PER_NODE"), "2(x2),1");
+        assert_eq!(get(&env, "SLURM_NTASKS_PER_NODE"), "2");
+        assert_eq!(get(&env, "SLURM_GTIDS"), "0");
+        for absent in [
+            "SLURM_STEP_ID",
+            "SLURM_STEP_NODELIST",
+            "SLURM_LAUNCH_NODE_IPADDR",
+        ] {
+            assert!(
+                !env.iter().any(|(k, _)| k == absent),
+                "{absent} in a batch script"
+            );
+        }
+    }
+
+    #[test]
+    fn counts_per_node_fold_like_slurm() {
+        assert_eq!(per_node(&[]), "");
+        assert_eq!(per_node(&[3]), "3");
+        assert_eq!(per_node(&[3, 1]), "3,1");
+        assert_eq!(per_node(&[2, 2]), "2(x2)");
+        assert_eq!(per_node(&[1, 2, 2, 2, 1, 1]), "1,2(x3),1(x2)");
     }
 }

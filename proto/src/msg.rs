@@ -276,6 +276,25 @@ pub struct Launch {
     /// what escapes a job's limits, such as the node's Docker socket.
     pub exclusive: bool,
     pub what: LaunchKind,
+    /// What the job's and the step's tasks see of the whole: the job's
+    /// tasks and CPUs on each of its nodes, the step's tasks on each of
+    /// its nodes (the job's first ones).
+    pub shape: LaunchShape,
+}
+
+/// The job's and the step's layout over their nodes, for the variables
+/// launchers compute ranks from (`SLURM_TASKS_PER_NODE`,
+/// `SLURM_JOB_CPUS_PER_NODE`, `SLURM_STEP_NODELIST`, ...), and where the
+/// job came from.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LaunchShape {
+    pub job_tasks: Vec<u32>,
+    pub job_cpus: Vec<u32>,
+    pub step_tasks: Vec<u32>,
+    pub ntasks_per_node: Option<u32>,
+    pub submit_dir: Option<String>,
+    pub submit_host: Option<String>,
+    pub qos: Option<String>,
 }
 
 impl Launch {
@@ -386,6 +405,11 @@ pub struct JobSpec {
     pub kind: JobKind,
     /// `--signal`.
     pub limit_signal: Option<LimitSignal>,
+    /// Where and on which host the job was submitted
+    /// (`SLURM_SUBMIT_DIR`, `SLURM_SUBMIT_HOST`); the work directory is
+    /// another (`-D`).
+    pub submit_dir: Option<String>,
+    pub submit_host: Option<String>,
     /// `--comment`.
     pub comment: Option<String>,
     /// `--mail-type` (Slurm's names, comma-separated, checked by the CLI)

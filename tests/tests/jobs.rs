@@ -131,6 +131,52 @@ fn steps_of_a_two_node_batch_job_see_slurm_variables() {
     }
 }
 
+/// What launchers (torchrun wrappers, MPI, Lightning) compute ranks and
+/// per-node counts from, in the batch script and in its step: a job of
+/// two nodes with two tasks each, submitted with `-D` elsewhere.
+#[test]
+fn the_job_and_its_step_describe_their_shape_as_slurm_does() {
+    let env = Env::start(Opts::default());
+    std::fs::create_dir(env.work.join("run")).expect("dir");
+    let script = "#!/bin/sh\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n\
+        echo batch $SLURM_TASKS_PER_NODE $SLURM_JOB_CPUS_PER_NODE $SLURM_NTASKS_PER_NODE $SLURM_SUBMIT_DIR $SLURM_SUBMIT_HOST ${SLURM_STEP_ID:-nostep} $(pwd)\n\
+        srun -l sh -c 'echo $SLURM_STEP_NODELIST $SLURM_STEP_TASKS_PER_NODE $SLURM_TASKS_PER_NODE $SLURM_GTIDS $SLURM_STEP_ID $SLURM_LAUNCH_NODE_IPADDR'\n";
+    let id = env.sbatch(&["-D", "run", "-o", "out"], script);
+    env.wait_state(id, &["COMPLETED"], 30);
+    let out = std::fs::read_to_string(env.work.join("run/out")).expect("output");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    let work = env.work.to_string_lossy().into_owned();
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    assert_eq!(
+        lines[0], "0: worker-[0-1] 2(x2) 2(x2) 0,1 0 127.0.0.1",
+        "{out}"
+    );
+    assert_eq!(
+        lines[1], "1: worker-[0-1] 2(x2) 2(x2) 0,1 0 127.0.0.1",
+        "{out}"
+    );
+    assert_eq!(
+        lines[2], "2: worker-[0-1] 2(x2) 2(x2) 2,3 0 127.0.0.1",
+        "{out}"
+    );
+    assert_eq!(
+        lines[3], "3: worker-[0-1] 2(x2) 2(x2) 2,3 0 127.0.0.1",
+        "{out}"
+    );
+    let cpus = lines[4]
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        lines[4],
+        format!("batch 2(x2) {cpus} 2 {work} {host} nostep {work}/run"),
+        "{out}"
+    );
+    assert!(cpus.ends_with("(x2)"), "{cpus}");
+}
+
 #[test]
 fn gpu_jobs_get_distinct_gpus() {
     let env = Env::start(Opts::default());

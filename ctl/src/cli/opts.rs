@@ -470,6 +470,12 @@ impl JobOpts {
             },
             qos: self.qos.clone(),
             limit_signal: self.signal.as_deref().map(parse_limit_signal).transpose()?,
+            submit_dir: std::env::current_dir()
+                .ok()
+                .map(|d| d.to_string_lossy().into_owned()),
+            submit_host: nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok()),
             comment: self.comment.clone(),
             mail_type: self.mail_type.as_deref().map(parse_mail_type).transpose()?,
             mail_user: self.mail_user.clone(),

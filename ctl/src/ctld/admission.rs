@@ -22,11 +22,17 @@ pub(super) fn spec_bytes(spec: &JobSpec) -> u64 {
         }
         JobKind::Interactive { argv, .. } => argv.iter().map(|a| a.len() + 8).sum(),
     };
-    let notes: usize = [&spec.comment, &spec.mail_type, &spec.mail_user]
-        .into_iter()
-        .flatten()
-        .map(String::len)
-        .sum();
+    let notes: usize = [
+        &spec.comment,
+        &spec.mail_type,
+        &spec.mail_user,
+        &spec.submit_dir,
+        &spec.submit_host,
+    ]
+    .into_iter()
+    .flatten()
+    .map(String::len)
+    .sum();
     (env + kind + spec.work_dir.len() + spec.name.len() + notes) as u64
 }
 
@@ -44,6 +50,8 @@ impl Controller {
         }
         for (what, t) in [
             ("comment", &spec.comment),
+            ("submit directory", &spec.submit_dir),
+            ("submit host", &spec.submit_host),
             ("mail type", &spec.mail_type),
             ("mail user", &spec.mail_user),
         ] {

@@ -7,8 +7,8 @@ use super::wire::wire_id;
 use super::{natural, Controller, CtldError, JobRecord, Refusal, StoredAlloc};
 
 use corral_proto::msg::{
-    CtldMsg, ExitStatus, GpuAsk, Ident, JobId, JobKind, JobState, Launch, LaunchKind, Launched,
-    StepId, StepIo, StepSpec,
+    CtldMsg, ExitStatus, GpuAsk, Ident, JobId, JobKind, JobState, Launch, LaunchKind, LaunchShape,
+    Launched, StepId, StepIo, StepSpec,
 };
 use scheduler_core::StartDecision;
 
@@ -68,6 +68,15 @@ impl StepPlan<'_> {
                 time_limit,
                 exclusive: j.spec.exclusive,
                 what: self.what.clone(),
+                shape: LaunchShape {
+                    job_tasks: j.alloc.iter().map(|(_, a)| a.tasks).collect(),
+                    job_cpus: j.alloc.iter().map(|(_, a)| a.cpus.len() as u32).collect(),
+                    step_tasks: self.tasks.clone(),
+                    ntasks_per_node: j.spec.ntasks_per_node,
+                    submit_dir: j.spec.submit_dir.clone(),
+                    submit_host: j.spec.submit_host.clone(),
+                    qos: j.spec.qos.clone(),
+                },
             };
             first_task += here;
             out.push((node.clone(), launch));

@@ -41,8 +41,9 @@ const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
 /// what builds their launches again. 4: what only a run has is one
 /// optional part of the record. 5: environments are stored once each
 /// (`envs`), payloads name theirs. 6: jobs carry a comment and mail
-/// options. 7: `--signal`, and whether a run was sent it.
-const LAYOUT: u64 = 7;
+/// options. 7: `--signal`, and whether a run was sent it. 8: where a job
+/// was submitted from.
+const LAYOUT: u64 = 8;
 
 /// The bulky part of a job: its batch script and environment. Read when
 /// the job (or a step of it) is launched.
