@@ -126,7 +126,9 @@ pub fn task_env(
     set("SLURM_PROCID", (l.first_task + local).to_string());
     set("SLURM_LOCALID", local.to_string());
     set("SLURM_NODEID", l.node_index.to_string());
-    set("SLURM_CPUS_PER_TASK", l.cpus_per_task.to_string());
+    if l.shape.cpus_per_task_given {
+        set("SLURM_CPUS_PER_TASK", l.cpus_per_task.to_string());
+    }
     set("SLURM_CPUS_ON_NODE", l.cpus.len().to_string());
     // Where sbatch ran, whatever `-D` said.
     set(
@@ -257,6 +259,7 @@ mod tests {
                 job_cpus: vec![4, 4, 2],
                 step_tasks: vec![2, 2],
                 ntasks_per_node: None,
+                cpus_per_task_given: false,
                 submit_dir: Some("/home/ada".into()),
                 submit_host: Some("login-1".into()),
                 qos: None,
@@ -304,6 +307,13 @@ mod tests {
         assert_eq!(get(&env, "SLURM_LAUNCH_NODE_IPADDR"), "127.0.0.1");
         assert_eq!(get(&env, "SLURM_STEP_ID"), "0");
         assert!(!env.iter().any(|(k, _)| k == "SLURM_NTASKS_PER_NODE"));
+        assert!(
+            !env.iter().any(|(k, _)| k == "SLURM_CPUS_PER_TASK"),
+            "no -c"
+        );
+        l.shape.cpus_per_task_given = true;
+        let env = task_env(&l, "worker-1", "root", 0, "/run/a.sock", "c");
+        assert_eq!(get(&env, "SLURM_CPUS_PER_TASK"), "1");
         l.shape.ntasks_per_node = Some(2);
         l.what = LaunchKind::Batch {
             script: String::new(),

@@ -292,6 +292,8 @@ pub struct LaunchShape {
     pub job_cpus: Vec<u32>,
     pub step_tasks: Vec<u32>,
     pub ntasks_per_node: Option<u32>,
+    /// `-c` was given (`SLURM_CPUS_PER_TASK` is set only then).
+    pub cpus_per_task_given: bool,
     pub submit_dir: Option<String>,
     pub submit_host: Option<String>,
     pub qos: Option<String>,

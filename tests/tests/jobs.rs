@@ -101,7 +101,7 @@ fn srun_labels_four_tasks_on_two_nodes() {
 #[test]
 fn steps_of_a_two_node_batch_job_see_slurm_variables() {
     let env = Env::start(Opts::default());
-    let script = "#!/bin/sh\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n\
+    let script = "#!/bin/sh\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n#SBATCH -c 1\n\
         srun -l sh -c 'echo $SLURM_JOB_ID $SLURM_NNODES $SLURM_NTASKS $SLURM_PROCID $SLURM_NODEID $SLURM_LOCALID $SLURM_JOB_NODELIST $SLURMD_NODENAME $SLURM_JOB_PARTITION $SLURM_CPUS_PER_TASK $SLURM_SUBMIT_DIR $SLURM_JOB_NAME'\n";
     let id = env.sbatch(&["-J", "vars"], script);
     env.wait_state(id, &["COMPLETED"], 30);

@@ -296,7 +296,9 @@ impl Controller {
     pub fn submit(&mut self, who: Ident, mut spec: JobSpec, now: u64) -> Result<JobId, Refusal> {
         let bytes = self.admit(who, &spec)?;
         // Normalised once: everything after reads the value the job has.
-        spec.cpus_per_task = Some(spec.cpus_per_task.unwrap_or(1).max(1));
+        // (Left unset when not given: tasks see `SLURM_CPUS_PER_TASK`
+        // only for `-c`, as Slurm's.)
+        spec.cpus_per_task = spec.cpus_per_task.map(|c| c.max(1));
         let req = job_request(who, &spec);
         let id = JobId(self.next_job);
         let held = req.hold;

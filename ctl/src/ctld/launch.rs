@@ -73,6 +73,7 @@ impl StepPlan<'_> {
                     job_cpus: j.alloc.iter().map(|(_, a)| a.cpus.len() as u32).collect(),
                     step_tasks: self.tasks.clone(),
                     ntasks_per_node: j.spec.ntasks_per_node,
+                    cpus_per_task_given: j.spec.cpus_per_task.is_some(),
                     submit_dir: j.spec.submit_dir.clone(),
                     submit_host: j.spec.submit_host.clone(),
                     qos: j.spec.qos.clone(),
