@@ -472,6 +472,10 @@ pub enum JobKind {
         argv: Vec<String>,
         io: StepIo,
     },
+    /// `salloc`: resources held for steps (`srun` inside it) until its
+    /// command, run on the submitting host, ends; nothing is launched for
+    /// it by itself.
+    Allocation,
 }
 
 impl Default for JobKind {
@@ -606,6 +610,11 @@ pub enum Request {
     },
     Hold {
         ids: Vec<JobId>,
+    },
+    /// `salloc`'s command ended: the allocation ends with its exit.
+    EndAllocation {
+        job: JobId,
+        exit: ExitStatus,
     },
     Release {
         ids: Vec<JobId>,

@@ -436,3 +436,66 @@ fn dependencies_and_begin_times_hold_jobs_back() {
     assert_eq!(reason(d), "BeginTime");
     env.wait_state(d, &["COMPLETED"], 20);
 }
+
+/// `salloc`: an allocation whose command runs here, with `srun` inside it
+/// running steps on the allocation's nodes; the command's exit is the
+/// allocation's; the seed system's own line works.
+#[test]
+fn salloc_runs_its_command_here_and_srun_inside_uses_the_allocation() {
+    let env = Env::start(Opts::default());
+    let (code, out, err) = env.run(&[
+        "salloc",
+        "-N2",
+        "srun",
+        "-l",
+        "sh",
+        "-c",
+        "echo $SLURMD_NODENAME $SLURM_JOB_NUM_NODES",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["0: worker-0 2", "1: worker-1 2"], "{err}");
+    let id: u64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("salloc: Granted job allocation "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        err.contains(&format!("salloc: Relinquishing job allocation {id}")),
+        "{err}"
+    );
+    assert_eq!(
+        env.wait_state(id, &["COMPLETED", "FAILED"], 20),
+        "COMPLETED"
+    );
+    // The seed system's verification line, with a command for its shell.
+    let (code, out, err) = env.run(&[
+        "salloc",
+        "--nodes=1",
+        "--ntasks=1",
+        "--mem=1G",
+        "--time=00:20:00",
+        "--gres=gpu:1",
+        "sh",
+        "-c",
+        "echo $SLURM_NNODES $SLURM_NTASKS; srun sh -c 'echo gpus=$CUDA_VISIBLE_DEVICES'; exit 7",
+    ]);
+    assert_eq!(code, 7, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "1 1", "{out}");
+    assert!(
+        lines[1].starts_with("gpus=") && lines[1].len() == "gpus=0".len(),
+        "one GPU: {out}"
+    );
+    let id = err
+        .lines()
+        .find_map(|l| l.strip_prefix("salloc: Granted job allocation "))
+        .unwrap_or_else(|| panic!("{err}"))
+        .trim()
+        .parse()
+        .expect("id");
+    assert_eq!(env.wait_state(id, &["COMPLETED", "FAILED"], 20), "FAILED");
+    let shown = env.ok(&["scontrol", "show", "job", &id.to_string()]);
+    assert!(shown.contains("ExitCode=7:0"), "{shown}");
+}

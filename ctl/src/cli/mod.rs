@@ -14,6 +14,7 @@ pub mod jail;
 pub mod jail_shell;
 pub mod opts;
 pub mod sacct;
+pub mod salloc;
 pub mod sbatch;
 pub mod scancel;
 pub mod scontrol;
@@ -24,8 +25,8 @@ pub mod up;
 pub mod words;
 
 /// The commands `corral` answers to by name.
-pub const COMMANDS: [&str; 7] = [
-    "sbatch", "srun", "squeue", "sinfo", "scancel", "scontrol", "sacct",
+pub const COMMANDS: [&str; 8] = [
+    "sbatch", "srun", "salloc", "squeue", "sinfo", "scancel", "scontrol", "sacct",
 ];
 
 /// Prints `CMD: error: MESSAGE` (each line of a message of several) and
@@ -177,7 +178,7 @@ pub fn parse_ids(s: &str) -> Result<Vec<JobId>, String> {
 
 fn usage() -> i32 {
     eprintln!(
-        "usage: corral COMMAND [ARGS]\n\ncommands: sbatch srun squeue sinfo scancel scontrol sacct\n          up (a cluster on this machine), sim (trace replay), certs (cluster certificates),\n          jail (prepare and check a shared root)"
+        "usage: corral COMMAND [ARGS]\n\ncommands: sbatch srun salloc squeue sinfo scancel scontrol sacct\n          up (a cluster on this machine), sim (trace replay), certs (cluster certificates),\n          jail (prepare and check a shared root)"
     );
     2
 }
@@ -221,6 +222,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     match cmd.as_str() {
         "sbatch" => sbatch::main(&args),
         "srun" => srun::main(&args),
+        "salloc" => salloc::main(&args),
         "squeue" => squeue::main(&args),
         "sinfo" => sinfo::main(&args),
         "scancel" => scancel::main(&args),

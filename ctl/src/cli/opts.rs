@@ -173,7 +173,7 @@ pub struct InputVar {
     pub switch: bool,
 }
 
-const fn value(var: &'static str, flag: &'static str) -> InputVar {
+pub const fn value(var: &'static str, flag: &'static str) -> InputVar {
     InputVar {
         var,
         flag,
@@ -181,7 +181,7 @@ const fn value(var: &'static str, flag: &'static str) -> InputVar {
     }
 }
 
-const fn switch(var: &'static str, flag: &'static str) -> InputVar {
+pub const fn switch(var: &'static str, flag: &'static str) -> InputVar {
     InputVar {
         var,
         flag,

@@ -21,6 +21,7 @@ pub(super) fn spec_bytes(spec: &JobSpec) -> u64 {
             script.len() + args.iter().map(|a| a.len() + 8).sum::<usize>()
         }
         JobKind::Interactive { argv, .. } => argv.iter().map(|a| a.len() + 8).sum(),
+        JobKind::Allocation => 0,
     };
     let notes: usize = [
         &spec.comment,

@@ -25,6 +25,8 @@ pub enum CtldError {
     NotYourJob(JobId),
     #[error("Job {0} is not running")]
     NotRunning(JobId),
+    #[error("Job {0} is not an allocation of salloc's")]
+    NotAllocation(JobId),
     /// scancel naming a job it cannot end.
     #[error("Kill job error on job id {job}: {why}")]
     Kill { job: JobId, why: KillRefusal },

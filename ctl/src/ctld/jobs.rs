@@ -224,6 +224,44 @@ impl Controller {
         self.wake_at = self.sched.next_wakeup(now);
     }
 
+    /// `salloc`'s command ended with `exit`: a running allocation ends
+    /// with it (COMPLETED, or FAILED with its code), one still pending
+    /// is withdrawn as cancelled; one already over is left as it is.
+    pub fn end_allocation(
+        &mut self,
+        who: Ident,
+        job: JobId,
+        exit: ExitStatus,
+        now: u64,
+    ) -> Result<(), Refusal> {
+        let privileged = self.privileged(who);
+        let j = self.jobs.get(&job).ok_or(CtldError::UnknownJob(job))?;
+        if j.user.uid != who.uid && !privileged {
+            return Err(CtldError::NotYourJob(job).into());
+        }
+        if !matches!(j.spec.kind, corral_proto::msg::JobKind::Allocation) {
+            return Err(CtldError::NotAllocation(job).into());
+        }
+        match j.state {
+            JobState::Pending => {
+                let filter = JobFilter {
+                    ids: vec![job],
+                    ..JobFilter::default()
+                };
+                self.cancel(who, &filter, None, now)?;
+            }
+            JobState::Running => {
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.exit = exit;
+                }
+                let grace = self.cfg.kill_wait * 1000;
+                self.complete(now, job, grace);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// `--signal`: running jobs within their signal's time of their limit
     /// are sent it, once per run.
     fn limit_signals(&mut self, now: u64) {
@@ -262,7 +300,8 @@ impl Controller {
         };
         let script = match &mut j.spec.kind {
             corral_proto::msg::JobKind::Batch { script, .. } => Some(std::mem::take(script)),
-            corral_proto::msg::JobKind::Interactive { .. } => None,
+            corral_proto::msg::JobKind::Interactive { .. }
+            | corral_proto::msg::JobKind::Allocation => None,
         };
         let payload = crate::ctld::store::NewPayload::new(&std::mem::take(&mut j.spec.env), script);
         j.payload_stored = true;

@@ -120,8 +120,9 @@ impl OpenStep {
 }
 
 impl JobRecord {
-    /// The job's first step: its batch script, or srun's command.
-    fn primary_plan(&self) -> StepPlan<'_> {
+    /// The job's first step: its batch script, or srun's command (an
+    /// allocation has none).
+    fn primary_plan(&self) -> Option<StepPlan<'_>> {
         let ntasks: u32 = self.alloc.iter().map(|(_, a)| a.tasks).sum();
         let step_nodes = self.alloc.len() as u32;
         let (step, tasks, what) = match &self.spec.kind {
@@ -148,8 +149,9 @@ impl JobRecord {
                     io: *io,
                 },
             ),
+            JobKind::Allocation => return None,
         };
-        StepPlan {
+        Some(StepPlan {
             job: self,
             step,
             work_dir: &self.spec.work_dir,
@@ -158,7 +160,7 @@ impl JobRecord {
             step_nodes,
             tasks,
             what,
-        }
+        })
     }
 
     /// A later step's launches.
@@ -213,7 +215,9 @@ impl JobRecord {
         let has = |step| sent.is_some_and(|l| l.run == self.run() && l.has(step));
         let mut out = Vec::new();
         if self.primary_left.contains(node) && !has(self.primary_step()) {
-            out.extend(self.primary_plan().launches(Some(node)));
+            if let Some(plan) = self.primary_plan() {
+                out.extend(plan.launches(Some(node)));
+            }
         }
         for s in &self.open_steps {
             if s.left.iter().any(|n| n == node) && !has(s.step) {
@@ -264,9 +268,13 @@ impl Controller {
                 j.primary_left = j.alloc.iter().map(|(n, _)| n.clone()).collect();
                 j.next_step = 1;
             }
+            // salloc's: steps come from srun inside it, numbered from 0.
+            JobKind::Allocation => j.next_step = 0,
         }
-        for (node, l) in j.primary_plan().launches(None) {
-            self.outbox.push((node, CtldMsg::Launch(l)));
+        if let Some(plan) = j.primary_plan() {
+            for (node, l) in plan.launches(None) {
+                self.outbox.push((node, CtldMsg::Launch(l)));
+            }
         }
     }
 

@@ -360,9 +360,11 @@ impl JobRecord {
         self.spec.cpus_per_task.unwrap_or(1)
     }
 
+    /// The step whose end ends the job (an allocation has none: it is
+    /// `BATCH`, which none of its steps is).
     fn primary_step(&self) -> StepId {
         match self.spec.kind {
-            JobKind::Batch { .. } => StepId::BATCH,
+            JobKind::Batch { .. } | JobKind::Allocation => StepId::BATCH,
             JobKind::Interactive { .. } => StepId(0),
         }
     }

@@ -111,6 +111,7 @@ impl Controller {
                 true,
             ),
             JobKind::Interactive { argv, .. } => (None, None, argv.join(" "), false),
+            JobKind::Allocation => (None, None, j.spec.name.clone(), false),
         };
         JobView {
             id: j.id,

@@ -635,6 +635,10 @@ impl Server {
                 Ok(jobs) => Response::Affected { jobs },
                 Err(e) => Response::Error(e.to_string()),
             },
+            Request::EndAllocation { job, exit } => match c.end_allocation(who, job, exit, now) {
+                Ok(()) => Response::Done,
+                Err(e) => Response::Error(e.to_string()),
+            },
             Request::Hold { ids } => match c.hold(who, &ids, false) {
                 Ok(jobs) => Response::Affected { jobs },
                 Err(e) => Response::Error(e.to_string()),

@@ -396,6 +396,58 @@ fn a_limit_signal_goes_once_per_run_before_the_limit() {
     assert!(signals(&mut c).is_empty());
 }
 
+/// salloc's allocation launches nothing; its end comes from salloc, with
+/// the command's exit, and only its owner (or an operator) may say it.
+#[test]
+fn an_allocation_launches_nothing_and_ends_when_its_owner_says() {
+    let mut c = cluster(1);
+    let spec = JobSpec {
+        kind: JobKind::Allocation,
+        ..batch("")
+    };
+    let id = c.submit(ALICE, spec.clone(), 0).unwrap();
+    c.schedule(0);
+    assert!(launches(&mut c).is_empty());
+    assert_eq!(state(&c, id), JobState::Running);
+    let exit = ExitStatus {
+        code: 7,
+        signal: None,
+    };
+    let e = c.end_allocation(BOB, id, exit, 1).unwrap_err().to_string();
+    assert!(e.contains("Access/permission denied"), "{e}");
+    let batch_job = c.submit(ALICE, batch("x"), 0).unwrap();
+    let e = c
+        .end_allocation(ALICE, batch_job, exit, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not an allocation"), "{e}");
+    c.end_allocation(ALICE, id, exit, 1).unwrap();
+    assert_eq!(state(&c, id), JobState::Completing);
+    let node = c.take_outbox().into_iter().find_map(|(n, m)| match m {
+        CtldMsg::Terminate { .. } => Some(n),
+        _ => None,
+    });
+    c.agent_message(
+        &node.expect("its node is told to end it"),
+        AgentMsg::JobCleaned {
+            job: r0(id),
+            usage: None,
+        },
+        2,
+    );
+    assert_eq!(state(&c, id), JobState::Failed);
+    assert_eq!(view(&c, id).exit, exit);
+    // One still waiting is withdrawn.
+    let mut full = spec;
+    full.exclusive = true;
+    full.nodes = Some(1);
+    let waiting = c.submit(ALICE, full, 3).unwrap();
+    assert_eq!(state(&c, waiting), JobState::Pending);
+    c.end_allocation(ALICE, waiting, ExitStatus::default(), 4)
+        .unwrap();
+    assert_eq!(state(&c, waiting), JobState::Cancelled);
+}
+
 #[test]
 fn silent_node_goes_down_and_its_jobs_fail_or_requeue() {
     let mut c = cluster(2);
