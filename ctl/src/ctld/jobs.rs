@@ -237,10 +237,10 @@ impl Controller {
         let privileged = self.privileged(who);
         let j = self.jobs.get(&job).ok_or(CtldError::UnknownJob(job))?;
         if j.user.uid != who.uid && !privileged {
-            return Err(CtldError::NotYourJob(job).into());
+            return Err(CtldError::NotYourJob(job));
         }
         if !matches!(j.spec.kind, corral_proto::msg::JobKind::Allocation) {
-            return Err(CtldError::NotAllocation(job).into());
+            return Err(CtldError::NotAllocation(job));
         }
         match j.state {
             JobState::Pending => {
