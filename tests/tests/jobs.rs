@@ -499,3 +499,54 @@ fn salloc_runs_its_command_here_and_srun_inside_uses_the_allocation() {
     let shown = env.ok(&["scontrol", "show", "job", &id.to_string()]);
     assert!(shown.contains("ExitCode=7:0"), "{shown}");
 }
+
+/// srun options training scripts use: `-u`, `--cpu-bind`, `--mpi` are
+/// accepted; `-K` ends the step at a task's bad exit; `--jobid` runs a
+/// step in a running job of one's own (a shell on one's job's node).
+#[test]
+fn srun_takes_the_options_training_scripts_use() {
+    let env = Env::start(Opts::default());
+    let out = env.ok(&[
+        "srun",
+        "-u",
+        "--cpu-bind=cores",
+        "--mpi=none",
+        "-n2",
+        "-l",
+        "sh",
+        "-c",
+        "echo $SLURM_PROCID",
+    ]);
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["0: 0", "1: 1"]);
+    let (code, _, err) = env.run(&["srun", "--mpi=openmpi", "true"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("srun: error: "), "{err}");
+    let t0 = std::time::Instant::now();
+    let (code, _, err) = env.run(&[
+        "srun",
+        "-n2",
+        "-K",
+        "sh",
+        "-c",
+        "if [ $SLURM_PROCID = 1 ]; then exit 3; fi; exec sleep 60",
+    ]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("--kill-on-bad-exit"), "{err}");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(30),
+        "not waited for the sleep"
+    );
+    let job = env.sbatch(&["-o", "/dev/null"], "#!/bin/sh\nsleep 60\n");
+    env.wait_state(job, &["RUNNING"], 20);
+    let out = env.ok(&[
+        "srun",
+        &format!("--jobid={job}"),
+        "sh",
+        "-c",
+        "echo in $SLURM_JOB_ID",
+    ]);
+    assert_eq!(out, format!("in {job}\n"));
+    env.ok(&["scancel", &job.to_string()]);
+}

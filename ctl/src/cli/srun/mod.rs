@@ -43,6 +43,29 @@ pub struct SrunArgs {
     /// Prefix each output line with its task id.
     #[arg(short = 'l', long)]
     pub label: bool,
+    /// Pass output on as it comes (srun does so already: accepted).
+    #[arg(short = 'u', long)]
+    pub unbuffered: bool,
+    /// CPU binding of tasks (accepted: tasks are held to the job's CPUs by
+    /// its cgroup, not bound one by one).
+    #[arg(long = "cpu-bind", alias = "cpu_bind")]
+    pub cpu_bind: Option<String>,
+    /// MPI wiring: none (the default) or pmix (accepted: no PMIx server
+    /// runs; tasks see Slurm's variables only).
+    #[arg(long, value_parser = ["none", "pmix", "pmi2"])]
+    pub mpi: Option<String>,
+    /// End the step when a task exits non-zero (0: do not).
+    #[arg(
+        short = 'K',
+        long = "kill-on-bad-exit",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "1"
+    )]
+    pub kill_on_bad_exit: Option<u8>,
+    /// Run as a step of this job of one's own (a shell on one's job's node).
+    #[arg(long)]
+    pub jobid: Option<u64>,
     /// The command and its arguments.
     #[arg(required = true, trailing_var_arg = true)]
     pub command: Vec<String>,
@@ -322,9 +345,13 @@ async fn run(a: SrunArgs) -> i32 {
         },
         Err(e) => return fail(CMD, format!("current directory: {e}")),
     };
-    let in_allocation = std::env::var("SLURM_JOB_ID")
-        .ok()
-        .and_then(|j| j.parse::<u64>().ok())
+    let in_allocation = a
+        .jobid
+        .or_else(|| {
+            std::env::var("SLURM_JOB_ID")
+                .ok()
+                .and_then(|j| j.parse::<u64>().ok())
+        })
         .map(JobId);
     let mut client = match Client::connect().await {
         Ok(c) => c,
@@ -423,7 +450,8 @@ async fn run(a: SrunArgs) -> i32 {
             }
         });
     }
-    let mut watcher = Watcher::new(job, step_mode, addr, Instant::now());
+    let mut watcher = Watcher::new(job, step_mode, addr, Instant::now())
+        .kill_on_bad_exit(a.kill_on_bad_exit.is_some_and(|k| k != 0));
     let mut status = StatusLink::default();
     let mut poll = tokio::time::interval(Duration::from_millis(500));
     poll.tick().await;
@@ -481,6 +509,21 @@ pub fn main(args: &[OsString]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kill_on_bad_exit_takes_a_value_only_with_equals() {
+        let k = |argv: &[&str]| {
+            let a = SrunArgs::try_parse_from(argv).unwrap();
+            (a.kill_on_bad_exit, a.command)
+        };
+        assert_eq!(
+            k(&["srun", "-K", "sh", "x"]),
+            (Some(1), vec!["sh".into(), "x".into()])
+        );
+        assert_eq!(k(&["srun", "--kill-on-bad-exit=0", "true"]).0, Some(0));
+        assert_eq!(k(&["srun", "-K=1", "true"]).0, Some(1));
+        assert_eq!(k(&["srun", "true"]).0, None);
+    }
 
     #[test]
     fn labels_whole_lines_and_keeps_partials() {

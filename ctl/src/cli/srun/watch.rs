@@ -85,6 +85,9 @@ pub struct Watcher {
     said_waiting: bool,
     /// When the job was first seen ended with no node dialled back.
     ended_unreached: Option<Instant>,
+    /// `-K`: a task's non-zero exit ends the step; the first such exit.
+    kill_on_bad_exit: bool,
+    bad_exit: Option<ExitStatus>,
 }
 
 impl Watcher {
@@ -103,7 +106,16 @@ impl Watcher {
             last_interrupt: None,
             said_waiting: false,
             ended_unreached: None,
+            kill_on_bad_exit: false,
+            bad_exit: None,
         }
+    }
+
+    /// `-K/--kill-on-bad-exit`: the first task to exit non-zero ends the
+    /// step's other tasks, and its exit is srun's.
+    pub fn kill_on_bad_exit(mut self, on: bool) -> Self {
+        self.kill_on_bad_exit = on;
+        self
     }
 
     /// Whether the next tick needs the job's state (asking costs a round
@@ -143,6 +155,16 @@ impl Watcher {
                 if exit.code > self.worst.code {
                     self.worst = exit;
                 }
+                if self.kill_on_bad_exit && exit.code != 0 && self.bad_exit.is_none() {
+                    self.bad_exit = Some(exit);
+                    if self.exited < self.ntasks {
+                        out.push(Action::Say(format!(
+                            "srun: error: a task of job {} exited with exit code {}: terminating the step's other tasks (--kill-on-bad-exit)",
+                            self.job, exit.code
+                        )));
+                        out.push(Action::SignalAll(Signal::SIGKILL));
+                    }
+                }
             }
             Event::Interrupt { at } => {
                 if self
@@ -167,7 +189,7 @@ impl Watcher {
             Event::Tick { at, job } => self.tick(at, job, &mut out),
         }
         if !matches!(out.last(), Some(Action::Finish(_))) && self.done() {
-            out.push(Action::Finish(self.worst.code));
+            out.push(Action::Finish(self.bad_exit.unwrap_or(self.worst).code));
         }
         out
     }
@@ -260,6 +282,25 @@ mod tests {
         actions
             .iter()
             .any(|a| matches!(a, Action::Say(s) if s.contains(text)))
+    }
+
+    #[test]
+    fn kill_on_bad_exit_ends_the_others_once_and_exits_with_the_first_bad_code() {
+        let t0 = Instant::now();
+        let addr = ADDR.parse().expect("address");
+        let mut w = Watcher::new(JobId(7), true, addr, t0).kill_on_bad_exit(true);
+        assert!(w.handle(dialed(ms(t0, 10), 1, 3)).is_empty());
+        assert!(w.handle(exited(0)).is_empty());
+        let a = w.handle(exited(3));
+        assert!(says(&a, "exited with exit code 3"), "{a:?}");
+        assert!(a.contains(&Action::SignalAll(Signal::SIGKILL)));
+        // The killed task's 137 is not srun's code: the bad exit is.
+        assert_eq!(w.handle(exited(137)), [Action::Finish(3)]);
+        // Without -K, the others run on and the worst code counts.
+        let (mut w, t0) = watcher(true);
+        w.handle(dialed(ms(t0, 10), 1, 2));
+        assert!(w.handle(exited(3)).is_empty());
+        assert_eq!(w.handle(exited(0)), [Action::Finish(3)]);
     }
 
     #[test]
