@@ -398,6 +398,11 @@ pub struct JobSpec {
     pub hold: bool,
     /// `--dependency`.
     pub dependencies: Vec<Dep>,
+    /// The dependencies were joined by `?`: any one suffices.
+    pub dependency_any: bool,
+    /// `--kill-on-invalid-dep=yes`: a dependency that can never be met
+    /// cancels the job rather than leaving it pending.
+    pub kill_on_invalid_dep: bool,
     /// `--begin`, as a Unix time.
     pub begin: Option<UnixSecs>,
     pub qos: Option<String>,

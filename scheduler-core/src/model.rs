@@ -235,6 +235,9 @@ pub struct JobRequest {
     /// `--begin`.
     pub begin_time: Option<Secs>,
     pub dependencies: Vec<Dependency>,
+    /// `-d` joined by `?`: any one of the dependencies suffices (joined
+    /// by `,`, the default, all must hold).
+    pub dependencies_any: bool,
     /// `--requeue`: back to pending when its node fails.
     pub requeue: bool,
 }
@@ -263,6 +266,7 @@ impl JobRequest {
             hold: false,
             begin_time: None,
             dependencies: Vec::new(),
+            dependencies_any: false,
             requeue: false,
         }
     }

@@ -240,6 +240,51 @@ fn dependencies_wait_run_or_never_run() {
     );
 }
 
+/// `-d afterok:a?afterok:b`: the first condition met starts the job; it
+/// is never satisfied only once none can be.
+#[test]
+fn any_of_several_dependencies_starts_a_job_at_the_first_met() {
+    let mut sim = Sim::new().nodes(1, cpus(8));
+    let slow = sim.submit(job().time(50));
+    let fast = sim.submit(job().time(10));
+    let bad = sim.submit(job().time(5).fails());
+    let either = sim.submit(
+        job()
+            .after(Dependency::AfterOk(slow))
+            .after(Dependency::AfterOk(fast))
+            .any_dependency(),
+    );
+    let both = sim.submit(
+        job()
+            .after(Dependency::AfterOk(slow))
+            .after(Dependency::AfterOk(fast)),
+    );
+    let bad_or_slow = sim.submit(
+        job()
+            .after(Dependency::AfterOk(bad))
+            .after(Dependency::AfterOk(slow))
+            .any_dependency(),
+    );
+    let bad_or_bad = sim.submit(
+        job()
+            .after(Dependency::AfterOk(bad))
+            .after(Dependency::AfterNotOk(fast))
+            .any_dependency(),
+    );
+    sim.run_until_idle();
+    assert_eq!(sim.start(either), Some(10));
+    assert_eq!(sim.start(both), Some(50));
+    assert_eq!(
+        sim.start(bad_or_slow),
+        Some(50),
+        "one failed, the other held"
+    );
+    assert_eq!(
+        sim.reason(bad_or_bad),
+        PendingReason::DependencyNeverSatisfied
+    );
+}
+
 #[test]
 fn singleton_runs_one_job_of_a_name_at_a_time() {
     let mut sim = Sim::new().nodes(1, cpus(8));

@@ -550,3 +550,38 @@ fn srun_takes_the_options_training_scripts_use() {
     assert_eq!(out, format!("in {job}\n"));
     env.ok(&["scancel", &job.to_string()]);
 }
+
+/// `-d` with `?` (any of) and `--kill-on-invalid-dep`.
+#[test]
+fn dependencies_any_of_and_kill_on_invalid_dep() {
+    let env = Env::start(Opts::default());
+    let fails = env.sbatch(&["-o", "/dev/null"], "#!/bin/sh\nexit 1\n");
+    let dep = |d: String, extra: &[&str]| {
+        let mut args = vec!["-o", "/dev/null", "-d", &d];
+        args.extend_from_slice(extra);
+        env.sbatch(&args, "#!/bin/sh\ntrue\n")
+    };
+    let either = dep(format!("afterok:{fails}?afternotok:{fails}"), &[]);
+    let killed = dep(format!("afterok:{fails}"), &["--kill-on-invalid-dep=yes"]);
+    let stuck = dep(format!("afterok:{fails}"), &["--kill-on-invalid-dep=no"]);
+    assert_eq!(
+        env.wait_state(either, &["COMPLETED", "FAILED"], 30),
+        "COMPLETED"
+    );
+    assert_eq!(env.wait_state(killed, &["CANCELLED"], 30), "CANCELLED");
+    let reason = env.ok(&["squeue", "-h", "-j", &stuck.to_string(), "-o", "%T %r"]);
+    assert_eq!(reason.trim(), "PENDING DependencyNeverSatisfied");
+    let (code, _, err) = env.run(&["sbatch", "--kill-on-invalid-dep=maybe", "--wrap", "true"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--kill-on-invalid-dep"), "{err}");
+    let (code, _, err) = env.run(&[
+        "sbatch",
+        "-d",
+        "afterok:1?afterok:2,afterok:3",
+        "--wrap",
+        "true",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("do not mix"), "{err}");
+    env.ok(&["scancel", &stuck.to_string()]);
+}

@@ -79,6 +79,9 @@ pub struct JobOpts {
     /// Start after other jobs: after|afterok|afternotok|afterany:ID[:ID...][,...], or singleton.
     #[arg(short = 'd', long)]
     pub dependency: Option<String>,
+    /// Cancel the job when a dependency can never be met: yes or no.
+    #[arg(long = "kill-on-invalid-dep")]
+    pub kill_on_invalid_dep: Option<String>,
     /// Start no earlier than: now+N[s|m|h|d], HH:MM[:SS], YYYY-MM-DD[THH:MM[:SS]] (UTC).
     #[arg(long)]
     pub begin: Option<String>,
@@ -242,16 +245,18 @@ pub fn input_options(
     out
 }
 
-/// Parses `--dependency` (conditions joined by `,`, all must hold).
-pub fn parse_dependency(s: &str) -> Result<Vec<Dep>, String> {
+/// Parses `--dependency`: conditions joined by `,` (all must hold) or by
+/// `?` (any one suffices; the two do not mix); `true` with `?`.
+pub fn parse_dependency(s: &str) -> Result<(Vec<Dep>, bool), String> {
     let bad = || format!("Job dependency problem: invalid specification {s}");
-    if s.contains('?') {
+    let any = s.contains('?');
+    if any && s.contains(',') {
         return Err(format!(
-            "Job dependency problem: `?` (any of) is not supported: {s}"
+            "Job dependency problem: `,` (all of) and `?` (any of) do not mix: {s}"
         ));
     }
     let mut out = Vec::new();
-    for cond in s.split(',').filter(|c| !c.is_empty()) {
+    for cond in s.split([',', '?']).filter(|c| !c.is_empty()) {
         if cond == "singleton" {
             out.push(Dep::Singleton);
             continue;
@@ -274,7 +279,7 @@ pub fn parse_dependency(s: &str) -> Result<Vec<Dep>, String> {
             return Err(bad());
         }
     }
-    Ok(out)
+    Ok((out, any))
 }
 
 fn count(what: &str, s: &str) -> Result<u32, String> {
@@ -429,6 +434,10 @@ impl JobOpts {
         ) {
             gpus = GpuAsk::None;
         }
+        let (dependencies, dependency_any) = match &self.dependency {
+            Some(d) => parse_dependency(d)?,
+            None => (Vec::new(), false),
+        };
         let time_limit = match &self.time {
             Some(t) => parse_job_limit(t)?,
             None => None,
@@ -457,9 +466,16 @@ impl JobOpts {
             // never requeued (there is no one to rerun their command for).
             requeue: !self.no_requeue,
             hold: self.hold,
-            dependencies: match &self.dependency {
-                Some(d) => parse_dependency(d)?,
-                None => Vec::new(),
+            dependencies,
+            dependency_any,
+            kill_on_invalid_dep: match self.kill_on_invalid_dep.as_deref() {
+                None | Some("no") => false,
+                Some("yes") => true,
+                Some(other) => {
+                    return Err(format!(
+                        "Invalid --kill-on-invalid-dep specification: {other}"
+                    ))
+                }
             },
             begin: match &self.begin {
                 Some(b) => Some(crate::timefmt::parse_begin(
@@ -602,14 +618,32 @@ mod tests {
     fn dependencies_parse() {
         assert_eq!(
             parse_dependency("afterok:3:4,afterany:5"),
-            Ok(vec![
-                Dep::AfterOk(JobId(3)),
-                Dep::AfterOk(JobId(4)),
-                Dep::AfterAny(JobId(5))
-            ])
+            Ok((
+                vec![
+                    Dep::AfterOk(JobId(3)),
+                    Dep::AfterOk(JobId(4)),
+                    Dep::AfterAny(JobId(5))
+                ],
+                false
+            ))
         );
-        assert_eq!(parse_dependency("singleton"), Ok(vec![Dep::Singleton]));
-        for bad in ["afterok", "afterok:x", "before:3", "afterok:3?afterany:4"] {
+        assert_eq!(
+            parse_dependency("afterok:3?afternotok:4"),
+            Ok((
+                vec![Dep::AfterOk(JobId(3)), Dep::AfterNotOk(JobId(4))],
+                true
+            ))
+        );
+        assert_eq!(
+            parse_dependency("singleton"),
+            Ok((vec![Dep::Singleton], false))
+        );
+        for bad in [
+            "afterok",
+            "afterok:x",
+            "before:3",
+            "afterok:3?afterany:4,afterok:5",
+        ] {
             assert!(parse_dependency(bad).is_err(), "{bad}");
         }
     }

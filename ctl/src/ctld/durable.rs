@@ -86,6 +86,9 @@ impl Controller {
                 u.bytes += j.bytes;
                 self.unfinished += 1;
             }
+            if j.state == JobState::Pending && j.spec.kill_on_invalid_dep {
+                self.kill_on_invalid_dep.insert(id);
+            }
             match j.state {
                 JobState::Pending => self.requeue_after_recovery.push(id),
                 JobState::Running | JobState::Completing => {

@@ -374,6 +374,13 @@ impl Controller {
             },
         );
         self.store_payload(id);
+        if self
+            .jobs
+            .get(&id)
+            .is_some_and(|j| j.spec.kill_on_invalid_dep)
+        {
+            self.kill_on_invalid_dep.insert(id);
+        }
         let u = self.usage.entry(who.uid).or_default();
         u.jobs += 1;
         u.bytes += bytes;

@@ -403,6 +403,9 @@ pub struct Controller {
     /// Running jobs read back from the store, waiting for their nodes to
     /// register so they can be adopted (not scheduled over meanwhile).
     adopting: HashSet<JobId>,
+    /// Pending jobs submitted `--kill-on-invalid-dep=yes`: looked at after
+    /// each pass.
+    kill_on_invalid_dep: std::collections::BTreeSet<JobId>,
     /// Until then, no pass runs (a restart's recovery window).
     recovering_until: u64,
     /// Restored running jobs a returning node did not list.
@@ -459,6 +462,7 @@ impl Controller {
             jobs: JobTable::default(),
             next_job: 1,
             adopting: HashSet::new(),
+            kill_on_invalid_dep: std::collections::BTreeSet::new(),
             recovering_until: 0,
             missing_runs: HashSet::new(),
             requeue_after_recovery: Vec::new(),
@@ -545,7 +549,31 @@ impl Controller {
         for d in starts {
             self.start(now, d);
         }
+        self.cancel_invalid_dependencies(now);
         n
+    }
+
+    /// `--kill-on-invalid-dep=yes`: a job whose dependency can never be
+    /// met is cancelled (as by its owner) rather than left pending.
+    fn cancel_invalid_dependencies(&mut self, now: u64) {
+        let ids: Vec<JobId> = self.kill_on_invalid_dep.iter().copied().collect();
+        for id in ids {
+            let status = self.sched.job_status(wire::core_id(id));
+            if let Some(scheduler_core::JobStatus::Pending { reason, .. }) = status {
+                if reason != scheduler_core::PendingReason::DependencyNeverSatisfied {
+                    continue;
+                }
+                if let Some(owner) = self.jobs.get(&id).map(|j| j.user) {
+                    let filter = corral_proto::msg::JobFilter {
+                        ids: vec![id],
+                        ..Default::default()
+                    };
+                    tracing::info!(job = %id, "dependency never satisfied: cancelled");
+                    let _ = self.cancel(owner, &filter, None, now);
+                }
+            }
+            self.kill_on_invalid_dep.remove(&id);
+        }
     }
 
     pub(super) fn node_name(&self, id: scheduler_core::NodeId) -> String {

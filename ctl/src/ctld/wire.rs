@@ -58,6 +58,7 @@ pub(super) fn job_request(who: Ident, spec: &JobSpec) -> JobRequest {
     req.nice = spec.nice;
     req.begin_time = spec.begin;
     req.dependencies = spec.dependencies.iter().copied().map(dependency).collect();
+    req.dependencies_any = spec.dependency_any;
     req
 }
 

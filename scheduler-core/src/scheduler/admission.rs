@@ -186,6 +186,7 @@ impl Scheduler {
             hold: req.hold.then_some(HoldKind::User),
             begin: req.begin_time.unwrap_or(now),
             deps: req.dependencies,
+            deps_any: req.dependencies_any,
             requeue: req.requeue,
             submit: now,
             priority: 0,

@@ -171,6 +171,8 @@ struct Job {
     hold: Option<HoldKind>,
     begin: Secs,
     deps: Vec<Dependency>,
+    /// Any one of `deps` suffices (`?`), rather than all (`,`).
+    deps_any: bool,
     requeue: bool,
     submit: Secs,
     priority: i64,

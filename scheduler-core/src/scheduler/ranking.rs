@@ -115,7 +115,7 @@ impl Scheduler {
         job: &Job,
         first_of_name: &HashMap<(UserId, String), JobId>,
     ) -> Option<PendingReason> {
-        let mut waiting = false;
+        let (mut waiting, mut never, mut met) = (false, false, false);
         for d in &job.deps {
             let state = |j: JobId| -> (Option<JobOutcome>, bool) {
                 let started = self
@@ -147,12 +147,25 @@ impl Scheduler {
                 ),
             };
             match ok {
-                None => return Some(PendingReason::DependencyNeverSatisfied),
+                None => never = true,
                 Some(false) => waiting = true,
-                Some(true) => {}
+                Some(true) => met = true,
             }
         }
-        waiting.then_some(PendingReason::Dependency)
+        if job.deps_any {
+            // One met is enough; never, only when none can be.
+            if met || job.deps.is_empty() {
+                None
+            } else if waiting {
+                Some(PendingReason::Dependency)
+            } else {
+                Some(PendingReason::DependencyNeverSatisfied)
+            }
+        } else if never {
+            Some(PendingReason::DependencyNeverSatisfied)
+        } else {
+            waiting.then_some(PendingReason::Dependency)
+        }
     }
 }
 

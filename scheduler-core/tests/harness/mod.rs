@@ -118,6 +118,11 @@ impl JobDef {
         self.req.dependencies.push(d);
         self
     }
+    /// Any one dependency suffices (`-d a?b`).
+    pub fn any_dependency(mut self) -> Self {
+        self.req.dependencies_any = true;
+        self
+    }
     pub fn fails(mut self) -> Self {
         self.fails = true;
         self
