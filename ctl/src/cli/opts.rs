@@ -614,6 +614,45 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any list of conditions, joined by `,` or by `?`, parses back to
+        /// itself; any text parses or is refused.
+        #[test]
+        fn dependencies_round_trip(
+            conds in proptest::collection::vec((0u8..5, 1u64..1_000_000), 1..6),
+            any in proptest::bool::ANY,
+        ) {
+            let deps: Vec<Dep> = conds
+                .iter()
+                .map(|&(k, id)| match k {
+                    0 => Dep::After(JobId(id)),
+                    1 => Dep::AfterOk(JobId(id)),
+                    2 => Dep::AfterNotOk(JobId(id)),
+                    3 => Dep::AfterAny(JobId(id)),
+                    _ => Dep::Singleton,
+                })
+                .collect();
+            let text: Vec<String> = deps
+                .iter()
+                .map(|d| match d {
+                    Dep::After(j) => format!("after:{}", j.0),
+                    Dep::AfterOk(j) => format!("afterok:{}", j.0),
+                    Dep::AfterNotOk(j) => format!("afternotok:{}", j.0),
+                    Dep::AfterAny(j) => format!("afterany:{}", j.0),
+                    Dep::Singleton => "singleton".to_string(),
+                })
+                .collect();
+            let joined = text.join(if any { "?" } else { "," });
+            let any = any && deps.len() > 1;
+            proptest::prop_assert_eq!(parse_dependency(&joined), Ok((deps, any)));
+        }
+
+        #[test]
+        fn any_dependency_text_parses_or_is_refused(text in "\\PC{0,32}") {
+            let _ = parse_dependency(&text);
+        }
+    }
+
     #[test]
     fn dependencies_parse() {
         assert_eq!(
