@@ -676,9 +676,14 @@ impl Agent {
                 args,
                 stdout,
                 stderr,
+                append,
             } => {
-                self.run_batch(l, script, args, stdout, stderr.as_deref(), join)
-                    .await
+                let out = crate::batch::Output {
+                    stdout,
+                    stderr: stderr.as_deref(),
+                    append: *append,
+                };
+                self.run_batch(l, script, args, out, join).await
             }
             LaunchKind::Step { argv, io } => crate::step::run(self, l, argv, *io, join).await,
         };

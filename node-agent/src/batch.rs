@@ -11,16 +11,29 @@ use crate::launch::{Io, TaskSpec};
 use crate::procs::{exit_status, signal_group};
 use crate::task::{expand_pattern, PatternVars};
 
+/// Where a batch script's output goes: patterns for its files, and
+/// whether they are appended to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Output<'a> {
+    pub stdout: &'a str,
+    pub stderr: Option<&'a str>,
+    pub append: bool,
+}
+
 impl Agent {
     pub(crate) async fn run_batch(
         &self,
         l: &Launch,
         script: &str,
         args: &[String],
-        stdout: &str,
-        stderr: Option<&str>,
+        out: Output<'_>,
         cgroup: Option<std::sync::Arc<crate::cgroup::Join>>,
     ) -> Result<ExitStatus, StepError> {
+        let Output {
+            stdout,
+            stderr,
+            append,
+        } = out;
         let (user, groups) = self.user_of(l);
         let vars = PatternVars {
             job: l.job.0,
@@ -57,8 +70,16 @@ impl Agent {
             cwd,
             user: l.user,
             stdin: Io::Null,
-            stdout: Io::Path(out_path),
-            stderr: Io::Path(err_path),
+            stdout: if append {
+                Io::Append(out_path)
+            } else {
+                Io::Path(out_path)
+            },
+            stderr: if append {
+                Io::Append(err_path)
+            } else {
+                Io::Path(err_path)
+            },
         };
         let spawned = self.cfg.launcher.spawn(spec);
         let run = l.job_run();

@@ -73,26 +73,33 @@ pub enum Io {
     /// its user, so a user can never make the agent write where they may
     /// not.
     Path(PathBuf),
+    /// The same, appended to rather than truncated (`--open-mode=append`).
+    Append(PathBuf),
 }
 
 impl Io {
     fn stdio(self) -> Stdio {
         match self {
-            Io::Null | Io::Path(_) => Stdio::null(),
+            Io::Null | Io::Path(_) | Io::Append(_) => Stdio::null(),
             Io::Piped => Stdio::piped(),
         }
     }
 
     fn path(&self) -> Option<&PathBuf> {
         match self {
-            Io::Path(p) => Some(p),
+            Io::Path(p) | Io::Append(p) => Some(p),
             _ => None,
         }
     }
+
+    fn appends(&self) -> bool {
+        matches!(self, Io::Append(_))
+    }
 }
 
-/// Output files to open in the child: (path, descriptors to point at it).
-type Redirects = Vec<(CString, Vec<i32>)>;
+/// Output files to open in the child: (path, descriptors to point at it,
+/// appended to).
+type Redirects = Vec<(CString, Vec<i32>, bool)>;
 
 fn c_path(p: &std::path::Path) -> Result<CString, LaunchError> {
     CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| LaunchError::File {
@@ -104,18 +111,18 @@ fn c_path(p: &std::path::Path) -> Result<CString, LaunchError> {
 /// The output files to open, and their paths in the same order (for
 /// errors).
 fn redirects(stdout: &Io, stderr: &Io) -> Result<(Redirects, Vec<PathBuf>), LaunchError> {
-    let mut out: Vec<(&PathBuf, Vec<i32>)> = Vec::new();
+    let mut out: Vec<(&PathBuf, Vec<i32>, bool)> = Vec::new();
     match (stdout.path(), stderr.path()) {
-        (Some(a), Some(b)) if a == b => out.push((a, vec![1, 2])),
+        (Some(a), Some(b)) if a == b => out.push((a, vec![1, 2], stdout.appends())),
         (a, b) => {
-            out.extend(a.map(|a| (a, vec![1])));
-            out.extend(b.map(|b| (b, vec![2])));
+            out.extend(a.map(|a| (a, vec![1], stdout.appends())));
+            out.extend(b.map(|b| (b, vec![2], stderr.appends())));
         }
     }
-    let paths = out.iter().map(|(p, _)| (*p).clone()).collect();
+    let paths = out.iter().map(|(p, _, _)| (*p).clone()).collect();
     let files = out
         .into_iter()
-        .map(|(p, fds)| Ok((c_path(p)?, fds)))
+        .map(|(p, fds, append)| Ok((c_path(p)?, fds, append)))
         .collect::<Result<_, LaunchError>>()?;
     Ok((files, paths))
 }
@@ -367,11 +374,16 @@ impl ChildSetup {
                     setuid(Uid::from_raw(user.uid)).map_err(|e| fail(stage::IDENTITY, e))?;
                 }
                 chdir(cwd.as_c_str()).map_err(|e| fail(stage::CHDIR, e))?;
-                for (i, (path, fds)) in files.iter().enumerate() {
+                for (i, (path, fds, append)) in files.iter().enumerate() {
                     let i = i as i32;
+                    let mode = if *append {
+                        OFlag::O_APPEND
+                    } else {
+                        OFlag::O_TRUNC
+                    };
                     let flags = OFlag::O_WRONLY
                         | OFlag::O_CREAT
-                        | OFlag::O_TRUNC
+                        | mode
                         | OFlag::O_NOFOLLOW
                         | OFlag::O_NONBLOCK
                         | OFlag::O_CLOEXEC;
@@ -388,8 +400,13 @@ impl ChildSetup {
                     if kind != SFlag::S_IFREG && kind != SFlag::S_IFCHR {
                         return Err(fail(stage::OUTPUT_KIND + i, Errno::UnknownErrno));
                     }
-                    fcntl(fd, FcntlArg::F_SETFL(OFlag::empty()))
-                        .map_err(|e| fail(stage::OUTPUT + i, e))?;
+                    // Blocking again; appending stays.
+                    let keep = if *append {
+                        OFlag::O_APPEND
+                    } else {
+                        OFlag::empty()
+                    };
+                    fcntl(fd, FcntlArg::F_SETFL(keep)).map_err(|e| fail(stage::OUTPUT + i, e))?;
                     for &target in fds {
                         dup2(fd, target).map_err(|e| fail(stage::OUTPUT + i, e))?;
                     }
@@ -500,6 +517,29 @@ mod tests {
         assert!(st.success());
         let out = std::fs::read_to_string(data.path().join("out")).unwrap();
         assert_eq!(out, "ID=corral-launch-jail\n/data\nno-host\n");
+    }
+
+    /// `--open-mode`: an output file is truncated by default, appended to
+    /// with `Io::Append` (a requeued job's log keeps its earlier runs).
+    #[test]
+    fn output_files_are_truncated_or_appended_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let run = |text: &str, io: Io| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let spec = task(&["/bin/sh", "-c", &format!("echo {text}")], dir.path(), io);
+            let st = rt
+                .block_on(async { ProcessLauncher.spawn(spec).unwrap().wait().await })
+                .unwrap();
+            assert!(st.success());
+            std::fs::read_to_string(&out).unwrap()
+        };
+        assert_eq!(run("one", Io::Path(out.clone())), "one\n");
+        assert_eq!(run("two", Io::Append(out.clone())), "one\ntwo\n");
+        assert_eq!(run("three", Io::Path(out.clone())), "three\n");
     }
 
     #[test]

@@ -320,6 +320,7 @@ mod tests {
             args: vec![],
             stdout: "o".into(),
             stderr: None,
+            append: false,
         };
         (l.first_task, l.tasks_here) = (0, 1);
         let env = task_env(&l, "worker-0", "root", 0, "/run/a.sock", "c");

@@ -318,6 +318,9 @@ pub enum LaunchKind {
         args: Vec<String>,
         stdout: String,
         stderr: Option<String>,
+        /// `--open-mode=append`: output files are appended to, not
+        /// truncated.
+        append: bool,
     },
     /// `srun`'s command, with I/O streamed to srun.
     Step { argv: Vec<String>, io: StepIo },
@@ -417,6 +420,8 @@ pub struct JobSpec {
     /// another (`-D`).
     pub submit_dir: Option<String>,
     pub submit_host: Option<String>,
+    /// `--open-mode=append` (Slurm's default truncates).
+    pub open_append: bool,
     /// `--comment`.
     pub comment: Option<String>,
     /// `--mail-type` (Slurm's names, comma-separated, checked by the CLI)

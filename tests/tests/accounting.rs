@@ -513,4 +513,11 @@ fn sbatch_options_scripts_rely_on() {
         "{err}"
     );
     env.ok(&["scancel", "-t", "PENDING"]);
+    // --open-mode=append keeps what the file had; the default truncates.
+    let (code, _, _) = run(&["-W", "--open-mode=append", "-o", "log2", "--wrap", "echo a"]);
+    assert_eq!(code, 0);
+    run(&["-W", "--open-mode=append", "-o", "log2", "--wrap", "echo b"]);
+    assert_eq!(env.read("log2"), "a\nb\n");
+    run(&["-W", "-o", "log2", "--wrap", "echo c"]);
+    assert_eq!(env.read("log2"), "c\n");
 }

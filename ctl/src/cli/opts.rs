@@ -492,6 +492,7 @@ impl JobOpts {
             submit_host: nix::unistd::gethostname()
                 .ok()
                 .and_then(|h| h.into_string().ok()),
+            open_append: false,
             comment: self.comment.clone(),
             mail_type: self.mail_type.as_deref().map(parse_mail_type).transpose()?,
             mail_user: self.mail_user.clone(),

@@ -25,6 +25,10 @@ pub struct SbatchArgs {
     /// File for standard error (default: with standard output).
     #[arg(short = 'e', long)]
     pub error: Option<String>,
+    /// Output files: truncate (the default) or append (a requeued job's
+    /// log keeps its earlier runs).
+    #[arg(long = "open-mode", value_parser = ["append", "truncate"])]
+    pub open_mode: Option<String>,
     /// Print only the job id.
     #[arg(long)]
     pub parsable: bool,
@@ -188,6 +192,7 @@ pub fn main(args: &[OsString]) -> i32 {
         Ok(d) => d.to_string_lossy().into_owned(),
         Err(e) => return fail(CMD, format!("current directory: {e}")),
     };
+    spec.open_append = a.open_mode.as_deref() == Some("append");
     spec.kind = JobKind::Batch {
         script,
         args: script_args,

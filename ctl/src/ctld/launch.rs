@@ -139,6 +139,7 @@ impl JobRecord {
                     args: args.clone(),
                     stdout: stdout.clone().unwrap_or_else(|| "slurm-%j.out".into()),
                     stderr: stderr.clone(),
+                    append: self.spec.open_append,
                 },
             ),
             JobKind::Interactive { argv, io } => (
