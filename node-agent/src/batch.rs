@@ -24,7 +24,7 @@ impl Agent {
     pub(crate) async fn run_batch(
         &self,
         l: &Launch,
-        script: &str,
+        script: &[u8],
         args: &[String],
         out: Output<'_>,
         cgroup: Option<std::sync::Arc<crate::cgroup::Join>>,
@@ -109,7 +109,7 @@ impl Agent {
 /// node for later jobs). The file is created new, never through a link,
 /// and its owner is changed through the open descriptor, so nothing a
 /// user swaps in at that path can be chowned.
-pub fn write_script(path: &Path, script: &str, who: Ident) -> std::io::Result<()> {
+pub fn write_script(path: &Path, script: &[u8], who: Ident) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let _ = std::fs::remove_file(path);
@@ -121,7 +121,7 @@ pub fn write_script(path: &Path, script: &str, who: Ident) -> std::io::Result<()
         .mode(0o700)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)?;
-    let written = f.write_all(script.as_bytes()).and_then(|()| {
+    let written = f.write_all(script).and_then(|()| {
         if nix::unistd::geteuid().is_root() {
             std::os::unix::fs::fchown(&f, Some(who.uid), Some(who.gid))?;
         }

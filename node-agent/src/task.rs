@@ -316,7 +316,7 @@ mod tests {
         assert_eq!(get(&env, "SLURM_CPUS_PER_TASK"), "1");
         l.shape.ntasks_per_node = Some(2);
         l.what = LaunchKind::Batch {
-            script: String::new(),
+            script: Vec::new(),
             args: vec![],
             stdout: "o".into(),
             stderr: None,

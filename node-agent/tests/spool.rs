@@ -120,7 +120,7 @@ fn swapped_links_in_the_spool_chown_nothing_outside_it() {
         let t0 = Instant::now();
         let mut written = 0;
         while t0.elapsed() < Duration::from_secs(3) {
-            if write_script(&script, "#!/bin/sh\ntrue\n", who).is_ok() {
+            if write_script(&script, b"#!/bin/sh\ntrue\n", who).is_ok() {
                 written += 1;
             }
         }

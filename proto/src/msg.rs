@@ -314,7 +314,8 @@ impl Launch {
 pub enum LaunchKind {
     /// The batch script, on the job's first node, output to files.
     Batch {
-        script: String,
+        /// Any bytes (Slurm takes scripts that are not UTF-8).
+        script: Vec<u8>,
         args: Vec<String>,
         stdout: String,
         stderr: Option<String>,
@@ -471,7 +472,8 @@ pub struct LimitSignal {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub enum JobKind {
     Batch {
-        script: String,
+        /// Any bytes (Slurm takes scripts that are not UTF-8).
+        script: Vec<u8>,
         /// Arguments after the script's name (`$1`, ...).
         args: Vec<String>,
         /// `-o`, with `%j`-style patterns still in it.
@@ -491,7 +493,7 @@ pub enum JobKind {
 impl Default for JobKind {
     fn default() -> Self {
         JobKind::Batch {
-            script: String::new(),
+            script: Vec::new(),
             args: Vec::new(),
             stdout: None,
             stderr: None,

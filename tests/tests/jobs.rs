@@ -585,3 +585,20 @@ fn dependencies_any_of_and_kill_on_invalid_dep() {
     assert!(err.contains("do not mix"), "{err}");
     env.ok(&["scancel", &stuck.to_string()]);
 }
+
+/// Scripts are bytes: one written in Latin-1 (not UTF-8) runs as written,
+/// its `#SBATCH` lines still read.
+#[test]
+fn a_script_that_is_not_utf8_runs_as_written() {
+    let env = Env::start(Opts::default());
+    let script: &[u8] = b"#!/bin/sh\n#SBATCH -J caf\xe9-ignored\n#SBATCH -o latin1.out\n# d\xe9j\xe0 vu\necho '\xe9t\xe9'\n";
+    std::fs::write(env.work.join("latin1.sh"), script).expect("script");
+    let out = env.ok(&["sbatch", "--parsable", "-J", "latin1", "latin1.sh"]);
+    let id: u64 = out.trim().parse().expect("id");
+    assert_eq!(
+        env.wait_state(id, &["COMPLETED", "FAILED"], 30),
+        "COMPLETED"
+    );
+    let got = std::fs::read(env.work.join("latin1.out")).expect("output");
+    assert_eq!(got, b"\xe9t\xe9\n");
+}

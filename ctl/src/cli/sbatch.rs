@@ -119,12 +119,13 @@ pub fn directives(script: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// The final arguments, the script's bytes and its arguments.
+pub type Prepared = (SbatchArgs, Vec<u8>, Vec<String>);
+
 /// Parses the command line, reads the script and merges its directives
 /// and the input environment variables. Returns the final arguments and
 /// the script text.
-pub fn prepare(
-    args: &[OsString],
-) -> Result<(SbatchArgs, String, Vec<String>), Result<String, i32>> {
+pub fn prepare(args: &[OsString]) -> Result<Prepared, Result<String, i32>> {
     prepare_with(args, |v| std::env::var(v).ok())
 }
 
@@ -132,34 +133,38 @@ pub fn prepare(
 pub fn prepare_with(
     args: &[OsString],
     lookup: impl Fn(&str) -> Option<String>,
-) -> Result<(SbatchArgs, String, Vec<String>), Result<String, i32>> {
+) -> Result<Prepared, Result<String, i32>> {
     let first: SbatchArgs = parse(CMD, args).map_err(Err)?;
+    // A script is bytes: Slurm runs scripts that are not UTF-8.
     let (script, script_args, name) = if let Some(cmd) = &first.wrap {
         (
-            format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n"),
+            format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n")
+                .into_bytes(),
             Vec::new(),
             "wrap".to_string(),
         )
     } else if let Some((path, rest)) = first.script.split_first() {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Ok(format!("Unable to open file {path}: {e}")))?;
+        let text =
+            std::fs::read(path).map_err(|e| Ok(format!("Unable to open file {path}: {e}")))?;
         let name = PathBuf::from(path)
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "sbatch".into());
         (text, rest.to_vec(), name)
     } else {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut text)
             .map_err(|e| Ok(format!("reading the script from standard input: {e}")))?;
         (text, Vec::new(), "sbatch".to_string())
     };
-    if !script.starts_with("#!") {
+    if !script.starts_with(b"#!") {
         return Err(Ok("This does not look like a batch script.  The first line must start with #! followed by the path to an interpreter.".into()));
     }
     // Directives first, then the environment's options, the command line
     // last: the later value wins.
-    let dirs = directives(&script).map_err(Ok)?;
+    // Directives are read as text; bytes that are not UTF-8 cannot be
+    // part of an option Corral knows.
+    let dirs = directives(&String::from_utf8_lossy(&script)).map_err(Ok)?;
     let mut merged: Vec<OsString> = vec![args[0].clone()];
     merged.extend(dirs.into_iter().map(OsString::from));
     merged.extend(super::opts::input_options(

@@ -105,7 +105,7 @@ impl Controller {
                 nice: -(MAX_NICE as i32),
                 work_dir: "/".into(),
                 kind: JobKind::Batch {
-                    script: check.script.clone(),
+                    script: check.script.clone().into_bytes(),
                     args: Vec::new(),
                     stdout: Some("/dev/null".into()),
                     stderr: None,

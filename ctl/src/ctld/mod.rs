@@ -289,7 +289,7 @@ impl JobRecord {
         }
         self.spec.env = Vec::new();
         if let JobKind::Batch { script, .. } = &mut self.spec.kind {
-            *script = String::new();
+            *script = Vec::new();
         }
     }
 

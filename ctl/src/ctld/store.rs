@@ -51,7 +51,7 @@ const LAYOUT: u64 = 10;
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Payload {
     pub env: Vec<(String, String)>,
-    pub script: Option<String>,
+    pub script: Option<Vec<u8>>,
 }
 
 /// A new job's payload as the controller hands it over: its environment
@@ -59,11 +59,11 @@ pub struct Payload {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NewPayload {
     pub env: Vec<u8>,
-    pub script: Option<String>,
+    pub script: Option<Vec<u8>>,
 }
 
 impl NewPayload {
-    pub fn new(env: &[(String, String)], script: Option<String>) -> NewPayload {
+    pub fn new(env: &[(String, String)], script: Option<Vec<u8>>) -> NewPayload {
         NewPayload {
             env: bincode::serde::encode_to_vec(env, bincode::config::standard())
                 .unwrap_or_default(),
@@ -76,7 +76,7 @@ impl NewPayload {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct StoredPayload {
     env: u64,
-    script: Option<String>,
+    script: Option<Vec<u8>>,
 }
 
 /// What one call on the controller changed.
@@ -508,7 +508,7 @@ mod tests {
                     jobs: vec![(1, Some(b"one".to_vec())), (2, Some(b"two".to_vec()))],
                     nodes: vec![("n1".into(), Some(b"drain".to_vec()))],
                     acct: vec![b"run 1".to_vec()],
-                    payloads: vec![(2, Some(NewPayload::new(&[], Some("x".into()))))],
+                    payloads: vec![(2, Some(NewPayload::new(&[], Some(b"x".to_vec()))))],
                     next_job: 3,
                 },
                 Changes {
@@ -559,7 +559,10 @@ mod tests {
 
     fn put(s: &Store, job: u64, e: &[(String, String)]) {
         s.commit(&[Changes {
-            payloads: vec![(job, Some(NewPayload::new(e, Some(format!("job {job}")))))],
+            payloads: vec![(
+                job,
+                Some(NewPayload::new(e, Some(format!("job {job}").into_bytes()))),
+            )],
             ..Changes::default()
         }])
         .unwrap();
@@ -582,9 +585,9 @@ mod tests {
         // Three jobs of one batch share alice's; bob's is another.
         s.commit(&[Changes {
             payloads: vec![
-                (1, Some(NewPayload::new(&alice, Some("one".into())))),
+                (1, Some(NewPayload::new(&alice, Some(b"one".to_vec())))),
                 (2, Some(NewPayload::new(&alice, None))),
-                (3, Some(NewPayload::new(&bob, Some("three".into())))),
+                (3, Some(NewPayload::new(&bob, Some(b"three".to_vec())))),
             ],
             ..Changes::default()
         }])
@@ -594,7 +597,10 @@ mod tests {
         let p = s.payload(2).unwrap().unwrap();
         assert_eq!((p.env, p.script), (alice.clone(), None));
         let p = s.payload(3).unwrap().unwrap();
-        assert_eq!((p.env, p.script.as_deref()), (bob.clone(), Some("three")));
+        assert_eq!(
+            (p.env, p.script.as_deref()),
+            (bob.clone(), Some(&b"three"[..]))
+        );
         drop_payload(&s, 3);
         assert_eq!(s.environments().unwrap(), 1, "bob's went with his job");
         assert!(s.payload(3).unwrap().is_none());

@@ -1267,7 +1267,10 @@ fn with_a_store_scripts_and_environments_leave_memory_until_the_job_ends() {
             .unwrap()
             .0;
     assert_eq!(env, [("HOME".to_string(), "/home/alice".to_string())]);
-    assert_eq!(p.script.as_deref(), Some("#!/bin/sh\necho a big script\n"));
+    assert_eq!(
+        p.script.as_deref(),
+        Some(&b"#!/bin/sh\necho a big script\n"[..])
+    );
     let j = c.jobs.get(&id).unwrap();
     assert!(j.spec.env.is_empty());
     assert!(matches!(&j.spec.kind, JobKind::Batch { script, .. } if script.is_empty()));

@@ -149,7 +149,9 @@ fn a_step_whose_launches_died_with_the_controller_is_sent_again_once() {
     let l = launches(&mut c);
     assert_eq!(l.len(), 1);
     assert_eq!(l[0].1.step, StepId::BATCH, "only the script, still running");
-    assert!(matches!(&l[0].1.what, LaunchKind::Batch { script, .. } if script.contains("srun")));
+    assert!(
+        matches!(&l[0].1.what, LaunchKind::Batch { script, .. } if String::from_utf8_lossy(script).contains("srun"))
+    );
 }
 
 #[test]
