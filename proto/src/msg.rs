@@ -414,6 +414,10 @@ pub struct JobSpec {
     pub work_dir: String,
     pub env: Vec<(String, String)>,
     pub kind: JobKind,
+    /// `-C/--constraint`: node features, all of them (`a&b`) or with
+    /// `constraint_any`, one of them (`a|b`).
+    pub constraint: Vec<String>,
+    pub constraint_any: bool,
     /// `--signal`.
     pub limit_signal: Option<LimitSignal>,
     /// Where and on which host the job was submitted

@@ -226,8 +226,10 @@ pub struct JobRequest {
     pub nodelist: Vec<String>,
     /// `-x`.
     pub exclude: Vec<String>,
-    /// `-C`: every node must have all of these features.
+    /// `-C`: every node must have all of these features (`a&b`), or with
+    /// `features_any`, at least one of them (`a|b`).
     pub features: Vec<String>,
+    pub features_any: bool,
     pub qos: Option<String>,
     pub nice: i32,
     /// `-H`: submitted held.
@@ -261,6 +263,7 @@ impl JobRequest {
             nodelist: Vec::new(),
             exclude: Vec::new(),
             features: Vec::new(),
+            features_any: false,
             qos: None,
             nice: 0,
             hold: false,
@@ -426,4 +429,14 @@ pub struct NodeInfo {
     pub alloc_gpus: u32,
     pub features: Vec<String>,
     pub jobs: Vec<JobId>,
+}
+
+/// Whether a node with `has` meets a job's `-C`: all of `want`, or with
+/// `any`, one of them; nothing asked is met by every node.
+pub fn features_met(has: &[String], want: &[String], any: bool) -> bool {
+    if any && !want.is_empty() {
+        want.iter().any(|f| has.contains(f))
+    } else {
+        want.iter().all(|f| has.contains(f))
+    }
 }

@@ -403,7 +403,7 @@ pub fn check_start(s: &Scheduler, req: &JobRequest, d: &StartDecision) -> Result
         if req.ntasks_per_node.is_some_and(|tpn| a.tasks != tpn) {
             return fail(format!("{} tasks on {}", a.tasks, info.name));
         }
-        if !req.features.iter().all(|f| info.features.contains(f)) {
+        if !crate::model::features_met(&info.features, &req.features, req.features_any) {
             return fail(format!("{} lacks a required feature", info.name));
         }
         let (cpus, gpus) = if req.exclusive {

@@ -603,6 +603,28 @@ fn constraints_and_required_nodes_steer_placement() {
     assert_eq!(sim.node_names(pinned), ["node-1"]);
 }
 
+/// `-C a100|h200`: a node with either will do, and a two-node job may
+/// mix them; `-C a100&h200` needs both on each node, and none has.
+#[test]
+fn a_constraint_of_alternatives_takes_any_node_with_one() {
+    let mut sim = Sim::new()
+        .nodes(1, gpus(8))
+        .nodes(1, gpus(8).feature("a100"))
+        .nodes(1, gpus(8).feature("h200"));
+    let either = sim.submit(
+        job()
+            .nodes(2)
+            .gpus(1)
+            .constraint("a100")
+            .constraint("h200")
+            .any_constraint(),
+    );
+    sim.pass();
+    assert_eq!(sim.node_names(either), ["node-1", "node-2"]);
+    let both = sim.try_submit(job().constraint("a100").constraint("h200"));
+    assert!(both.is_err(), "no node has both");
+}
+
 #[test]
 fn nodes_that_register_later_join_their_partition() {
     let mut s = Scheduler::new(SchedulerConfig::default());

@@ -79,6 +79,9 @@ pub struct JobOpts {
     /// Start after other jobs: after|afterok|afternotok|afterany:ID[:ID...][,...], or singleton.
     #[arg(short = 'd', long)]
     pub dependency: Option<String>,
+    /// Node features: a&b (all), a|b (any one), a,b (all).
+    #[arg(short = 'C', long)]
+    pub constraint: Option<String>,
     /// Cancel the job when a dependency can never be met: yes or no.
     #[arg(long = "kill-on-invalid-dep")]
     pub kill_on_invalid_dep: Option<String>,
@@ -106,6 +109,29 @@ pub struct JobOpts {
     /// Whom to mail (recorded with the job).
     #[arg(long = "mail-user")]
     pub mail_user: Option<String>,
+}
+
+/// Parses `-C`: features joined by `&` or `,` (all of them) or by `|`
+/// (any one); `true` with `|`. Brackets, counts and a mix of the two
+/// joins are refused.
+pub fn parse_constraint(s: &str) -> Result<(Vec<String>, bool), String> {
+    let bad = |why: &str| format!("Invalid feature specification: {s}: {why}");
+    if s.contains(['[', ']', '*', '(', ')']) {
+        return Err(bad("brackets and counts are not supported"));
+    }
+    let any = s.contains('|');
+    if any && s.contains(['&', ',']) {
+        return Err(bad("& and | do not mix"));
+    }
+    let features: Vec<String> = s
+        .split(['&', ',', '|'])
+        .map(|f| f.trim().to_string())
+        .collect();
+    if features.iter().any(|f| f.is_empty()) {
+        return Err(bad("an empty feature"));
+    }
+    let any = any && features.len() > 1;
+    Ok((features, any))
 }
 
 /// Parses `--signal=[{R|B}:]SIG[@TIME]` (`R`, reservation overlap, is
@@ -196,6 +222,7 @@ pub const fn switch(var: &'static str, flag: &'static str) -> InputVar {
 /// ENVIRONMENT VARIABLES, those of options Corral has).
 pub const SBATCH_INPUT: &[InputVar] = &[
     value("SBATCH_ACCOUNT", "--account"),
+    value("SBATCH_CONSTRAINT", "--constraint"),
     switch("SBATCH_EXCLUSIVE", "--exclusive"),
     value("SBATCH_EXPORT", "--export"),
     value("SBATCH_GPUS", "--gpus"),
@@ -434,6 +461,10 @@ impl JobOpts {
         ) {
             gpus = GpuAsk::None;
         }
+        let (constraint, constraint_any) = match &self.constraint {
+            Some(c) => parse_constraint(c)?,
+            None => (Vec::new(), false),
+        };
         let (dependencies, dependency_any) = match &self.dependency {
             Some(d) => parse_dependency(d)?,
             None => (Vec::new(), false),
@@ -485,6 +516,8 @@ impl JobOpts {
                 None => None,
             },
             qos: self.qos.clone(),
+            constraint,
+            constraint_any,
             limit_signal: self.signal.as_deref().map(parse_limit_signal).transpose()?,
             submit_dir: std::env::current_dir()
                 .ok()
@@ -651,6 +684,21 @@ mod tests {
         #[test]
         fn any_dependency_text_parses_or_is_refused(text in "\\PC{0,32}") {
             let _ = parse_dependency(&text);
+        }
+    }
+
+    #[test]
+    fn constraints_parse() {
+        let v = |fs: &[&str]| fs.iter().map(|f| f.to_string()).collect::<Vec<_>>();
+        assert_eq!(parse_constraint("a100"), Ok((v(&["a100"]), false)));
+        assert_eq!(
+            parse_constraint("a100|h200"),
+            Ok((v(&["a100", "h200"]), true))
+        );
+        assert_eq!(parse_constraint("ib&a100"), Ok((v(&["ib", "a100"]), false)));
+        assert_eq!(parse_constraint("ib,a100"), Ok((v(&["ib", "a100"]), false)));
+        for bad in ["", "a|", "a&b|c", "[a|b]", "a*2", "a,,b"] {
+            assert!(parse_constraint(bad).is_err(), "{bad}");
         }
     }
 

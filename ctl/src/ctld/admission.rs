@@ -23,17 +23,19 @@ pub(super) fn spec_bytes(spec: &JobSpec) -> u64 {
         JobKind::Interactive { argv, .. } => argv.iter().map(|a| a.len() + 8).sum(),
         JobKind::Allocation => 0,
     };
-    let notes: usize = [
-        &spec.comment,
-        &spec.mail_type,
-        &spec.mail_user,
-        &spec.submit_dir,
-        &spec.submit_host,
-    ]
-    .into_iter()
-    .flatten()
-    .map(String::len)
-    .sum();
+    let features: usize = spec.constraint.iter().map(|f| f.len() + 8).sum();
+    let notes: usize = features
+        + [
+            &spec.comment,
+            &spec.mail_type,
+            &spec.mail_user,
+            &spec.submit_dir,
+            &spec.submit_host,
+        ]
+        .into_iter()
+        .flatten()
+        .map(String::len)
+        .sum::<usize>();
     (env + kind + spec.work_dir.len() + spec.name.len() + notes) as u64
 }
 
@@ -48,6 +50,9 @@ impl Controller {
         printable("working directory", &spec.work_dir)?;
         for p in [&spec.partition, &spec.qos].into_iter().flatten() {
             printable("partition or QOS name", p)?;
+        }
+        for f in &spec.constraint {
+            printable("feature", f)?;
         }
         for (what, t) in [
             ("comment", &spec.comment),

@@ -59,6 +59,8 @@ pub(super) fn job_request(who: Ident, spec: &JobSpec) -> JobRequest {
     req.begin_time = spec.begin;
     req.dependencies = spec.dependencies.iter().copied().map(dependency).collect();
     req.dependencies_any = spec.dependency_any;
+    req.features = spec.constraint.clone();
+    req.features_any = spec.constraint_any;
     req
 }
 

@@ -114,7 +114,7 @@ impl Scheduler {
                 .iter()
                 .filter(|m| !exclude.contains(m))
                 .filter_map(|&m| self.slot(m))
-                .filter(|n| features.iter().all(|f| n.features.contains(f)))
+                .filter(|n| crate::model::features_met(&n.features, &features, req.features_any))
         };
         let most_gpus = || usable().map(|n| n.gpu_count).max().unwrap_or(0);
         let shape = self.shape(&req, &part.spec.name, most_gpus, required.len())?;
@@ -181,6 +181,7 @@ impl Scheduler {
             required,
             exclude,
             features,
+            features_any: req.features_any,
             qos,
             nice: req.nice,
             hold: req.hold.then_some(HoldKind::User),

@@ -166,6 +166,8 @@ struct Job {
     required: Vec<NodeId>,
     exclude: Vec<NodeId>,
     features: Vec<String>,
+    /// Any one of `features` suffices (`-C a|b`).
+    features_any: bool,
     qos: u32,
     nice: i32,
     hold: Option<HoldKind>,
@@ -200,6 +202,7 @@ impl Job {
         EligKey {
             partition: self.partition,
             features: self.features.clone(),
+            features_any: self.features_any,
             required: self.required.clone(),
             exclude: self.exclude.clone(),
         }
@@ -210,6 +213,7 @@ impl Job {
 struct EligKey {
     partition: PartitionId,
     features: Vec<String>,
+    features_any: bool,
     required: Vec<NodeId>,
     exclude: Vec<NodeId>,
 }

@@ -442,7 +442,8 @@ impl Scheduler {
             .filter(|m| !key.exclude.contains(m))
             .filter(|&m| {
                 self.slot(m).is_some_and(|n| {
-                    n.usable() && key.features.iter().all(|f| n.features.contains(f))
+                    n.usable()
+                        && crate::model::features_met(&n.features, &key.features, key.features_any)
                 })
             })
             .collect();

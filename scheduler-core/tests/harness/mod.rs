@@ -147,6 +147,11 @@ impl JobDef {
         self.req.features.push(f.to_string());
         self
     }
+    /// Any one of the constraints suffices (`-C a|b`).
+    pub fn any_constraint(mut self) -> Self {
+        self.req.features_any = true;
+        self
+    }
 }
 
 pub struct Sim {

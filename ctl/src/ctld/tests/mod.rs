@@ -448,6 +448,32 @@ fn an_allocation_launches_nothing_and_ends_when_its_owner_says() {
     assert_eq!(state(&c, waiting), JobState::Cancelled);
 }
 
+/// `-C a100|h200` takes nodes with either; `-C a100&h200` is refused
+/// when no node has both.
+#[test]
+fn constraints_pick_nodes_by_their_features() {
+    let mut c = Controller::new(config()).unwrap();
+    for (name, f) in [("worker-0", "a100"), ("worker-1", "h200"), ("worker-2", "")] {
+        let mut r = reg(name, 4);
+        r.features = vec![f.to_string()];
+        c.register(r, 0).unwrap();
+    }
+    let mut either = batch("x");
+    either.nodes = Some(2);
+    either.constraint = vec!["a100".into(), "h200".into()];
+    either.constraint_any = true;
+    let id = c.submit(ALICE, either.clone(), 0).unwrap();
+    c.schedule(0);
+    let _ = launches(&mut c);
+    assert_eq!(view(&c, id).nodes, ["worker-0", "worker-1"]);
+    either.constraint_any = false;
+    let e = c.submit(ALICE, either, 1).unwrap_err().to_string();
+    assert!(
+        e.contains("Requested node configuration is not available"),
+        "{e}"
+    );
+}
+
 #[test]
 fn silent_node_goes_down_and_its_jobs_fail_or_requeue() {
     let mut c = cluster(2);
