@@ -839,7 +839,9 @@ impl Agent {
         let Some(cfg) = &self.cfg.jail else {
             return Ok(None);
         };
-        let minors: Vec<u32> = l.gpus.iter().map(|&g| self.minor(g)).collect();
+        // The step's own GPUs only, when it asked for some.
+        let gpus = l.step_gpus.as_deref().unwrap_or(&l.gpus);
+        let minors: Vec<u32> = gpus.iter().map(|&g| self.minor(g)).collect();
         let plan = cfg.plan(&minors, l.exclusive, &self.cfg.socket, &self.cfg.spool);
         let prepared = plan.prepare().map_err(StepError::Jail)?;
         Ok(Some(Arc::new(prepared)))

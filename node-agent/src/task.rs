@@ -102,12 +102,14 @@ pub fn task_env(
     let nodelist = hostlist::compress(&l.job_nodes);
     let job = l.job.to_string();
     let batch = matches!(l.what, LaunchKind::Batch { .. });
+    // A step that asked for its own GPUs sees only those.
+    let step_gpus = l.step_gpus.as_deref().unwrap_or(&l.gpus);
     let gpus: Vec<u32> = match l.gpus_per_task {
         Some(g) if !batch => {
             let (a, b) = ((local * g) as usize, ((local + 1) * g) as usize);
-            l.gpus.get(a..b).map(<[u32]>::to_vec).unwrap_or_default()
+            step_gpus.get(a..b).map(<[u32]>::to_vec).unwrap_or_default()
         }
-        _ => l.gpus.clone(),
+        _ => step_gpus.to_vec(),
     };
     let mut set = |k: &str, v: String| {
         env.retain(|(key, _)| key != k);
@@ -254,6 +256,7 @@ mod tests {
                     secret: [0; 32],
                 },
             },
+            step_gpus: None,
             shape: LaunchShape {
                 job_tasks: vec![2, 2, 1],
                 job_cpus: vec![4, 4, 2],
@@ -287,6 +290,12 @@ mod tests {
         assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), "5,6");
         assert_eq!(get(&env, "SLURM_STEP_GPUS"), "5,6");
         assert_eq!(get(&env, "SLURM_GPUS_ON_NODE"), "4");
+        // A step with its own GPUs sees those only.
+        let mut l = launch(None);
+        l.step_gpus = Some(vec![5]);
+        let env = task_env(&l, "worker-1", "root", 0, "/run/a.sock", "c");
+        assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), "5");
+        assert_eq!(get(&env, "SLURM_JOB_GPUS"), "2,3,5,6");
     }
 
     /// What launchers compute ranks from, in a step and in the batch

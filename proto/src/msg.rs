@@ -276,6 +276,9 @@ pub struct Launch {
     /// what escapes a job's limits, such as the node's Docker socket.
     pub exclusive: bool,
     pub what: LaunchKind,
+    /// The step's own GPUs here, when it asked for fewer than the job's
+    /// (what its tasks see; the job's cgroup still holds all of `gpus`).
+    pub step_gpus: Option<Vec<u32>>,
     /// What the job's and the step's tasks see of the whole: the job's
     /// tasks and CPUs on each of its nodes, the step's tasks on each of
     /// its nodes (the job's first ones).
@@ -511,6 +514,9 @@ pub struct StepSpec {
     pub job: JobId,
     pub nodes: Option<u32>,
     pub ntasks: Option<u32>,
+    /// GPUs the step asks for on each of its nodes, from the job's
+    /// (`srun --gres=gpu:N` inside a job); `None`: all of the job's.
+    pub gpus_per_node: Option<u32>,
     pub argv: Vec<String>,
     pub work_dir: String,
     pub env: Vec<(String, String)>,

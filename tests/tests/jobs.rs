@@ -602,3 +602,37 @@ fn a_script_that_is_not_utf8_runs_as_written() {
     let got = std::fs::read(env.work.join("latin1.out")).expect("output");
     assert_eq!(got, b"\xe9t\xe9\n");
 }
+
+/// The "one srun per GPU" fan-out: inside a 2-GPU job, two concurrent
+/// `srun --gres=gpu:1` steps each see one GPU, not the same one; a step
+/// that asks for none sees the job's two.
+#[test]
+fn one_gpu_steps_in_a_two_gpu_job_see_one_gpu_each() {
+    let env = Env::start(Opts::default());
+    let script = "#!/bin/sh\n#SBATCH --gres=gpu:2\n#SBATCH -o fan.out\n\
+        srun --gres=gpu:1 sh -c 'echo one=$CUDA_VISIBLE_DEVICES; sleep 2' &\n\
+        srun --gres=gpu:1 sh -c 'echo one=$CUDA_VISIBLE_DEVICES; sleep 2' &\n\
+        wait\n\
+        srun sh -c 'echo all=$CUDA_VISIBLE_DEVICES'\n";
+    let id = env.sbatch(&[], script);
+    assert_eq!(
+        env.wait_state(id, &["COMPLETED", "FAILED"], 40),
+        "COMPLETED"
+    );
+    let out = env.read("fan.out");
+    let mut ones: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("one=")).collect();
+    ones.sort();
+    assert_eq!(ones.len(), 2, "{out}");
+    assert!(
+        ones.iter().all(|g| !g.contains(',') && !g.is_empty()),
+        "{out}"
+    );
+    assert_ne!(ones[0], ones[1], "{out}");
+    let all = out
+        .lines()
+        .find_map(|l| l.strip_prefix("all="))
+        .unwrap_or_default();
+    let mut all: Vec<&str> = all.split(',').collect();
+    all.sort();
+    assert_eq!(all, ones, "{out}");
+}

@@ -61,6 +61,15 @@ pub enum CtldError {
     StepNodes(u32),
     #[error("Invalid number of tasks")]
     StepTasks,
+    #[error(
+        "Requested GPUs are busy: the step asks {want} on {node}, where {free} of the job's {job} are free of other steps"
+    )]
+    StepGpus {
+        node: String,
+        want: u32,
+        free: u32,
+        job: u32,
+    },
     #[error("Invalid node name specified: {0}")]
     UnknownNode(String),
     #[error("You must specify a reason when DRAINING or DOWNING a node")]

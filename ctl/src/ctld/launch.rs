@@ -26,6 +26,8 @@ struct StepPlan<'a> {
     /// Tasks on each of the job's first nodes that run a part.
     tasks: Vec<u32>,
     what: LaunchKind,
+    /// The step's own GPUs per node, when it asked for some.
+    gpus: &'a [(String, Vec<u32>)],
 }
 
 impl StepPlan<'_> {
@@ -68,6 +70,11 @@ impl StepPlan<'_> {
                 time_limit,
                 exclusive: j.spec.exclusive,
                 what: self.what.clone(),
+                step_gpus: self
+                    .gpus
+                    .iter()
+                    .find(|(n, _)| n == node)
+                    .map(|(_, g)| g.clone()),
                 shape: LaunchShape {
                     job_tasks: j.alloc.iter().map(|(_, a)| a.tasks).collect(),
                     job_cpus: j.alloc.iter().map(|(_, a)| a.cpus.len() as u32).collect(),
@@ -100,6 +107,9 @@ pub(super) struct OpenStep {
     env: Vec<(String, String)>,
     argv: Vec<String>,
     io: StepIo,
+    /// The step's own GPUs on each node, when it asked for some (held
+    /// from other steps until its part there ends).
+    gpus: Vec<(String, Vec<u32>)>,
 }
 
 /// The most open steps a run keeps for sending again, and the most bytes
@@ -161,6 +171,7 @@ impl JobRecord {
             step_nodes,
             tasks,
             what,
+            gpus: &[],
         })
     }
 
@@ -186,6 +197,7 @@ impl JobRecord {
                 argv: s.argv.clone(),
                 io: s.io,
             },
+            gpus: &s.gpus,
         }
     }
 
@@ -334,6 +346,35 @@ impl Controller {
             return Err(CtldError::StepTasks);
         }
         let nodes = nodes.min(ntasks);
+        // A step's own GPUs: on each of its nodes, ones of the job's that
+        // no open step holds there.
+        let mut gpus = Vec::new();
+        if let Some(want) = s.gpus_per_node.filter(|&g| g > 0) {
+            for (node, a) in j.alloc.iter().take(nodes as usize) {
+                let busy: Vec<u32> = j
+                    .open_steps
+                    .iter()
+                    .filter(|o| o.left.iter().any(|n| n == node))
+                    .flat_map(|o| o.gpus.iter().filter(|(n, _)| n == node))
+                    .flat_map(|(_, g)| g.iter().copied())
+                    .collect();
+                let free: Vec<u32> = a
+                    .gpus
+                    .iter()
+                    .copied()
+                    .filter(|g| !busy.contains(g))
+                    .collect();
+                if (free.len() as u32) < want {
+                    return Err(CtldError::StepGpus {
+                        node: node.clone(),
+                        want,
+                        free: free.len() as u32,
+                        job: a.gpus.len() as u32,
+                    });
+                }
+                gpus.push((node.clone(), free[..want as usize].to_vec()));
+            }
+        }
         let step = StepId(j.next_step);
         j.next_step += 1;
         j.step_started(
@@ -357,6 +398,7 @@ impl Controller {
             env: s.env,
             argv: s.argv,
             io: s.io,
+            gpus,
         };
         let launches = j.step_plan(&open).launches(None);
         let kept: usize = j.open_steps.iter().map(OpenStep::bytes).sum();

@@ -43,8 +43,9 @@ const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
 /// (`envs`), payloads name theirs. 6: jobs carry a comment and mail
 /// options. 7: `--signal`, and whether a run was sent it. 8: where a job
 /// was submitted from. 9: any-of dependencies, `--kill-on-invalid-dep`.
-/// 10: `--open-mode`. 11: `--constraint`.
-const LAYOUT: u64 = 11;
+/// 10: `--open-mode`. 11: `--constraint`. 12: open steps hold their own
+/// GPUs.
+const LAYOUT: u64 = 12;
 
 /// The bulky part of a job: its batch script and environment. Read when
 /// the job (or a step of it) is launched.

@@ -358,9 +358,16 @@ async fn run(a: SrunArgs) -> i32 {
         Err(e) => return fail(CMD, e),
     };
     let (job, step_mode) = if let Some(job) = in_allocation {
-        let nodes = match a.job.to_spec() {
-            Ok(s) => s.nodes,
+        let (nodes, gpus) = match a.job.to_spec() {
+            Ok(s) => (s.nodes, s.gpus),
             Err(e) => return fail(CMD, e),
+        };
+        // The step's own GPUs on each of its nodes (`--gres=gpu:N`,
+        // `--gpus-per-node=N`; `-G N` on one node).
+        let gpus_per_node = match gpus {
+            corral_proto::msg::GpuAsk::PerNode(n) => Some(n),
+            corral_proto::msg::GpuAsk::Total(n) if nodes.is_none_or(|k| k == 1) => Some(n),
+            _ => None,
         };
         let env = match super::opts::exported_env(a.job.export.as_deref()) {
             Ok(e) => e,
@@ -370,6 +377,7 @@ async fn run(a: SrunArgs) -> i32 {
             job,
             nodes,
             ntasks: a.job.ntasks,
+            gpus_per_node,
             argv: a.command.clone(),
             work_dir: cwd.to_string_lossy().into_owned(),
             env,

@@ -474,6 +474,58 @@ fn constraints_pick_nodes_by_their_features() {
     );
 }
 
+/// `srun --gres=gpu:1` inside a 2-GPU job: each concurrent step gets a
+/// GPU no other open step holds; a third waits for one to end (refused
+/// until then); the job's cgroup keeps both.
+#[test]
+fn concurrent_one_gpu_steps_get_distinct_gpus_of_their_job() {
+    let mut c = cluster(1);
+    let mut spec = batch("x");
+    spec.gpus = corral_proto::msg::GpuAsk::PerNode(2);
+    let id = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    let job_gpus = launches(&mut c)[0].1.gpus.clone();
+    assert_eq!(job_gpus.len(), 2);
+    let step = |secret: u8| StepSpec {
+        job: id,
+        nodes: None,
+        ntasks: Some(1),
+        gpus_per_node: Some(1),
+        argv: vec!["train".into()],
+        work_dir: "/tmp".into(),
+        env: vec![],
+        io: StepIo {
+            addr: "127.0.0.1:9".parse().unwrap(),
+            cert_sha256: [0; 32],
+            secret: [secret; 32],
+        },
+    };
+    let mut seen = Vec::new();
+    for secret in [1, 2] {
+        c.submit_step(ALICE, step(secret), 1).unwrap();
+        let l = launches(&mut c);
+        assert_eq!(l[0].1.gpus, job_gpus, "the job's cgroup keeps both");
+        seen.push(l[0].1.step_gpus.clone().expect("its own GPU"));
+    }
+    assert_eq!(seen[0].len(), 1);
+    assert_ne!(seen[0], seen[1], "distinct GPUs");
+    let e = c.submit_step(ALICE, step(3), 1).unwrap_err().to_string();
+    assert!(e.contains("Requested GPUs are busy"), "{e}");
+    c.agent_message(
+        "worker-0",
+        AgentMsg::StepExited {
+            job: r0(id),
+            step: StepId(0),
+            exit: ExitStatus::default(),
+            oom: false,
+        },
+        2,
+    );
+    c.submit_step(ALICE, step(3), 3).unwrap();
+    let l = launches(&mut c);
+    assert_eq!(l[0].1.step_gpus.as_ref(), Some(&seen[0]), "the freed one");
+}
+
 #[test]
 fn silent_node_goes_down_and_its_jobs_fail_or_requeue() {
     let mut c = cluster(2);
@@ -558,6 +610,7 @@ fn steps_spread_tasks_over_the_allocation() {
         job: id,
         nodes: None,
         ntasks: Some(5),
+        gpus_per_node: None,
         argv: vec!["hostname".into()],
         work_dir: "/tmp".into(),
         env: vec![],
@@ -584,6 +637,7 @@ fn steps_spread_tasks_over_the_allocation() {
         job: lid,
         nodes: None,
         ntasks: None,
+        gpus_per_node: None,
         argv: vec!["true".into()],
         work_dir: "/tmp".into(),
         env: vec![],
@@ -1128,6 +1182,7 @@ fn each_run_that_ends_leaves_one_accounting_record() {
         job: ok,
         nodes: None,
         ntasks: None,
+        gpus_per_node: None,
         argv: vec!["/usr/bin/python3".into(), "train.py".into()],
         work_dir: "/tmp".into(),
         env: vec![],
@@ -1344,6 +1399,7 @@ fn a_run_accounts_at_most_max_steps_steps() {
             job: id,
             nodes: None,
             ntasks: Some(1),
+            gpus_per_node: None,
             argv: vec!["true".into()],
             work_dir: "/tmp".into(),
             env: vec![],

@@ -22,6 +22,7 @@ fn step(job: JobId, nodes: u32, argv: &str) -> StepSpec {
         job,
         nodes: Some(nodes),
         ntasks: None,
+        gpus_per_node: None,
         argv: vec![argv.into()],
         work_dir: "/work".into(),
         env: vec![("STEP_ONLY".into(), "1".into())],
