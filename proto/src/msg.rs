@@ -396,6 +396,11 @@ pub struct JobSpec {
     pub ntasks_per_node: Option<u32>,
     pub cpus_per_task: Option<u32>,
     pub mem_mb: Option<u64>,
+    /// `--mem=0`: each node's whole memory.
+    pub mem_whole: bool,
+    /// `--mem-per-cpu`, `--mem-per-gpu`.
+    pub mem_per_cpu_mb: Option<u64>,
+    pub mem_per_gpu_mb: Option<u64>,
     pub gpus: GpuAsk,
     pub exclusive: bool,
     pub time_limit: Option<u64>,

@@ -218,6 +218,12 @@ pub struct JobRequest {
     pub cpus_per_task: u32,
     /// `--mem`, per node.
     pub memory_per_node_mb: Option<u64>,
+    /// `--mem-per-cpu`: per CPU of each task, on the task's node.
+    pub memory_per_cpu_mb: Option<u64>,
+    /// `--mem-per-gpu`: per GPU the job holds on a node.
+    pub memory_per_gpu_mb: Option<u64>,
+    /// `--mem=0`: all of each node's memory.
+    pub memory_whole_node: bool,
     pub gpus: GpuRequest,
     pub exclusive: bool,
     /// `-t`; `None` takes the partition's default.
@@ -257,6 +263,9 @@ impl JobRequest {
             ntasks_per_node: None,
             cpus_per_task: 1,
             memory_per_node_mb: None,
+            memory_per_cpu_mb: None,
+            memory_per_gpu_mb: None,
+            memory_whole_node: false,
             gpus: GpuRequest::None,
             exclusive: false,
             time_limit: None,

@@ -55,6 +55,11 @@ pub(crate) struct Shape {
     pub gpus_per_task: u32,
     pub gpus_per_node: u32,
     pub mem_per_node: u64,
+    /// Memory each task adds on its node (`--mem-per-cpu` times its CPUs,
+    /// `--mem-per-gpu` times its GPUs).
+    pub mem_per_task: u64,
+    /// `--mem=0`: each node's whole memory.
+    pub mem_whole: bool,
     pub exclusive: bool,
 }
 
@@ -70,9 +75,13 @@ impl Shape {
         } else {
             free
         };
-        if avail.mem < self.mem_per_node {
+        if avail.mem < self.mem_per_node || (self.mem_whole && avail.mem < cap.mem) {
             return 0;
         }
+        let by_mem = match self.mem_per_task {
+            0 => u32::MAX,
+            m => ((avail.mem - self.mem_per_node) / m).min(u64::from(u32::MAX)) as u32,
+        };
         let gpus = avail.gpu_count();
         if gpus < self.gpus_per_node {
             return 0;
@@ -83,7 +92,7 @@ impl Shape {
             g => (gpus - self.gpus_per_node) / g,
         };
         let most = self.tasks_per_node.unwrap_or(self.tasks);
-        let k = by_cpu.min(by_gpu).min(most);
+        let k = by_cpu.min(by_gpu).min(by_mem).min(most);
         match self.tasks_per_node {
             Some(exact) if k < exact => 0,
             _ => k,
@@ -110,7 +119,12 @@ impl Shape {
         } else {
             Use {
                 cpus: k * self.cpus_per_task,
-                mem: self.mem_per_node,
+                mem: if self.mem_whole {
+                    cap.mem
+                } else {
+                    self.mem_per_node
+                        .saturating_add(u64::from(k).saturating_mul(self.mem_per_task))
+                },
                 gpus,
             }
         }
@@ -293,6 +307,8 @@ mod tests {
             gpus_per_task: 0,
             gpus_per_node,
             mem_per_node: 0,
+            mem_per_task: 0,
+            mem_whole: false,
             exclusive: false,
         }
     }

@@ -625,6 +625,36 @@ fn a_constraint_of_alternatives_takes_any_node_with_one() {
     assert!(both.is_err(), "no node has both");
 }
 
+/// `--mem-per-cpu` grows with the tasks a node takes (and limits how
+/// many it takes), `--mem-per-gpu` with its GPUs, `--mem=0` takes each
+/// node's whole memory.
+#[test]
+fn memory_per_cpu_per_gpu_and_whole_node() {
+    // 8 CPUs and 64,000 MB per node.
+    let mut sim = Sim::new().nodes(2, cpus(8));
+    // 6 tasks at 20,000 MB each: three fit a node by memory.
+    let spread = sim.submit(job().tasks(6).mem_per_cpu(20_000));
+    sim.pass();
+    let r = sim.run(spread);
+    let per_node: Vec<(u32, u64)> = r.nodes.iter().map(|a| (a.tasks, a.memory_mb)).collect();
+    assert_eq!(per_node, [(3, 60_000), (3, 60_000)]);
+    sim.run_until_idle();
+    let whole = sim.submit(job().mem_whole());
+    let small = sim.submit(job().tasks(1).mem_per_cpu(1_000));
+    sim.pass();
+    let w = sim.run(whole);
+    assert_eq!(w.nodes[0].memory_mb, 64_000);
+    assert_ne!(
+        sim.node_names(small),
+        sim.node_names(whole),
+        "no memory left beside it"
+    );
+    let mut gpu = Sim::new().nodes(1, gpus(8));
+    let g = gpu.submit(job().gpus(2).mem_per_gpu(1_000));
+    gpu.pass();
+    assert_eq!(gpu.run(g).nodes[0].memory_mb, 2_000);
+}
+
 #[test]
 fn nodes_that_register_later_join_their_partition() {
     let mut s = Scheduler::new(SchedulerConfig::default());

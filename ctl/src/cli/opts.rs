@@ -29,9 +29,15 @@ pub struct JobOpts {
     /// Tasks per node.
     #[arg(long = "ntasks-per-node")]
     pub ntasks_per_node: Option<u32>,
-    /// Memory per node (MB, or with a K/M/G/T suffix).
-    #[arg(long)]
+    /// Memory per node (MB, or with a K/M/G/T suffix; 0: the whole node's).
+    #[arg(long, overrides_with_all = ["mem_per_cpu", "mem_per_gpu"])]
     pub mem: Option<String>,
+    /// Memory per CPU (as --mem).
+    #[arg(long = "mem-per-cpu", overrides_with_all = ["mem", "mem_per_gpu"])]
+    pub mem_per_cpu: Option<String>,
+    /// Memory per GPU (as --mem).
+    #[arg(long = "mem-per-gpu", overrides_with_all = ["mem", "mem_per_cpu"])]
+    pub mem_per_gpu: Option<String>,
     /// Generic resources: gpu:N or gpu:TYPE:N.
     #[arg(long)]
     pub gres: Option<String>,
@@ -224,6 +230,8 @@ pub const SBATCH_INPUT: &[InputVar] = &[
     value("SBATCH_ACCOUNT", "--account"),
     value("SBATCH_CONSTRAINT", "--constraint"),
     switch("SBATCH_EXCLUSIVE", "--exclusive"),
+    value("SBATCH_MEM_PER_CPU", "--mem-per-cpu"),
+    value("SBATCH_MEM_PER_GPU", "--mem-per-gpu"),
     value("SBATCH_EXPORT", "--export"),
     value("SBATCH_GPUS", "--gpus"),
     value("SBATCH_GPUS_PER_NODE", "--gpus-per-node"),
@@ -477,6 +485,20 @@ impl JobOpts {
             Some(m) => parse_mem(m)?,
             None => None,
         };
+        // `--mem=0` (the one value parse_mem gives no size for).
+        let mem_whole = self.mem.is_some() && mem_mb.is_none();
+        let mem_per_cpu_mb = self
+            .mem_per_cpu
+            .as_deref()
+            .map(parse_mem)
+            .transpose()?
+            .flatten();
+        let mem_per_gpu_mb = self
+            .mem_per_gpu
+            .as_deref()
+            .map(parse_mem)
+            .transpose()?
+            .flatten();
         if self.ntasks == Some(0) || self.cpus_per_task == Some(0) || nodes == Some(0) {
             return Err("invalid count: node, task and CPU counts must be positive".into());
         }
@@ -488,6 +510,9 @@ impl JobOpts {
             ntasks_per_node: self.ntasks_per_node,
             cpus_per_task: self.cpus_per_task,
             mem_mb,
+            mem_whole,
+            mem_per_cpu_mb,
+            mem_per_gpu_mb,
             gpus,
             exclusive: self.exclusive,
             time_limit,
@@ -685,6 +710,39 @@ mod tests {
         fn any_dependency_text_parses_or_is_refused(text in "\\PC{0,32}") {
             let _ = parse_dependency(&text);
         }
+    }
+
+    #[test]
+    fn memory_per_node_per_cpu_per_gpu_and_whole() {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            job: JobOpts,
+        }
+        let spec = |args: &[&str]| {
+            let mut argv = vec!["t"];
+            argv.extend_from_slice(args);
+            <T as clap::Parser>::try_parse_from(argv)
+                .unwrap()
+                .job
+                .to_spec()
+                .unwrap()
+        };
+        let s = spec(&["--mem=0"]);
+        assert!(s.mem_whole && s.mem_mb.is_none());
+        let s = spec(&["--mem-per-cpu=2G"]);
+        assert_eq!(
+            (s.mem_per_cpu_mb, s.mem_mb, s.mem_whole),
+            (Some(2048), None, false)
+        );
+        let s = spec(&["--mem=4G", "--mem-per-gpu=10G"]);
+        assert_eq!(
+            (s.mem_mb, s.mem_per_gpu_mb),
+            (None, Some(10240)),
+            "the last wins"
+        );
+        let s = spec(&["--mem-per-cpu=1G", "--mem=4G"]);
+        assert_eq!((s.mem_mb, s.mem_per_cpu_mb), (Some(4096), None));
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub(super) fn job_request(who: Ident, spec: &JobSpec) -> JobRequest {
     req.ntasks_per_node = spec.ntasks_per_node;
     req.cpus_per_task = spec.cpus_per_task.unwrap_or(1);
     req.memory_per_node_mb = spec.mem_mb;
+    req.memory_per_cpu_mb = spec.mem_per_cpu_mb;
+    req.memory_per_gpu_mb = spec.mem_per_gpu_mb;
+    req.memory_whole_node = spec.mem_whole;
     req.gpus = gpu_request(spec.gpus);
     req.exclusive = spec.exclusive;
     req.time_limit = spec.time_limit;

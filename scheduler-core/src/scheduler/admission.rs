@@ -282,7 +282,17 @@ impl Scheduler {
         }
         let exclusive = req.exclusive;
         // Exclusive jobs hold the whole node's memory whatever they ask.
-        let mem_per_node = req.memory_per_node_mb.unwrap_or(0);
+        let mem_per_gpu = req.memory_per_gpu_mb.unwrap_or(0);
+        // Saturating: a request this large fits no node and is refused.
+        let mem_per_node = req
+            .memory_per_node_mb
+            .unwrap_or(0)
+            .saturating_add(mem_per_gpu.saturating_mul(u64::from(gpus_per_node)));
+        let mem_per_task = req
+            .memory_per_cpu_mb
+            .unwrap_or(0)
+            .saturating_mul(u64::from(req.cpus_per_task))
+            .saturating_add(mem_per_gpu.saturating_mul(u64::from(gpus_per_task)));
         Ok(Shape {
             nodes_min,
             nodes_max,
@@ -292,6 +302,8 @@ impl Scheduler {
             gpus_per_task,
             gpus_per_node,
             mem_per_node,
+            mem_per_task,
+            mem_whole: req.memory_whole_node,
             exclusive,
         })
     }

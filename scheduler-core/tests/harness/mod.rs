@@ -88,6 +88,18 @@ impl JobDef {
         self.req.cpus_per_task = n;
         self
     }
+    pub fn mem_per_cpu(mut self, mb: u64) -> Self {
+        self.req.memory_per_cpu_mb = Some(mb);
+        self
+    }
+    pub fn mem_per_gpu(mut self, mb: u64) -> Self {
+        self.req.memory_per_gpu_mb = Some(mb);
+        self
+    }
+    pub fn mem_whole(mut self) -> Self {
+        self.req.memory_whole_node = true;
+        self
+    }
     pub fn time(mut self, t: Secs) -> Self {
         self.req.time_limit = Some(t);
         self

@@ -526,6 +526,25 @@ fn concurrent_one_gpu_steps_get_distinct_gpus_of_their_job() {
     assert_eq!(l[0].1.step_gpus.as_ref(), Some(&seen[0]), "the freed one");
 }
 
+/// `--mem-per-cpu` and `--mem=0` become the memory a job's nodes give it
+/// (and its cgroup's limit on each).
+#[test]
+fn memory_per_cpu_and_whole_node_reach_the_launch() {
+    let mut c = cluster(1);
+    let mut spec = batch("x");
+    spec.ntasks = Some(3);
+    spec.mem_per_cpu_mb = Some(1000);
+    c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    assert_eq!(launches(&mut c)[0].1.memory_mb, 3000);
+    let mut c = cluster(1);
+    let mut spec = batch("x");
+    spec.mem_whole = true;
+    c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    assert_eq!(launches(&mut c)[0].1.memory_mb, 16_000, "the node's all");
+}
+
 #[test]
 fn silent_node_goes_down_and_its_jobs_fail_or_requeue() {
     let mut c = cluster(2);
