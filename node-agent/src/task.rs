@@ -146,6 +146,9 @@ pub fn task_env(
     if let Some(q) = &l.shape.qos {
         set("SLURM_JOB_QOS", q.clone());
     }
+    if let Some(a) = &l.shape.account {
+        set("SLURM_JOB_ACCOUNT", a.clone());
+    }
     set("SLURM_JOB_CPUS_PER_NODE", per_node(&l.shape.job_cpus));
     if let Some(n) = l.shape.ntasks_per_node {
         set("SLURM_NTASKS_PER_NODE", n.to_string());
@@ -266,6 +269,7 @@ mod tests {
                 submit_dir: Some("/home/ada".into()),
                 submit_host: Some("login-1".into()),
                 qos: None,
+                account: Some("ml".into()),
             },
         }
     }
@@ -313,6 +317,7 @@ mod tests {
         assert_eq!(get(&env, "SLURM_GTIDS"), "2,3");
         assert_eq!(get(&env, "SLURM_SUBMIT_DIR"), "/home/ada");
         assert_eq!(get(&env, "SLURM_SUBMIT_HOST"), "login-1");
+        assert_eq!(get(&env, "SLURM_JOB_ACCOUNT"), "ml");
         assert_eq!(get(&env, "SLURM_LAUNCH_NODE_IPADDR"), "127.0.0.1");
         assert_eq!(get(&env, "SLURM_STEP_ID"), "0");
         assert!(!env.iter().any(|(k, _)| k == "SLURM_NTASKS_PER_NODE"));

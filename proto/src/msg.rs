@@ -300,6 +300,7 @@ pub struct LaunchShape {
     pub submit_dir: Option<String>,
     pub submit_host: Option<String>,
     pub qos: Option<String>,
+    pub account: Option<String>,
 }
 
 impl Launch {
@@ -418,6 +419,9 @@ pub struct JobSpec {
     /// `--begin`, as a Unix time.
     pub begin: Option<UnixSecs>,
     pub qos: Option<String>,
+    /// `-A`: recorded (sacct's Account, `SLURM_JOB_ACCOUNT`); fair-share
+    /// still goes by user.
+    pub account: Option<String>,
     pub nice: i32,
     pub work_dir: String,
     pub env: Vec<(String, String)>,

@@ -451,6 +451,8 @@ fn sbatch_options_scripts_rely_on() {
         "sweep 3",
         "--mail-type=end,FAIL",
         "--mail-user=ada@example.com",
+        "-A",
+        "ml",
         "--wrap",
         "exit 3",
     ]);
@@ -461,8 +463,8 @@ fn sbatch_options_scripts_rely_on() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{out}"));
     assert_eq!(
-        sacct(&env, &[id], "JobID,State,ExitCode,Comment")[0],
-        format!("{id}|FAILED|3:0|sweep 3")
+        sacct(&env, &[id], "JobID,State,ExitCode,Comment,Account")[0],
+        format!("{id}|FAILED|3:0|sweep 3|ml")
     );
     let squeued = env.ok(&[
         "squeue",

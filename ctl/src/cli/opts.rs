@@ -79,7 +79,8 @@ pub struct JobOpts {
     /// Submit held.
     #[arg(short = 'H', long)]
     pub hold: bool,
-    /// Account (accepted; fair-share uses the user until accounts exist).
+    /// Account (recorded: sacct's Account, SLURM_JOB_ACCOUNT; fair-share
+    /// goes by user until accounts exist).
     #[arg(short = 'A', long)]
     pub account: Option<String>,
     /// Start after other jobs: after|afterok|afternotok|afterany:ID[:ID...][,...], or singleton.
@@ -541,6 +542,7 @@ impl JobOpts {
                 None => None,
             },
             qos: self.qos.clone(),
+            account: self.account.clone(),
             constraint,
             constraint_any,
             limit_signal: self.signal.as_deref().map(parse_limit_signal).transpose()?,

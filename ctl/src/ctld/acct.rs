@@ -184,7 +184,7 @@ impl JobRecord {
             run: self.restarts,
             name: self.spec.name.clone(),
             user: self.user,
-            account: String::new(),
+            account: self.spec.account.clone().unwrap_or_default(),
             partition: self.partition.clone(),
             nodelist: scheduler_core::hostlist::compress(&names),
             alloc_nodes,

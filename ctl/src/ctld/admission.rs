@@ -27,6 +27,7 @@ pub(super) fn spec_bytes(spec: &JobSpec) -> u64 {
     let notes: usize = features
         + [
             &spec.comment,
+            &spec.account,
             &spec.mail_type,
             &spec.mail_user,
             &spec.submit_dir,
@@ -48,8 +49,11 @@ impl Controller {
         let privileged = self.privileged(who);
         printable("job name", &spec.name)?;
         printable("working directory", &spec.work_dir)?;
-        for p in [&spec.partition, &spec.qos].into_iter().flatten() {
-            printable("partition or QOS name", p)?;
+        for p in [&spec.partition, &spec.qos, &spec.account]
+            .into_iter()
+            .flatten()
+        {
+            printable("partition, QOS or account name", p)?;
         }
         for f in &spec.constraint {
             printable("feature", f)?;

@@ -84,6 +84,7 @@ impl StepPlan<'_> {
                     submit_dir: j.spec.submit_dir.clone(),
                     submit_host: j.spec.submit_host.clone(),
                     qos: j.spec.qos.clone(),
+                    account: j.spec.account.clone(),
                 },
             };
             first_task += here;

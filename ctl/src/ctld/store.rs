@@ -44,8 +44,8 @@ const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
 /// options. 7: `--signal`, and whether a run was sent it. 8: where a job
 /// was submitted from. 9: any-of dependencies, `--kill-on-invalid-dep`.
 /// 10: `--open-mode`. 11: `--constraint`. 12: open steps hold their own
-/// GPUs. 13: memory per CPU, per GPU, or the whole node.
-const LAYOUT: u64 = 13;
+/// GPUs. 13: memory per CPU, per GPU, or the whole node. 14: the account.
+const LAYOUT: u64 = 14;
 
 /// The bulky part of a job: its batch script and environment. Read when
 /// the job (or a step of it) is launched.
