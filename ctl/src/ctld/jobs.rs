@@ -266,16 +266,16 @@ impl Controller {
     /// are sent it, once per run.
     fn limit_signals(&mut self, now: u64) {
         for id in self.jobs.running_ids() {
-            let due = self.jobs.get(&id).is_some_and(|j| {
-                match (j.spec.limit_signal, j.spec.time_limit, j.start) {
-                    (Some(ls), Some(limit), Some(start)) => {
-                        !j.limit_signalled
-                            && now.saturating_add(u64::from(ls.before))
-                                >= start.saturating_add(limit)
+            // The run's end by its limit, its own or its partition's.
+            let due = self
+                .jobs
+                .get(&id)
+                .is_some_and(|j| match (j.spec.limit_signal, j.end_by) {
+                    (Some(ls), Some(end_by)) => {
+                        !j.limit_signalled && now.saturating_add(u64::from(ls.before)) >= end_by
                     }
                     _ => false,
-                }
-            });
+                });
             if !due {
                 continue;
             }

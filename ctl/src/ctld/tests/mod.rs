@@ -379,7 +379,35 @@ fn a_limit_signal_goes_once_per_run_before_the_limit() {
         assert!(signals(&mut c).is_empty(), "once per run");
         assert_eq!(state(&c, id), JobState::Running);
     }
-    // Without a time limit there is nothing to be early for.
+    // A job without its own limit is early for its partition's default.
+    let cfg = Config::parse(
+        std::path::Path::new("t.toml"),
+        "heartbeat_timeout = 1000\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-3]\"\n\
+         default = true\ndefault_time = \"10\"\n",
+    )
+    .unwrap();
+    let mut c = Controller::new(cfg).unwrap();
+    c.register(reg("worker-0", 4), 0).unwrap();
+    let mut spec = batch("x");
+    spec.limit_signal = Some(LimitSignal {
+        signal: SendSignal {
+            signal: 10,
+            to: SignalTo::Steps,
+        },
+        before: 60,
+    });
+    c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    let _ = launches(&mut c);
+    c.tick(539);
+    assert!(signals(&mut c).is_empty());
+    c.tick(540);
+    assert_eq!(
+        signals(&mut c).len(),
+        1,
+        "60 s before the partition's 10 minutes"
+    );
+    // Without any time limit there is nothing to be early for.
     let mut c = cluster(1);
     let mut spec = batch("x");
     spec.limit_signal = Some(LimitSignal {
