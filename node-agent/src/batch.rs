@@ -8,7 +8,7 @@ use nix::sys::signal::Signal;
 
 use crate::agent::{Agent, StepError};
 use crate::launch::{Io, TaskSpec};
-use crate::procs::{exit_status, signal_group};
+use crate::procs::signal_group;
 use crate::task::{expand_pattern, PatternVars};
 
 /// Where a batch script's output goes: patterns for its files, and
@@ -95,7 +95,7 @@ impl Agent {
                 if let Some(pid) = pid {
                     self.group_exited(run, l.step, pid);
                 }
-                st.map(exit_status).map_err(StepError::Wait)
+                st.map(ExitStatus::from).map_err(StepError::Wait)
             }
             Err(e) => Err(e.into()),
         };

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use corral_proto::msg::{ExitStatus, JobId, JobRun, Launched, SignalTo, StepId};
+use corral_proto::msg::{JobId, JobRun, Launched, SignalTo, StepId};
 use nix::sys::signal::Signal;
 
 /// This node's processes of one job, of its latest run here.
@@ -224,22 +224,6 @@ impl ProcTable {
 /// Sends a signal to a whole process group; a group already gone is fine.
 pub(crate) fn signal_group(pgid: u32, sig: Signal) {
     let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid as i32), sig);
-}
-
-/// Turns a child's status into Corral's.
-pub(crate) fn exit_status(st: std::process::ExitStatus) -> ExitStatus {
-    use std::os::unix::process::ExitStatusExt;
-    match (st.code(), st.signal()) {
-        (Some(code), _) => ExitStatus { code, signal: None },
-        (None, Some(sig)) => ExitStatus {
-            code: 128 + sig,
-            signal: Some(sig),
-        },
-        _ => ExitStatus {
-            code: 1,
-            signal: None,
-        },
-    }
 }
 
 #[cfg(test)]

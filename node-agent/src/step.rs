@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use crate::agent::{error_chain, Agent, StepError};
 use crate::launch::{Io, TaskSpec};
-use crate::procs::{exit_status, signal_group};
+use crate::procs::signal_group;
 
 async fn pump<R: AsyncRead + Unpin>(mut r: R, task: u32, stderr: bool, tx: mpsc::Sender<StepUp>) {
     let mut buf = vec![0u8; 16 * 1024];
@@ -120,10 +120,14 @@ pub(crate) async fn run(
                 let agent = agent.clone();
                 let step = l.step;
                 waits.push(tokio::spawn(async move {
-                    let st = child.wait().await.map(exit_status).unwrap_or(ExitStatus {
-                        code: 1,
-                        signal: None,
-                    });
+                    let st = child
+                        .wait()
+                        .await
+                        .map(ExitStatus::from)
+                        .unwrap_or(ExitStatus {
+                            code: 1,
+                            signal: None,
+                        });
                     // A step ends with its task: what it left running in its
                     // process group goes too (and releases the pipes).
                     if let Some(g) = pgid {

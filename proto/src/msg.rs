@@ -166,6 +166,25 @@ impl ExitStatus {
     }
 }
 
+impl From<std::process::ExitStatus> for ExitStatus {
+    /// A process's end as a shell reports it: its code, or 128 + the
+    /// signal that ended it.
+    fn from(st: std::process::ExitStatus) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        match (st.code(), st.signal()) {
+            (Some(code), _) => ExitStatus { code, signal: None },
+            (None, Some(sig)) => ExitStatus {
+                code: 128 + sig,
+                signal: Some(sig),
+            },
+            _ => ExitStatus {
+                code: 1,
+                signal: None,
+            },
+        }
+    }
+}
+
 /// XIDs after which a GPU should get no more work until someone looks:
 /// double-bit ECC (48), row remapping failures (63, 64), NVLink (74),
 /// fallen off the bus (79), uncontained ECC (94, 95).

@@ -180,18 +180,7 @@ pub fn main(args: &[OsString]) -> i32 {
         };
         let (exit, code) = match status {
             Ok(st) => {
-                use std::os::unix::process::ExitStatusExt;
-                let exit = match (st.code(), st.signal()) {
-                    (Some(code), _) => ExitStatus { code, signal: None },
-                    (None, Some(sig)) => ExitStatus {
-                        code: 128 + sig,
-                        signal: Some(sig),
-                    },
-                    _ => ExitStatus {
-                        code: 1,
-                        signal: None,
-                    },
-                };
+                let exit = ExitStatus::from(st);
                 (exit, exit.code)
             }
             Err(e) => {

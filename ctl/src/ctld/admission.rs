@@ -1,7 +1,7 @@
 //! Admission: what a submission may ask for and what its user may still
 //! queue, checked before the scheduler sees it.
 
-use super::{Controller, CtldError, Refusal, MAX_GPUS, MAX_NICE};
+use super::{Controller, CtldError, Refusal, MAX_FEATURES, MAX_FEATURE_LEN, MAX_GPUS, MAX_NICE};
 
 use corral_proto::msg::{GpuAsk, Ident, JobKind, JobSpec};
 
@@ -54,6 +54,11 @@ impl Controller {
             .flatten()
         {
             printable("partition, QOS or account name", p)?;
+        }
+        if spec.constraint.len() > MAX_FEATURES
+            || spec.constraint.iter().any(|f| f.len() > MAX_FEATURE_LEN)
+        {
+            return Err(CtldError::TooManyFeatures(spec.constraint.len()));
         }
         for f in &spec.constraint {
             printable("feature", f)?;

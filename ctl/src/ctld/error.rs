@@ -5,7 +5,7 @@
 use corral_proto::msg::JobId;
 use scheduler_core::{ControlError, SubmitError};
 
-use super::{MAX_FILTER_ENTRIES, MAX_GPUS, MAX_NICE};
+use super::{MAX_FEATURES, MAX_FEATURE_LEN, MAX_FILTER_ENTRIES, MAX_GPUS, MAX_NICE};
 
 /// The most refused jobs a cancel names one by one.
 const KILL_DENIED_SHOWN: usize = 20;
@@ -41,6 +41,10 @@ pub enum CtldError {
     ScriptTooLarge { size: u64, max: u64 },
     #[error("Invalid generic resource (gres) specification: {0} GPUs, the most is {MAX_GPUS}")]
     TooManyGpus(u32),
+    #[error(
+        "Invalid feature specification: {0} features, the most is {MAX_FEATURES}, each at most {MAX_FEATURE_LEN} bytes"
+    )]
+    TooManyFeatures(usize),
     #[error("Access/permission denied: only operators may set a negative nice value")]
     NegativeNice,
     #[error("Invalid nice value: it must be between -{MAX_NICE} and {MAX_NICE}")]

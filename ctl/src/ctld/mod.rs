@@ -51,6 +51,11 @@ pub use views::natural;
 /// The most GPUs one request may name (per node, per task or in all).
 pub const MAX_GPUS: u32 = 1 << 16;
 
+/// The most features one `-C` may name, and the longest one: each job's
+/// list is compared with nodes' on every pass.
+pub const MAX_FEATURES: usize = 64;
+pub const MAX_FEATURE_LEN: usize = 128;
+
 /// The widest `--nice` (Slurm's range).
 pub const MAX_NICE: u32 = 2_147_483_645;
 

@@ -495,11 +495,18 @@ fn constraints_pick_nodes_by_their_features() {
     let _ = launches(&mut c);
     assert_eq!(view(&c, id).nodes, ["worker-0", "worker-1"]);
     either.constraint_any = false;
-    let e = c.submit(ALICE, either, 1).unwrap_err().to_string();
+    let e = c.submit(ALICE, either.clone(), 1).unwrap_err().to_string();
     assert!(
         e.contains("Requested node configuration is not available"),
         "{e}"
     );
+    // A hostile frame's feature list is bounded: every pass compares it.
+    either.constraint = vec!["f".into(); 100_000];
+    let e = c.submit(ALICE, either.clone(), 1).unwrap_err().to_string();
+    assert!(e.contains("100000 features, the most is 64"), "{e}");
+    either.constraint = vec!["x".repeat(1 << 20)];
+    let e = c.submit(ALICE, either, 1).unwrap_err().to_string();
+    assert!(e.starts_with("Invalid feature specification"), "{e}");
 }
 
 /// `srun --gres=gpu:1` inside a 2-GPU job: each concurrent step gets a
