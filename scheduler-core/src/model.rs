@@ -248,6 +248,43 @@ pub struct JobRequest {
     pub dependencies_any: bool,
     /// `--requeue`: back to pending when its node fails.
     pub requeue: bool,
+    /// `--array`: this entry stands for many identical tasks.
+    pub array: Option<ArrayRequest>,
+    /// This job is one task of that array, split off it when it started
+    /// (what a driver says when it hands back a task it restored).
+    pub array_of: Option<JobId>,
+}
+
+/// A job array (`--array`): `tasks` identical tasks, held as one entry
+/// until each starts. The task at position `p` (0-based, in the order
+/// the driver numbers its indices) runs as job `id + 1 + p`, where `id` is
+/// the array's: a driver submitting an array of `n` tasks as `id` keeps
+/// the `n` ids after it for them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArrayRequest {
+    pub tasks: u32,
+    /// At most this many tasks run at once (`%N`); 0 for no limit.
+    pub throttle: u32,
+    /// Positions not yet started, as ascending half-open ranges; `None`
+    /// for all of them. (A driver restoring an array says what is left.)
+    pub waiting: Option<Vec<(u32, u32)>>,
+    /// Tasks that already ended before a restore, and whether one of them
+    /// did not succeed.
+    pub ended: u32,
+    pub failed: bool,
+}
+
+impl ArrayRequest {
+    /// An array of `tasks` tasks, none started.
+    pub fn new(tasks: u32, throttle: u32) -> Self {
+        ArrayRequest {
+            tasks,
+            throttle,
+            waiting: None,
+            ended: 0,
+            failed: false,
+        }
+    }
 }
 
 impl JobRequest {
@@ -280,6 +317,8 @@ impl JobRequest {
             dependencies: Vec::new(),
             dependencies_any: false,
             requeue: false,
+            array: None,
+            array_of: None,
         }
     }
 }
@@ -319,6 +358,8 @@ pub enum PendingReason {
     ReqNodeNotAvail,
     /// Its time limit is over its partition's (lowered after submit).
     PartitionTimeLimit,
+    /// As many of its array's tasks run as its `%N` allows.
+    JobArrayTaskLimit,
 }
 
 impl PendingReason {
@@ -335,6 +376,7 @@ impl PendingReason {
             PendingReason::JobHeldAdmin => "JobHeldAdmin",
             PendingReason::ReqNodeNotAvail => "ReqNodeNotAvail",
             PendingReason::PartitionTimeLimit => "PartitionTimeLimit",
+            PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
         }
     }
 }
@@ -390,6 +432,9 @@ pub struct Reservation {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StartDecision {
     pub job: JobId,
+    /// The array `job` is a task of, when it was split off one now (its
+    /// position there is `job - array - 1`).
+    pub array: Option<JobId>,
     /// The time the job must end by (start plus its time limit).
     pub end_by: Secs,
     /// One entry per node, all starting together.

@@ -167,7 +167,9 @@ impl Driver {
 
     pub fn submit(&mut self, job: JobPlan) -> Result<JobId, SubmitError> {
         let id = JobId(self.next_job);
-        self.next_job += 1;
+        // An array's tasks take the ids after its own.
+        let tasks = job.req.array.as_ref().map_or(0, |a| u64::from(a.tasks));
+        self.next_job += 1 + tasks;
         let res = self.s.submit(self.now, id, job.req.clone());
         if self.logging {
             let said = res.as_ref().map_err(ToString::to_string);
@@ -291,6 +293,17 @@ impl Driver {
         let starts = self.s.schedule(self.now);
         self.s.audit()?;
         for d in &starts {
+            // A task split off an array runs the array's plan.
+            if let (Some(a), false) = (d.array, self.jobs.contains_key(&d.job)) {
+                let mut plan = self
+                    .jobs
+                    .get(&a)
+                    .ok_or_else(|| format!("task {} of an unknown array {a}", d.job))?
+                    .clone();
+                plan.req.array = None;
+                plan.req.array_of = Some(a);
+                self.jobs.insert(d.job, plan);
+            }
             let plan = self
                 .jobs
                 .get(&d.job)

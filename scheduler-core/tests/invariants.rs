@@ -38,6 +38,7 @@ fn job_gen() -> impl Strategy<Value = JobPlan> {
         1u64..=100,
         0u32..3,
         proptest::bool::weighted(0.1),
+        proptest::option::weighted(0.15, (1u32..=6, 0u32..=2)),
     )
         .prop_map(
             |(
@@ -48,6 +49,7 @@ fn job_gen() -> impl Strategy<Value = JobPlan> {
                 runs_pct,
                 user,
                 constraint,
+                array,
             )| {
                 let mut r = JobRequest::new(UserId(user));
                 r.nodes = nodes;
@@ -60,6 +62,8 @@ fn job_gen() -> impl Strategy<Value = JobPlan> {
                 if constraint {
                     r.features.push("fast".into());
                 }
+                r.array = array
+                    .map(|(tasks, throttle)| scheduler_core::ArrayRequest::new(tasks, throttle));
                 JobPlan {
                     runtime: Runtime::PercentOfLimit(runs_pct),
                     ..JobPlan::new(r)
@@ -166,11 +170,15 @@ proptest! {
         let mut started: BTreeMap<JobId, Secs> = first.iter().map(|d| (d.job, 0)).collect();
         for j in w.s.active_jobs().collect::<Vec<_>>() {
             match w.s.job_status(j) {
-                Some(JobStatus::Pending { expected_start, .. }) => {
-                    // FCFS reserves only for the first job in line.
-                    prop_assert!(fcfs || expected_start.is_some(), "job {} got no reservation", j);
+                Some(JobStatus::Pending { expected_start, reason, .. }) => {
+                    // FCFS reserves only for the first job in line; an
+                    // array at its %N waits for its own tasks, unplanned.
+                    let throttled = reason == PendingReason::JobArrayTaskLimit;
+                    prop_assert!(fcfs || throttled || expected_start.is_some(), "job {} got no reservation", j);
+                    // An array's entry holds the reservation of its next task.
+                    let next = w.s.array_waiting(j).first().map_or(j, |&(p, _)| JobId(j.0 + 1 + u64::from(p)));
                     if let Some(t) = expected_start {
-                        promised.insert(j, t);
+                        promised.insert(next, t);
                     }
                 }
                 Some(JobStatus::Running { .. }) => {}

@@ -16,7 +16,17 @@ impl Scheduler {
         if self.jobs.contains_key(&id) || self.finished.contains_key(&id) {
             return Err(SubmitError::DuplicateJob(id));
         }
-        let job = self.validate(now, req)?;
+        let (array, array_of) = (req.array.clone(), req.array_of);
+        let mut job = self.validate(now, req)?;
+        if let Some(a) = &array {
+            match self.open_array(id, a)? {
+                Some(role) => job.array = Some(role),
+                // Restored with every task started: only its book.
+                None => return Ok(()),
+            }
+        } else if let Some(a) = array_of {
+            job.array = Some(self.join_array(a));
+        }
         self.jobs.insert(id, Box::new(job));
         Ok(())
     }
@@ -103,7 +113,11 @@ impl Scheduler {
                 | Dependency::AfterAny(j) => j,
                 Dependency::Singleton => continue,
             };
-            if !self.jobs.contains_key(&target) && !self.finished.contains_key(&target) {
+            if !self.jobs.contains_key(&target)
+                && !self.finished.contains_key(&target)
+                && !self.arrays.contains_key(&target)
+                && !self.task_waiting(target)
+            {
                 return Err(SubmitError::UnknownDependency(target));
             }
         }
@@ -200,6 +214,7 @@ impl Scheduler {
                 },
                 plan: None,
             },
+            array: None,
         })
     }
 

@@ -36,6 +36,7 @@ impl Scheduler {
         req: JobRequest,
         alloc: Vec<NodeAllocation>,
     ) -> Result<Secs, AdoptError> {
+        let array_of = req.array_of;
         let mut job = self.validate(submit, req)?;
         if self.jobs.contains_key(&id) || self.finished.contains_key(&id) {
             return Err(crate::error::SubmitError::DuplicateJob(id).into());
@@ -91,6 +92,10 @@ impl Scheduler {
             end_by,
             alloc,
         };
+        if let Some(a) = array_of {
+            job.array = Some(self.join_array(a));
+            self.array_task_started(a);
+        }
         self.jobs.insert(id, Box::new(job));
         Ok(end_by)
     }

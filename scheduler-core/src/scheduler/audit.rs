@@ -83,6 +83,26 @@ impl Scheduler {
                 }
             }
         }
+        // Each array's count of running tasks is what runs of it, and
+        // within its `%N`.
+        let mut running: std::collections::HashMap<crate::model::JobId, u32> = Default::default();
+        for j in self.jobs.values() {
+            if let Some(a) = j.running_task_of() {
+                *running.entry(a).or_default() += 1;
+            }
+        }
+        for (id, b) in &self.arrays {
+            let n = running.remove(id).unwrap_or(0);
+            if b.running != n {
+                return Err(format!("array {id} counts {} running, {n} run", b.running));
+            }
+            if b.throttle > 0 && n > b.throttle {
+                return Err(format!("array {id} runs {n}, over its %{}", b.throttle));
+            }
+        }
+        if let Some((id, _)) = running.into_iter().next() {
+            return Err(format!("tasks of array {id} run without its book"));
+        }
         Ok(())
     }
 }

@@ -7,6 +7,7 @@
 
 mod admission;
 mod adopt;
+mod array;
 pub use adopt::AdoptError;
 mod audit;
 mod nodes;
@@ -65,6 +66,11 @@ pub struct SchedulerConfig {
     /// candidate time, and panic if it found a later start. Slow; for
     /// tests and fuzzing.
     pub verify_search: bool,
+    /// Under conservative backfill, how many of an array's waiting tasks
+    /// each pass plans (one search each); tasks beyond wait unplanned,
+    /// and jobs behind them may take what they would have had (Slurm's
+    /// `bf_max_job_array_resv`, 20 by default there).
+    pub array_reservations: u32,
 }
 
 impl Default for SchedulerConfig {
@@ -78,6 +84,7 @@ impl Default for SchedulerConfig {
             gpu_billing_weight: 8.0,
             split_limits_up_to_nodes: 4096,
             verify_search: false,
+            array_reservations: 1000,
         }
     }
 }
@@ -179,6 +186,8 @@ struct Job {
     submit: Secs,
     priority: i64,
     state: State,
+    /// What it is of an array, if anything (boxed: most jobs are none).
+    array: Option<Box<array::Role>>,
 }
 
 impl Job {
@@ -188,6 +197,11 @@ impl Job {
 
     fn set_pending(&mut self, reason: PendingReason, plan: Option<Box<Reservation>>) {
         self.state = State::Pending { reason, plan };
+    }
+
+    /// The array it belongs to (its own id for an array's entry).
+    fn array_id(&self) -> Option<JobId> {
+        self.array.as_deref().and_then(array::Role::array_id)
     }
 
     fn planned(&self) -> Option<&Reservation> {
@@ -244,6 +258,8 @@ pub struct Scheduler {
     /// Boxed: B-tree nodes filled in id order stay about half full.
     jobs: BTreeMap<JobId, Box<Job>>,
     finished: HashMap<JobId, JobOutcome>,
+    /// Arrays with a task not yet ended, by the array's id.
+    arrays: BTreeMap<JobId, array::Book>,
     fairshare: FairShare,
     timelines: Vec<Timeline>,
 }
@@ -269,6 +285,7 @@ impl Scheduler {
             partition_names: HashMap::new(),
             jobs: BTreeMap::new(),
             finished: HashMap::new(),
+            arrays: BTreeMap::new(),
             fairshare,
             timelines: Vec::new(),
         }
@@ -286,8 +303,21 @@ impl Scheduler {
         let job = self.jobs.get(&id).ok_or(ControlError::UnknownJob(id))?;
         match &job.state {
             State::Pending { .. } => {
+                let waiting = job.array.as_deref().map_or(1, array::Role::waiting_count);
+                let of = job.array.as_deref().and_then(array::Role::array_id);
                 self.jobs.remove(&id);
-                self.finished.insert(id, JobOutcome::Cancelled);
+                match of {
+                    // The array's waiting tasks go; its id's outcome is
+                    // the whole array's, once every task ended.
+                    Some(a) if a == id => self.array_tasks_ended(a, waiting, false),
+                    Some(a) => {
+                        self.finished.insert(id, JobOutcome::Cancelled);
+                        self.array_tasks_ended(a, 1, false);
+                    }
+                    None => {
+                        self.finished.insert(id, JobOutcome::Cancelled);
+                    }
+                }
                 Ok(Cancelled::Pending)
             }
             State::Running { alloc, .. } => Ok(Cancelled::Running(alloc.clone())),
@@ -337,8 +367,11 @@ impl Scheduler {
             return Err(ControlError::NotRunning(id));
         }
         self.release_allocation(now, id);
-        self.jobs.remove(&id);
+        let of = self.jobs.remove(&id).and_then(|j| j.array_id());
         self.finished.insert(id, outcome);
+        if let Some(a) = of {
+            self.array_tasks_ended(a, 1, outcome.succeeded());
+        }
         Ok(())
     }
 
@@ -357,6 +390,9 @@ impl Scheduler {
             return;
         };
         let (user, account) = (job.user, job.account);
+        if let Some(a) = job.array_id() {
+            self.array_task_stopped(a);
+        }
         let (mut cpus, mut gpus) = (0u64, 0u64);
         for a in &alloc {
             cpus += a.cpus.len() as u64;

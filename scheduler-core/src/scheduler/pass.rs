@@ -1,6 +1,7 @@
 //! The scheduling pass: rank the queue, group it into classes, search
 //! each job's earliest start, and commit starts and reservations.
 
+use super::array::ArraySlots;
 use super::ranking::Blocked;
 use super::search::{planned_fits, Candidate, HeapEntry, Placement, Search};
 use super::{BackfillPolicy, EligKey, Scheduler, State};
@@ -192,70 +193,142 @@ impl Scheduler {
             let class = &mut classes[ci];
             let shape = job.shape;
             let limit = job.limit;
-            let until = match self.cfg.policy {
-                BackfillPolicy::Easy if reservations > 0 => now,
-                _ => INFINITE,
-            };
-            let from = now.max(class.floor(limit));
-            let horizon = now.max(class.horizon());
-            class.retire(limit);
-            let found = if *required_ok {
-                let search = Search {
-                    timelines: &self.timelines,
-                    nodes: &self.nodes,
-                    packing: self.cfg.packing,
-                    eligible,
-                    required: &job.required,
-                    shape: &shape,
-                    len: limit,
+            // An array's entry is searched again after each task it
+            // starts, and under conservative backfill after each task it
+            // reserves for, up to `array_reservations`: each of its tasks
+            // is planned as a job of its own would be. Its `%N` is kept
+            // with `slots`, the ends of its tasks running or planned.
+            let mut slots = self.array_slots(id, now);
+            let mut planned = 0u32;
+            // Last pass's plans, one per task in line: kept where they
+            // still hold, as any job's is.
+            let old_later: Vec<Reservation> = self.take_later_plans(id);
+            let mut new_plans: Vec<Reservation> = Vec::new();
+            let mut placed = 0usize;
+            let reason = loop {
+                let Some(job) = self.jobs.get(&id) else {
+                    break None;
                 };
-                let found = search.run(&mut pass, class, from, until, horizon);
-                if self.cfg.verify_search {
-                    let slow = search.scan(&mut pass, from, until).map(|p| p.start);
-                    assert_eq!(
-                        found.as_ref().map(|p| p.start),
-                        slow,
-                        "search for job {id} disagrees with a full scan"
-                    );
+                let until = match self.cfg.policy {
+                    BackfillPolicy::Easy if reservations > 0 => now,
+                    _ => INFINITE,
+                };
+                // At its %N, the next task starts when one of its own
+                // ends; a start so found says nothing of the class's.
+                let hold = slots.as_mut().and_then(ArraySlots::next_hold);
+                if hold == Some(INFINITE) {
+                    break (planned == 0).then_some(PendingReason::JobArrayTaskLimit);
                 }
-                found
-            } else {
-                None
-            };
-            let found = found.map(|p| self.keep_previous_plan(id, eligible, limit, p));
-            let reason = match found {
-                Some(p) => {
-                    class.raise_floor(limit, p.start);
-                    match self.commit(&mut pass, id, (shape, limit), p) {
-                        Committed::Started(d) => {
-                            decisions.push(d);
-                            continue;
-                        }
-                        Committed::Reserved(plan) => {
-                            reservations += 1;
-                            if let Some(j) = self.jobs.get_mut(&id) {
-                                j.set_pending(blocked.reason(partition), Some(plan));
-                            }
-                            continue;
-                        }
-                        Committed::Gone => continue,
+                let from = now.max(class.floor(limit)).max(hold.unwrap_or(0));
+                let horizon = now.max(class.horizon());
+                let found = if *required_ok {
+                    let search = Search {
+                        timelines: &self.timelines,
+                        nodes: &self.nodes,
+                        packing: self.cfg.packing,
+                        eligible,
+                        required: &job.required,
+                        shape: &shape,
+                        len: limit,
+                    };
+                    let found = search.run(&mut pass, class, from, until, horizon);
+                    if self.cfg.verify_search {
+                        let slow = search.scan(&mut pass, from, until).map(|p| p.start);
+                        assert_eq!(
+                            found.as_ref().map(|p| p.start),
+                            slow,
+                            "search for job {id} disagrees with a full scan"
+                        );
                     }
-                }
-                None if until == now => {
-                    class.raise_floor(limit, now + 1);
-                    blocked.reason(partition)
-                }
-                None => {
+                    found
+                } else {
+                    None
+                };
+                let old = match placed {
+                    0 => job.planned(),
+                    n => old_later.get(n - 1),
+                };
+                let found =
+                    found.map(|p| keep_previous_plan(&self.timelines, old, eligible, limit, p));
+                placed += 1;
+                let Some(p) = found else {
+                    if planned > 0 {
+                        break None;
+                    }
+                    if hold.is_some() {
+                        break Some(PendingReason::JobArrayTaskLimit);
+                    }
+                    if until == now {
+                        class.raise_floor(limit, now + 1);
+                        break Some(blocked.reason(partition));
+                    }
                     class.raise_floor(limit, INFINITE);
                     // Never within the plan: either the nodes it needs
                     // are out of service, or jobs without a time limit
                     // hold them.
-                    if *required_ok && self.fits_when_empty(eligible, &shape) {
-                        PendingReason::Resources
+                    break if *required_ok && self.fits_when_empty(eligible, &shape) {
+                        Some(PendingReason::Resources)
                     } else {
-                        PendingReason::ReqNodeNotAvail
-                    }
+                        Some(PendingReason::ReqNodeNotAvail)
+                    };
+                };
+                if hold.is_none() {
+                    class.raise_floor(limit, p.start);
                 }
+                if let Some(sl) = slots.as_mut() {
+                    sl.taken(p.start.saturating_add(limit).min(INFINITE));
+                }
+                // A task of an array starts as a job of its own.
+                let entry = slots.is_some() && self.jobs.contains_key(&id);
+                let target = match p.start == now && entry {
+                    true => self.split_task(id).unwrap_or(id),
+                    false => id,
+                };
+                match self.commit(&mut pass, target, (shape, limit), p) {
+                    Committed::Started(d) => {
+                        decisions.push(d);
+                        if target != id && self.jobs.contains_key(&id) {
+                            continue;
+                        }
+                        break None;
+                    }
+                    Committed::Reserved(plan) => {
+                        reservations += 1;
+                        planned += 1;
+                        if planned == 1 {
+                            // The entry shows its next task's plan.
+                            let reason = match hold {
+                                Some(_) => PendingReason::JobArrayTaskLimit,
+                                None => blocked.reason(partition),
+                            };
+                            if let Some(j) = self.jobs.get_mut(&id) {
+                                j.set_pending(reason, Some(plan));
+                            }
+                        } else {
+                            new_plans.push(*plan);
+                        }
+                        let more = slots.is_some()
+                            && self.cfg.policy == BackfillPolicy::Conservative
+                            && planned < self.cfg.array_reservations
+                            && self
+                                .jobs
+                                .get(&id)
+                                .and_then(|j| j.array.as_deref())
+                                .is_some_and(|r| planned < r.waiting_count());
+                        if more {
+                            continue;
+                        }
+                        break None;
+                    }
+                    Committed::Gone => break None,
+                }
+            };
+            class.retire(limit);
+            if slots.is_some() {
+                self.keep_later_plans(id, new_plans);
+            }
+            let Some(reason) = reason else {
+                continue;
             };
             if let Some(j) = self.jobs.get_mut(&id) {
                 j.set_pending(reason, None);
@@ -330,45 +403,6 @@ impl Scheduler {
             eligible: elig_lists,
             classes,
             plan,
-        }
-    }
-
-    /// Keeps last pass's placement when it still starts as early as what
-    /// the search found: plans stay stable, and a backfilled job (which was
-    /// placed around that reservation) cannot reshuffle the reservations
-    /// behind it.
-    fn keep_previous_plan(
-        &self,
-        id: JobId,
-        eligible: &[NodeId],
-        limit: Secs,
-        found: Placement,
-    ) -> Placement {
-        let Some(old) = self.jobs.get(&id).and_then(|j| j.planned()) else {
-            return found;
-        };
-        let keep = old.start == found.start
-            && old.nodes.iter().all(|pn| {
-                eligible.binary_search(&pn.node).is_ok()
-                    && planned_fits(&self.timelines[pn.node.0 as usize], old.start, limit, pn)
-            });
-        if !keep {
-            return found;
-        }
-        let nodes = old
-            .nodes
-            .iter()
-            .map(|pn| {
-                (
-                    pn.node,
-                    pn.tasks,
-                    pn.gpus.iter().fold(0u64, |m, &g| m | 1u64 << g),
-                )
-            })
-            .collect();
-        Placement {
-            start: old.start,
-            nodes,
         }
     }
 
@@ -512,10 +546,54 @@ impl Scheduler {
             end_by: end,
             alloc: allocs.clone(),
         };
+        let array = job.running_task_of();
+        if let Some(a) = array {
+            self.array_task_started(a);
+        }
         Committed::Started(StartDecision {
             job: id,
+            array,
             end_by: end,
             nodes: allocs,
         })
+    }
+}
+
+/// Keeps last pass's placement when it still starts as early as what
+/// the search found: plans stay stable, and a backfilled job (which was
+/// placed around that reservation) cannot reshuffle the reservations
+/// behind it.
+fn keep_previous_plan(
+    timelines: &[Timeline],
+    old: Option<&Reservation>,
+    eligible: &[NodeId],
+    limit: Secs,
+    found: Placement,
+) -> Placement {
+    let Some(old) = old else {
+        return found;
+    };
+    let keep = old.start == found.start
+        && old.nodes.iter().all(|pn| {
+            eligible.binary_search(&pn.node).is_ok()
+                && planned_fits(&timelines[pn.node.0 as usize], old.start, limit, pn)
+        });
+    if !keep {
+        return found;
+    }
+    let nodes = old
+        .nodes
+        .iter()
+        .map(|pn| {
+            (
+                pn.node,
+                pn.tasks,
+                pn.gpus.iter().fold(0u64, |m, &g| m | 1u64 << g),
+            )
+        })
+        .collect();
+    Placement {
+        start: old.start,
+        nodes,
     }
 }

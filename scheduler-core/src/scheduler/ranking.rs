@@ -117,17 +117,29 @@ impl Scheduler {
     ) -> Option<PendingReason> {
         let (mut waiting, mut never, mut met) = (false, false, false);
         for d in &job.deps {
+            // A job the scheduler no longer holds and never saw end was
+            // a task of an array cancelled while it waited.
             let state = |j: JobId| -> (Option<JobOutcome>, bool) {
-                let started = self
-                    .jobs
-                    .get(&j)
-                    .is_some_and(|j| matches!(j.state, State::Running { .. }));
-                (self.finished.get(&j).copied(), started)
+                let job = self.jobs.get(&j);
+                let started = job.is_some_and(|j| matches!(j.state, State::Running { .. }));
+                let fin = self.finished.get(&j).copied().or_else(|| {
+                    (job.is_none() && !self.task_waiting(j)).then_some(JobOutcome::Cancelled)
+                });
+                (fin, started)
             };
+            let target = match *d {
+                Dependency::After(j)
+                | Dependency::AfterOk(j)
+                | Dependency::AfterNotOk(j)
+                | Dependency::AfterAny(j) => Some(j),
+                Dependency::Singleton => None,
+            };
+            let whole = target.and_then(|a| self.array_dependency(a, d));
             let ok = match *d {
+                _ if whole.is_some() => whole.flatten(),
                 Dependency::After(j) => {
                     let (fin, started) = state(j);
-                    Some(fin.is_some() || started || !self.jobs.contains_key(&j))
+                    Some(fin.is_some() || started)
                 }
                 Dependency::AfterOk(j) => match state(j).0 {
                     Some(o) if o.succeeded() => Some(true),
