@@ -41,6 +41,7 @@ impl Agent {
             node: &self.cfg.name,
             user: &user,
             step: None,
+            array: l.array.map(|a| (a.job.0, a.task)),
         };
         let cwd = PathBuf::from(&l.work_dir);
         let out_path = cwd.join(expand_pattern(stdout, &vars));

@@ -13,12 +13,14 @@ pub struct PatternVars<'a> {
     pub node: &'a str,
     pub user: &'a str,
     pub step: Option<u32>,
+    /// Of a task of an array: the array's id and the task's index.
+    pub array: Option<(u64, u32)>,
 }
 
 /// Expands Slurm's filename pattern: `%j` job id, `%J` job.step, `%x` job
-/// name, `%N` node, `%u` user, `%A` array master (the job id, as there are
-/// no arrays), `%a` array index (4294967294, Slurm's value outside an
-/// array), `%s` step, `%%`. A number after `%` zero-pads (`%5j`).
+/// name, `%N` node, `%u` user, `%A` the array's id (outside an array, the
+/// job's), `%a` the task's index in its array (4294967294, Slurm's value
+/// outside one), `%s` step, `%%`. A number after `%` zero-pads (`%5j`).
 pub fn expand_pattern(pat: &str, v: &PatternVars<'_>) -> String {
     let mut out = String::with_capacity(pat.len() + 16);
     let mut chars = pat.chars().peekable();
@@ -35,12 +37,13 @@ pub fn expand_pattern(pat: &str, v: &PatternVars<'_>) -> String {
         let num = |n: u64| format!("{n:0width$}");
         match chars.next() {
             Some('%') => out.push('%'),
-            Some('j') | Some('A') => out.push_str(&num(v.job)),
+            Some('j') => out.push_str(&num(v.job)),
+            Some('A') => out.push_str(&num(v.array.map_or(v.job, |a| a.0))),
             Some('J') => match v.step {
                 Some(s) => out.push_str(&format!("{}.{s}", num(v.job))),
                 None => out.push_str(&num(v.job)),
             },
-            Some('a') => out.push_str(&num(4_294_967_294)),
+            Some('a') => out.push_str(&num(v.array.map_or(4_294_967_294, |a| u64::from(a.1)))),
             Some('s') => out.push_str(&v.step.map_or("batch".to_string(), |s| num(s as u64))),
             Some('x') => out.push_str(v.name),
             Some('N') => out.push_str(v.node),
@@ -119,6 +122,14 @@ pub fn task_env(
     set("SLURM_JOB_ID", job.clone());
     set("SLURM_JOBID", job);
     set("SLURM_JOB_NAME", l.name.clone());
+    if let Some(a) = &l.array {
+        set("SLURM_ARRAY_JOB_ID", a.job.to_string());
+        set("SLURM_ARRAY_TASK_ID", a.task.to_string());
+        set("SLURM_ARRAY_TASK_COUNT", a.count.to_string());
+        set("SLURM_ARRAY_TASK_MIN", a.min.to_string());
+        set("SLURM_ARRAY_TASK_MAX", a.max.to_string());
+        set("SLURM_ARRAY_TASK_STEP", a.step.to_string());
+    }
     set("SLURM_JOB_NODELIST", nodelist.clone());
     set("SLURM_NODELIST", nodelist);
     set("SLURM_JOB_NUM_NODES", l.job_nodes.len().to_string());
@@ -211,6 +222,7 @@ mod tests {
             node: "worker-3",
             user: "alice",
             step: None,
+            array: None,
         }
     }
 
@@ -223,6 +235,13 @@ mod tests {
         );
         assert_eq!(expand_pattern("%5j-%J-%s", &vars()), "00042-42-batch");
         assert_eq!(expand_pattern("odd%q%", &vars()), "odd%q%");
+        // A task of an array: its array's id and its own index.
+        let task = PatternVars {
+            array: Some((40, 7)),
+            ..vars()
+        };
+        assert_eq!(expand_pattern("slurm-%A_%a.out", &task), "slurm-40_7.out");
+        assert_eq!(expand_pattern("%j-%3a", &task), "42-007");
     }
 
     fn launch(gpus_per_task: Option<u32>) -> Launch {
@@ -271,6 +290,7 @@ mod tests {
                 qos: None,
                 account: Some("ml".into()),
             },
+            array: None,
         }
     }
 
@@ -300,6 +320,28 @@ mod tests {
         let env = task_env(&l, "worker-1", "root", 0, "/run/a.sock", "c");
         assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), "5");
         assert_eq!(get(&env, "SLURM_JOB_GPUS"), "2,3,5,6");
+        assert!(env.iter().all(|(k, _)| !k.starts_with("SLURM_ARRAY")));
+    }
+
+    #[test]
+    fn a_task_of_an_array_sees_its_array() {
+        let mut l = launch(None);
+        l.array = Some(corral_proto::msg::ArrayEnv {
+            job: JobId(5),
+            task: 12,
+            count: 4,
+            min: 0,
+            max: 12,
+            step: 4,
+        });
+        let env = task_env(&l, "worker-1", "root", 0, "/run/a.sock", "c");
+        assert_eq!(get(&env, "SLURM_JOB_ID"), "7");
+        assert_eq!(get(&env, "SLURM_ARRAY_JOB_ID"), "5");
+        assert_eq!(get(&env, "SLURM_ARRAY_TASK_ID"), "12");
+        assert_eq!(get(&env, "SLURM_ARRAY_TASK_COUNT"), "4");
+        assert_eq!(get(&env, "SLURM_ARRAY_TASK_MIN"), "0");
+        assert_eq!(get(&env, "SLURM_ARRAY_TASK_MAX"), "12");
+        assert_eq!(get(&env, "SLURM_ARRAY_TASK_STEP"), "4");
     }
 
     /// What launchers compute ranks from, in a step and in the batch

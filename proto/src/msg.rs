@@ -302,6 +302,19 @@ pub struct Launch {
     /// tasks and CPUs on each of its nodes, the step's tasks on each of
     /// its nodes (the job's first ones).
     pub shape: LaunchShape,
+    /// The array this job is a task of.
+    pub array: Option<ArrayEnv>,
+}
+
+/// What a task of an array sees of it (`SLURM_ARRAY_*`, `%A`, `%a`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ArrayEnv {
+    pub job: JobId,
+    pub task: u32,
+    pub count: u32,
+    pub min: u32,
+    pub max: u32,
+    pub step: u32,
 }
 
 /// The job's and the step's layout over their nodes, for the variables
@@ -464,6 +477,119 @@ pub struct JobSpec {
     /// and `--mail-user`: recorded with the job.
     pub mail_type: Option<String>,
     pub mail_user: Option<String>,
+    /// `--array`.
+    pub array: Option<ArraySpec>,
+}
+
+/// `--array`: the task indices, ascending, as runs, and `%N`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArraySpec {
+    pub runs: Vec<IndexRun>,
+    /// At most this many tasks run at once; 0 for no limit.
+    pub throttle: u32,
+}
+
+/// Indices `first, first + step, ...`, `count` of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexRun {
+    pub first: u32,
+    pub count: u32,
+    pub step: u32,
+}
+
+impl IndexRun {
+    fn last(&self) -> u32 {
+        self.first + (self.count - 1) * self.step
+    }
+}
+
+impl ArraySpec {
+    /// How many tasks.
+    pub fn len(&self) -> u32 {
+        self.runs.iter().map(|r| r.count).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The index of the task at `position` (0-based, ascending).
+    pub fn index(&self, mut position: u32) -> Option<u32> {
+        for r in &self.runs {
+            if position < r.count {
+                return Some(r.first + position * r.step);
+            }
+            position -= r.count;
+        }
+        None
+    }
+
+    /// The position of the task with index `index`.
+    pub fn position(&self, index: u32) -> Option<u32> {
+        let mut before = 0;
+        for r in &self.runs {
+            if index >= r.first && index <= r.last() && (index - r.first) % r.step == 0 {
+                return Some(before + (index - r.first) / r.step);
+            }
+            before += r.count;
+        }
+        None
+    }
+
+    pub fn min(&self) -> u32 {
+        self.runs.first().map_or(0, |r| r.first)
+    }
+
+    pub fn max(&self) -> u32 {
+        self.runs.last().map_or(0, IndexRun::last)
+    }
+
+    /// Slurm's `SLURM_ARRAY_TASK_STEP`: the step of an array that is one
+    /// stepped range, else 1.
+    pub fn step(&self) -> u32 {
+        match self.runs.as_slice() {
+            [r] if r.count > 1 => r.step,
+            _ => 1,
+        }
+    }
+
+    /// The indices at positions `[from, to)`, as runs.
+    pub fn slice(&self, from: u32, to: u32) -> Vec<IndexRun> {
+        let mut out = Vec::new();
+        let mut before = 0;
+        for r in &self.runs {
+            let (a, b) = (from.max(before), to.min(before + r.count));
+            if a < b {
+                out.push(IndexRun {
+                    first: r.first + (a - before) * r.step,
+                    count: b - a,
+                    step: r.step,
+                });
+            }
+            before += r.count;
+        }
+        out
+    }
+}
+
+/// Indices as Slurm writes them: `1,3,5-7`, `0-15:4`, with `%N` after.
+pub fn format_indices(runs: &[IndexRun], throttle: u32) -> String {
+    let mut out = String::new();
+    for r in runs {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        match (r.count, r.step) {
+            (1, _) => out.push_str(&r.first.to_string()),
+            (2, s) if s > 1 => out.push_str(&format!("{},{}", r.first, r.last())),
+            (_, 1) => out.push_str(&format!("{}-{}", r.first, r.last())),
+            (_, s) => out.push_str(&format!("{}-{}:{s}", r.first, r.last())),
+        }
+    }
+    if throttle > 0 {
+        out.push_str(&format!("%{throttle}"));
+    }
+    out
 }
 
 /// One `--dependency` condition.
@@ -474,6 +600,21 @@ pub enum Dep {
     AfterNotOk(JobId),
     AfterAny(JobId),
     Singleton,
+    /// A condition on one task of an array (`afterok:123_7`).
+    Task {
+        cond: DepCond,
+        job: JobId,
+        task: u32,
+    },
+}
+
+/// What a [`Dep::Task`] waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DepCond {
+    After,
+    AfterOk,
+    AfterNotOk,
+    AfterAny,
 }
 
 /// Which tasks of a job's run a signal is for.
@@ -639,6 +780,8 @@ pub struct JobFilter {
     pub states: Vec<JobState>,
     pub partitions: Vec<String>,
     pub names: Vec<String>,
+    /// Tasks of arrays (`123_7`): the array and the task's index.
+    pub tasks: Vec<(JobId, u32)>,
     /// Paging for queries: only jobs with ids above this.
     pub after: JobId,
 }
@@ -863,6 +1006,18 @@ pub struct JobView {
     pub comment: Option<String>,
     pub mail_type: Option<String>,
     pub mail_user: Option<String>,
+    /// Of an array: the array's id, and this task's index or, for the
+    /// tasks still waiting (one view for all), their indices.
+    pub array: Option<ArrayView>,
+}
+
+/// A job's place in an array, as squeue shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayView {
+    pub job: JobId,
+    pub task: Option<u32>,
+    pub waiting: Vec<IndexRun>,
+    pub throttle: u32,
 }
 
 /// Why a job waits, or why it ended as it did. The CLI writes Slurm's word
@@ -880,6 +1035,7 @@ pub enum JobReason {
     JobHeldAdmin,
     ReqNodeNotAvail,
     PartitionTimeLimit,
+    JobArrayTaskLimit,
     // Ended: what ended it.
     JobLaunchFailure,
     NonZeroExitCode,

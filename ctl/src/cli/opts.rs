@@ -4,7 +4,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use corral_proto::msg::{Dep, GpuAsk, JobId, JobSpec, LimitSignal, SendSignal, SignalTo, StepId};
+use corral_proto::msg::{
+    ArraySpec, Dep, DepCond, GpuAsk, IndexRun, JobId, JobSpec, LimitSignal, SendSignal, SignalTo,
+    StepId,
+};
 
 use crate::timefmt::parse_job_limit;
 
@@ -229,6 +232,7 @@ pub const fn switch(var: &'static str, flag: &'static str) -> InputVar {
 /// ENVIRONMENT VARIABLES, those of options Corral has).
 pub const SBATCH_INPUT: &[InputVar] = &[
     value("SBATCH_ACCOUNT", "--account"),
+    value("SBATCH_ARRAY_INX", "--array"),
     value("SBATCH_CONSTRAINT", "--constraint"),
     switch("SBATCH_EXCLUSIVE", "--exclusive"),
     value("SBATCH_MEM_PER_CPU", "--mem-per-cpu"),
@@ -281,6 +285,105 @@ pub fn input_options(
     out
 }
 
+/// The most tasks one `--array` may name (Slurm's largest `MaxArraySize`
+/// is 4,000,001; the controller holds its own, smaller, limit).
+pub const MAX_ARRAY_TASKS: u64 = 4_000_001;
+
+/// Parses `--array`: indices `N`, ranges `A-B`, stepped ranges `A-B:S`,
+/// joined by `,`, then `%N` for how many may run at once. Runs are put
+/// in order; overlapping ones are refused.
+pub fn parse_array(s: &str) -> Result<ArraySpec, String> {
+    let bad = || format!("Invalid job array specification: {s}");
+    let (list, throttle) = match s.split_once('%') {
+        Some((l, t)) => (l, t.parse::<u32>().map_err(|_| bad())?),
+        None => (s, 0),
+    };
+    let num = |t: &str| t.trim().parse::<u32>().map_err(|_| bad());
+    let mut runs = Vec::new();
+    let mut total = 0u64;
+    for part in list.split(',') {
+        let (range, step) = match part.split_once(':') {
+            Some((r, st)) => (r, num(st)?),
+            None => (part, 1),
+        };
+        let (first, last) = match range.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None if !part.contains(':') => (num(range)?, num(range)?),
+            None => return Err(bad()),
+        };
+        if step == 0 || last < first {
+            return Err(bad());
+        }
+        let count = (last - first) / step + 1;
+        total += u64::from(count);
+        if total > MAX_ARRAY_TASKS {
+            return Err(format!("{}: too many tasks", bad()));
+        }
+        runs.push(IndexRun { first, count, step });
+    }
+    runs.sort_by_key(|r| r.first);
+    for w in runs.windows(2) {
+        let last = w[0].first + (w[0].count - 1) * w[0].step;
+        if w[1].first <= last {
+            return Err(format!("{}: indices overlap", bad()));
+        }
+    }
+    Ok(ArraySpec { runs, throttle })
+}
+
+/// Jobs by id, and tasks of arrays by array and index.
+pub type JobList = (Vec<JobId>, Vec<(JobId, u32)>);
+
+/// Parses a list of job ids as scancel and squeue take them: `123`,
+/// `123_7` (one task of an array), `123_[1-3,5]` (some of them).
+pub fn parse_job_list(s: &str) -> Result<JobList, String> {
+    let bad = |p: &str| format!("Invalid job id specified: {p}");
+    let (mut ids, mut tasks) = (Vec::new(), Vec::new());
+    // Commas inside brackets belong to the task list.
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    for (i, c) in s.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&s[start..]);
+    for p in parts.into_iter().map(str::trim).filter(|p| !p.is_empty()) {
+        let job = |t: &str| t.parse::<u64>().map(JobId).map_err(|_| bad(p));
+        match p.split_once('_') {
+            None => ids.push(job(p)?),
+            Some((j, t)) => {
+                let j = job(j)?;
+                let list = t.strip_prefix('[').and_then(|t| t.strip_suffix(']'));
+                match list {
+                    Some(l) => {
+                        let spec = parse_array(l).map_err(|_| bad(p))?;
+                        if spec.throttle > 0 || u64::from(spec.len()) > MAX_FILTER_TASKS {
+                            return Err(bad(p));
+                        }
+                        for r in &spec.runs {
+                            for k in 0..r.count {
+                                tasks.push((j, r.first + k * r.step));
+                            }
+                        }
+                    }
+                    None => tasks.push((j, t.parse::<u32>().map_err(|_| bad(p))?)),
+                }
+            }
+        }
+    }
+    Ok((ids, tasks))
+}
+
+/// The most tasks one bracketed list of a job list names.
+const MAX_FILTER_TASKS: u64 = 100_000;
+
 /// Parses `--dependency`: conditions joined by `,` (all must hold) or by
 /// `?` (any one suffices; the two do not mix); `true` with `?`.
 pub fn parse_dependency(s: &str) -> Result<(Vec<Dep>, bool), String> {
@@ -299,16 +402,24 @@ pub fn parse_dependency(s: &str) -> Result<(Vec<Dep>, bool), String> {
         }
         let mut parts = cond.split(':');
         let kind = parts.next().ok_or_else(bad)?;
-        let make: fn(JobId) -> Dep = match kind {
-            "after" => Dep::After,
-            "afterok" => Dep::AfterOk,
-            "afternotok" => Dep::AfterNotOk,
-            "afterany" => Dep::AfterAny,
+        let (make, cond): (fn(JobId) -> Dep, DepCond) = match kind {
+            "after" => (Dep::After, DepCond::After),
+            "afterok" => (Dep::AfterOk, DepCond::AfterOk),
+            "afternotok" => (Dep::AfterNotOk, DepCond::AfterNotOk),
+            "afterany" => (Dep::AfterAny, DepCond::AfterAny),
             _ => return Err(bad()),
         };
         let mut any = false;
         for id in parts {
-            out.push(make(JobId(id.parse::<u64>().map_err(|_| bad())?)));
+            // `123_7`: one task of an array.
+            out.push(match id.split_once('_') {
+                Some((j, t)) => Dep::Task {
+                    cond,
+                    job: JobId(j.parse::<u64>().map_err(|_| bad())?),
+                    task: t.parse::<u32>().map_err(|_| bad())?,
+                },
+                None => make(JobId(id.parse::<u64>().map_err(|_| bad())?)),
+            });
             any = true;
         }
         if !any {
@@ -504,6 +615,7 @@ impl JobOpts {
             return Err("invalid count: node, task and CPU counts must be positive".into());
         }
         Ok(JobSpec {
+            array: None,
             name: self.job_name.clone().unwrap_or_default(),
             partition: self.partition.clone(),
             nodes,
@@ -701,6 +813,7 @@ mod tests {
                     Dep::AfterNotOk(j) => format!("afternotok:{}", j.0),
                     Dep::AfterAny(j) => format!("afterany:{}", j.0),
                     Dep::Singleton => "singleton".to_string(),
+                    Dep::Task { .. } => unreachable!("not generated"),
                 })
                 .collect();
             let joined = text.join(if any { "?" } else { "," });
@@ -712,6 +825,77 @@ mod tests {
         fn any_dependency_text_parses_or_is_refused(text in "\\PC{0,32}") {
             let _ = parse_dependency(&text);
         }
+
+        /// Whatever `--array` text comes, it parses or is refused; what
+        /// parses names ascending, disjoint indices whose positions and
+        /// indices map both ways.
+        #[test]
+        fn array_specs_parse_to_ordered_runs(text in "[0-9,:%-]{0,24}") {
+            if let Ok(a) = parse_array(&text) {
+                let n = a.len();
+                proptest::prop_assert!(n > 0);
+                let mut prev = None;
+                for p in 0..n.min(1000) {
+                    let i = a.index(p).unwrap();
+                    proptest::prop_assert!(prev.is_none_or(|q| q < i));
+                    proptest::prop_assert_eq!(a.position(i), Some(p));
+                    prev = Some(i);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn array_specs_as_slurm_writes_them() {
+        let a = parse_array("0-15:4").unwrap();
+        assert_eq!((a.len(), a.min(), a.max(), a.step()), (4, 0, 12, 4));
+        assert_eq!(a.index(3), Some(12));
+        assert_eq!(a.position(8), Some(2));
+        assert_eq!(a.position(9), None);
+        let a = parse_array("7,1,3,5-9%2").unwrap_err();
+        assert!(a.contains("overlap"), "{a}");
+        let a = parse_array("9,1,3,5-7%2").unwrap();
+        assert_eq!(a.throttle, 2);
+        assert_eq!((a.len(), a.min(), a.max(), a.step()), (6, 1, 9, 1));
+        assert_eq!(
+            corral_proto::msg::format_indices(&a.runs, a.throttle),
+            "1,3,5-7,9%2"
+        );
+        assert_eq!(corral_proto::msg::format_indices(&a.slice(2, 5), 0), "5-7");
+        for bad in ["", "5-1", "1-9:0", "a", "1-", "3%x", "1:2"] {
+            assert!(parse_array(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn job_lists_name_jobs_tasks_and_sets_of_tasks() {
+        let (ids, tasks) = parse_job_list("12,13_7,14_[1-3,9]").unwrap();
+        assert_eq!(ids, [JobId(12)]);
+        assert_eq!(
+            tasks,
+            [
+                (JobId(13), 7),
+                (JobId(14), 1),
+                (JobId(14), 2),
+                (JobId(14), 3),
+                (JobId(14), 9)
+            ]
+        );
+        for bad in ["x", "1_x", "1_[2", "1_[0-9999999]"] {
+            assert!(parse_job_list(bad).is_err(), "{bad}");
+        }
+        let (deps, _) = parse_dependency("afterok:4_2:5").unwrap();
+        assert_eq!(
+            deps,
+            [
+                Dep::Task {
+                    cond: DepCond::AfterOk,
+                    job: JobId(4),
+                    task: 2
+                },
+                Dep::AfterOk(JobId(5))
+            ]
+        );
     }
 
     #[test]

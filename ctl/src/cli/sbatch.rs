@@ -32,6 +32,10 @@ pub struct SbatchArgs {
     /// Print only the job id.
     #[arg(long)]
     pub parsable: bool,
+    /// A job array: task indices (`0-99`, `1,3,5-7`, `0-15:4`), and
+    /// `%N` for how many run at once.
+    #[arg(short = 'a', long)]
+    pub array: Option<String>,
     /// Wrap this command line in a sh script.
     #[arg(long)]
     pub wrap: Option<String>,
@@ -198,6 +202,10 @@ pub fn main(args: &[OsString]) -> i32 {
         Err(e) => return fail(CMD, format!("current directory: {e}")),
     };
     spec.open_append = a.open_mode.as_deref() == Some("append");
+    spec.array = match a.array.as_deref().map(super::opts::parse_array).transpose() {
+        Ok(arr) => arr,
+        Err(e) => return fail(CMD, e),
+    };
     spec.kind = JobKind::Batch {
         script,
         args: script_args,

@@ -7,7 +7,7 @@ use clap::Parser;
 use corral_proto::msg::{JobFilter, JobState, Request, Response, SendSignal, SignalTo, StepId};
 use nix::sys::signal::Signal;
 
-use super::{block_on, fail, parse, parse_ids, parse_user};
+use super::{block_on, fail, parse, parse_user};
 use crate::client::Client;
 
 const CMD: &str = "scancel";
@@ -63,7 +63,9 @@ pub fn parse_signal(s: &str) -> Result<i32, String> {
 pub fn request(a: &ScancelArgs) -> Result<Request, String> {
     let mut f = JobFilter::default();
     for id in &a.ids {
-        f.ids.extend(parse_ids(id)?);
+        let (ids, tasks) = super::opts::parse_job_list(id)?;
+        f.ids.extend(ids);
+        f.tasks.extend(tasks);
     }
     if let Some(u) = &a.user {
         f.users = vec![parse_user(u)?];
@@ -79,6 +81,7 @@ pub fn request(a: &ScancelArgs) -> Result<Request, String> {
         f.partitions = vec![p.clone()];
     }
     if f.ids.is_empty()
+        && f.tasks.is_empty()
         && f.users.is_empty()
         && f.names.is_empty()
         && f.states.is_empty()

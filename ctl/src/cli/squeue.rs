@@ -3,10 +3,11 @@
 use std::ffi::OsString;
 
 use clap::Parser;
-use corral_proto::msg::{JobFilter, JobState, JobView};
+use corral_proto::msg::{format_indices, JobFilter, JobState, JobView};
 use scheduler_core::hostlist;
 
-use super::{block_on, fail, parse, parse_ids, parse_user, user_name, words};
+use super::opts::parse_job_list;
+use super::{block_on, fail, parse, parse_user, user_name, words};
 use crate::client::Client;
 use crate::ctld::server::now;
 use crate::timefmt::{elapsed, limit, timestamp};
@@ -47,13 +48,17 @@ pub struct SqueueArgs {
     /// Show expected start times of pending jobs.
     #[arg(long)]
     pub start: bool,
+    /// An array's waiting tasks one per line (by default they share one,
+    /// as `123_[8-99]`).
+    #[arg(short = 'r', long = "array")]
+    pub array: bool,
 }
 
 /// Builds the job filter from the arguments.
 pub fn filter(a: &SqueueArgs) -> Result<JobFilter, String> {
     let mut f = JobFilter::default();
     if let Some(j) = &a.jobs {
-        f.ids = parse_ids(j)?;
+        (f.ids, f.tasks) = parse_job_list(j)?;
     }
     if let Some(u) = &a.user {
         f.users = u.split(',').map(parse_user).collect::<Result<_, _>>()?;
@@ -74,7 +79,7 @@ pub fn filter(a: &SqueueArgs) -> Result<JobFilter, String> {
                 })
                 .collect::<Result<_, _>>()?;
         }
-        None if f.ids.is_empty() => {
+        None if f.ids.is_empty() && f.tasks.is_empty() => {
             f.states = vec![JobState::Pending, JobState::Running, JobState::Completing];
         }
         None => {}
@@ -142,7 +147,8 @@ pub fn fit(s: &str, width: Option<usize>, right: bool) -> String {
 
 fn header(code: char) -> &'static str {
     match code {
-        'i' | 'A' => "JOBID",
+        'i' | 'A' | 'F' => "JOBID",
+        'K' => "ARRAY_TASK_ID",
         'P' => "PARTITION",
         'j' => "NAME",
         'u' => "USER",
@@ -176,7 +182,16 @@ pub fn run_secs(j: &JobView, now: u64) -> u64 {
 fn field(j: &JobView, code: char, now: u64) -> String {
     let reason = || format!("({})", words::job_reason(j.reason));
     match code {
-        'i' | 'A' => j.id.to_string(),
+        'i' => job_id(j),
+        'A' => j.id.to_string(),
+        'F' => j.array.as_ref().map_or(j.id, |a| a.job).to_string(),
+        'K' => match &j.array {
+            None => "N/A".into(),
+            Some(a) => match a.task {
+                Some(t) => t.to_string(),
+                None => format_indices(&a.waiting, a.throttle),
+            },
+        },
         'P' => j.partition.clone(),
         'j' => j.name.clone(),
         'u' => user_name(j.user.uid),
@@ -209,6 +224,44 @@ fn field(j: &JobView, code: char, now: u64) -> String {
         'k' => j.comment.clone().unwrap_or_else(|| "(null)".into()),
         other => format!("%{other}"),
     }
+}
+
+/// A job's id as squeue writes it: `123`, a task of an array `123_7`, an
+/// array's waiting tasks `123_[8-99%4]` (one of them: `123_8`).
+pub fn job_id(j: &JobView) -> String {
+    let Some(a) = &j.array else {
+        return j.id.to_string();
+    };
+    match (a.task, a.waiting.as_slice()) {
+        (Some(t), _) => format!("{}_{t}", a.job),
+        (None, [r]) if r.count == 1 => format!("{}_{}", a.job, r.first),
+        (None, w) => format!("{}_[{}]", a.job, format_indices(w, a.throttle)),
+    }
+}
+
+/// `-r`: an array's waiting tasks, one view each.
+pub fn expand_arrays(jobs: Vec<JobView>) -> Vec<JobView> {
+    let mut out = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        let waiting = match &j.array {
+            Some(a) if a.task.is_none() => a.waiting.clone(),
+            _ => {
+                out.push(j);
+                continue;
+            }
+        };
+        for r in waiting {
+            for k in 0..r.count {
+                let mut one = j.clone();
+                if let Some(a) = one.array.as_mut() {
+                    a.task = Some(r.first + k * r.step);
+                    a.waiting.clear();
+                }
+                out.push(one);
+            }
+        }
+    }
+    out
 }
 
 /// Renders jobs with a format; `header` adds the title line.
@@ -270,7 +323,8 @@ pub fn main(args: &[OsString]) -> i32 {
             Err(e) => return fail(CMD, e),
         };
         match c.jobs(f).await {
-            Ok(mut jobs) => {
+            Ok(jobs) => {
+                let mut jobs = if a.array { expand_arrays(jobs) } else { jobs };
                 sort(&mut jobs);
                 let text = render(&jobs, &format, !a.noheader, now());
                 super::emit(CMD, &text)
@@ -323,6 +377,7 @@ mod tests {
             comment: None,
             mail_type: None,
             mail_user: None,
+            array: None,
         }
     }
 
@@ -343,6 +398,49 @@ mod tests {
             lines[2],
             "                 8       gpu    train     root PD       0:00      2 (Resources)"
         );
+    }
+
+    #[test]
+    fn arrays_fold_their_waiting_tasks_and_unfold_with_r() {
+        use corral_proto::msg::{ArrayView, IndexRun};
+        let run = |first, count| IndexRun {
+            first,
+            count,
+            step: 1,
+        };
+        let mut entry = job(40, JobState::Pending);
+        entry.array = Some(ArrayView {
+            job: JobId(40),
+            task: None,
+            waiting: vec![run(8, 92)],
+            throttle: 4,
+        });
+        let mut task = job(45, JobState::Running);
+        task.array = Some(ArrayView {
+            job: JobId(40),
+            task: Some(7),
+            waiting: vec![],
+            throttle: 4,
+        });
+        let out = render(&[entry.clone(), task.clone()], "%i %A %F %K", false, 0);
+        assert_eq!(out, "40_[8-99%4] 40 40 8-99%4\n40_7 45 40 7\n");
+        let plain = render(&[job(3, JobState::Pending)], "%i %F %K", false, 0);
+        assert_eq!(plain, "3 3 N/A\n");
+        if let Some(a) = entry.array.as_mut() {
+            a.waiting = vec![run(8, 2), run(20, 1)];
+            a.throttle = 0;
+        }
+        let all = expand_arrays(vec![entry.clone(), task]);
+        let ids: Vec<String> = all.iter().map(job_id).collect();
+        assert_eq!(ids, ["40_8", "40_9", "40_20", "40_7"]);
+        if let Some(a) = entry.array.as_mut() {
+            a.waiting = vec![run(20, 1)];
+        }
+        assert_eq!(job_id(&entry), "40_20");
+        let a = SqueueArgs::try_parse_from(["squeue", "-j", "40_7", "-r"]).unwrap();
+        let f = filter(&a).unwrap();
+        assert_eq!(f.tasks, [(JobId(40), 7)]);
+        assert!(f.states.is_empty(), "a job named by id shows in any state");
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub fn job_reason(r: JobReason) -> &'static str {
         JobReason::JobHeldAdmin => "JobHeldAdmin",
         JobReason::ReqNodeNotAvail => "ReqNodeNotAvail",
         JobReason::PartitionTimeLimit => "PartitionTimeLimit",
+        JobReason::JobArrayTaskLimit => "JobArrayTaskLimit",
         JobReason::JobLaunchFailure => "JobLaunchFailure",
         JobReason::NonZeroExitCode => "NonZeroExitCode",
         JobReason::NodeDown => "NodeDown",

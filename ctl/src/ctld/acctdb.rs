@@ -151,6 +151,7 @@ const REASONS: &[(JobReason, &str)] = &[
     (JobReason::JobHeldAdmin, "JobHeldAdmin"),
     (JobReason::ReqNodeNotAvail, "ReqNodeNotAvail"),
     (JobReason::PartitionTimeLimit, "PartitionTimeLimit"),
+    (JobReason::JobArrayTaskLimit, "JobArrayTaskLimit"),
     (JobReason::JobLaunchFailure, "JobLaunchFailure"),
     (JobReason::NonZeroExitCode, "NonZeroExitCode"),
     (JobReason::NodeDown, "NodeDown"),

@@ -16,6 +16,7 @@
 //! max_jobs_per_user = 10000        # unfinished jobs of one user (operators: no limit)
 //! max_script_size = 4194304        # bytes of one batch script (Slurm's default)
 //! max_bytes_per_user = 268435456   # script and environment bytes of one user's unfinished jobs
+//! max_array_size = 100001          # an array's indices are below this (Slurm's MaxArraySize)
 //!
 //! [health]                        # checks that drain sick nodes
 //! interval = 30                    # seconds between every node's GPU checks
@@ -242,6 +243,9 @@ pub struct Limits {
     /// Script, argument and environment bytes of one user's unfinished
     /// jobs, which the controller keeps in memory.
     pub max_bytes_per_user: u64,
+    /// An array's task indices are below this (Slurm's `MaxArraySize`;
+    /// an array costs one record until its tasks start, whatever its size).
+    pub max_array_size: u32,
 }
 
 impl Default for Limits {
@@ -251,6 +255,7 @@ impl Default for Limits {
             max_jobs_per_user: 10_000,
             max_script_size: 4 << 20,
             max_bytes_per_user: 256 << 20,
+            max_array_size: 100_001,
         }
     }
 }

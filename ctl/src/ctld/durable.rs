@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use corral_proto::msg::{JobId, JobRun, JobState, NodeUpdate};
 
 use super::store::{Changes, Loaded};
-use super::wire::{core_id, job_request};
+use super::wire::core_id;
 use super::{Controller, JobRecord};
 
 /// An operator's drain or down, as stored: (state, reason, by, at).
@@ -33,6 +33,8 @@ impl Controller {
     /// What changed since the last call: records to write or delete,
     /// operators' node states, the next job id.
     pub fn take_changes(&mut self) -> Changes {
+        let dirty = self.jobs.dirty.clone();
+        self.sync_arrays(&dirty);
         let ids = self.jobs.take_dirty();
         // Before the records are encoded: each is stored marked as
         // accounted, in the same transaction as its accounting record.
@@ -164,7 +166,7 @@ impl Controller {
                 .iter()
                 .filter_map(|(n, a)| self.nodes.get(n).map(|r| a.on(r.id)))
                 .collect();
-            let req = job_request(j.user, &j.spec);
+            let req = j.core_request();
             let start = j.start.unwrap_or(now);
             match self.sched.adopt(j.submit, start, core_id(id), req, alloc) {
                 Ok(end_by) => {
@@ -221,7 +223,7 @@ impl Controller {
             let Some(j) = self.jobs.get(&id).filter(|j| j.state == JobState::Pending) else {
                 continue;
             };
-            let req = job_request(j.user, &j.spec);
+            let req = j.core_request();
             if let Err(e) = self.sched.submit(j.submit, core_id(id), req) {
                 if let Some(j) = self.jobs.get_mut(&id) {
                     j.state = JobState::Failed;
@@ -245,7 +247,7 @@ impl Controller {
         let adopted = self.sched.job_status(core_id(id)).is_some();
         if j.spec.requeue && j.state == JobState::Running && !adopted {
             let ended = j.reset_for_requeue(now);
-            let req = job_request(j.user, &j.spec);
+            let req = j.core_request();
             let submit = j.submit;
             self.account(ended);
             let _ = self.sched.submit(submit, core_id(id), req);

@@ -19,6 +19,12 @@ pub enum CtldError {
     Control(#[from] ControlError),
     #[error("Invalid job id specified: {0}")]
     UnknownJob(JobId),
+    #[error("Invalid job id specified: {0}_{1}")]
+    UnknownTask(JobId, u32),
+    #[error("Invalid job array specification: {0}")]
+    BadArray(String),
+    #[error("Job dependency problem: job {0} has no array task {1}")]
+    UnknownDependencyTask(JobId, u32),
     #[error("Access/permission denied")]
     AccessDenied,
     #[error("Access/permission denied for job {0}")]

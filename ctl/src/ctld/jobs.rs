@@ -13,6 +13,7 @@ use scheduler_core::{HoldKind, JobOutcome};
 impl Controller {
     /// A message from an agent on its control stream.
     pub fn agent_message(&mut self, node: &str, msg: AgentMsg, now: u64) {
+        self.clock = self.clock.max(now);
         if let Some(n) = self.nodes.get_mut(node) {
             n.last_seen = now;
         }
@@ -178,6 +179,7 @@ impl Controller {
     /// A clock tick: silent agents go DOWN, jobs past their limit time out,
     /// old finished jobs are forgotten.
     pub fn tick(&mut self, now: u64) {
+        self.clock = self.clock.max(now);
         let timeout = self.cfg.heartbeat_timeout;
         let silent: Vec<String> = self
             .nodes
@@ -333,18 +335,26 @@ impl Controller {
     }
 
     pub fn submit(&mut self, who: Ident, mut spec: JobSpec, now: u64) -> Result<JobId, Refusal> {
+        self.clock = self.clock.max(now);
         let bytes = self.admit(who, &spec)?;
+        self.admit_array(&mut spec)?;
         // Normalised once: everything after reads the value the job has.
         // (Left unset when not given: tasks see `SLURM_CPUS_PER_TASK`
         // only for `-c`, as Slurm's.)
         spec.cpus_per_task = spec.cpus_per_task.map(|c| c.max(1));
-        let req = job_request(who, &spec);
+        let mut req = job_request(who, &spec);
+        let tasks = spec.array.as_ref().map(|a| a.len());
+        req.array = spec
+            .array
+            .as_ref()
+            .map(|a| scheduler_core::ArrayRequest::new(a.len(), a.throttle));
         let id = JobId(self.next_job);
         let held = req.hold;
         self.sched
             .submit(now, core_id(id), req)
             .map_err(CtldError::Submit)?;
-        self.next_job += 1;
+        // An array's tasks take the ids after its own.
+        self.next_job += 1 + tasks.map_or(0, u64::from);
         self.stats.submitted += 1;
         // The core resolved the default partition; it says which.
         let partition = self
@@ -371,6 +381,15 @@ impl Controller {
                 payload_stored: false,
                 bytes,
                 run_part: None,
+                array: tasks.map(|n| {
+                    Box::new(super::ArrayPart {
+                        job: id,
+                        task: None,
+                        waiting: vec![(0, n)],
+                        ended: 0,
+                        failed: false,
+                    })
+                }),
             },
         );
         self.store_payload(id);
@@ -401,7 +420,7 @@ impl Controller {
         signal: Option<SendSignal>,
         now: u64,
     ) -> Result<Vec<JobId>, Refusal> {
-        let sel = Selector::new(f.clone())?;
+        let mut sel = Selector::new(f.clone())?;
         let privileged = self.privileged(who);
         for id in &f.ids {
             let kill = |why| CtldError::Kill { job: *id, why };
@@ -413,11 +432,22 @@ impl Controller {
                 return Err(kill(KillRefusal::Finished));
             }
         }
+        self.resolve_arrays(&mut sel)?;
+        for (array, _) in &f.tasks {
+            let j = self.jobs.get(array).ok_or(CtldError::UnknownJob(*array))?;
+            if j.user.uid != who.uid && !privileged {
+                return Err(CtldError::Kill {
+                    job: *array,
+                    why: KillRefusal::AccessDenied,
+                });
+            }
+        }
         let selected: Vec<JobId> = self
             .jobs
             .values()
             .filter(|j| {
                 !j.state.is_final()
+                    && !j.spent_array()
                     && sel.matches(j.id, j.user.uid, j.state, &j.partition, &j.spec.name)
             })
             .map(|j| j.id)
@@ -430,6 +460,26 @@ impl Controller {
             };
             if j.user.uid != who.uid && !privileged {
                 denied.push(id);
+                continue;
+            }
+            // An array's tasks still waiting: all of them, or those named.
+            if j.array.as_deref().is_some_and(|a| a.task.is_none()) {
+                if signal.is_some() {
+                    continue;
+                }
+                match sel.only.get(&id) {
+                    Some(positions) => {
+                        for &p in positions {
+                            let _ = self.sched.cancel_array_task(core_id(id), p);
+                        }
+                    }
+                    None => {
+                        let _ = self.sched.cancel(core_id(id));
+                    }
+                }
+                self.sync_array(id);
+                self.dirty = true;
+                done.push(id);
                 continue;
             }
             if let Some(sig) = signal {

@@ -48,6 +48,7 @@ impl StepPlan<'_> {
                 continue;
             }
             let launch = Launch {
+                array: j.array_env(),
                 job: j.id,
                 run: j.restarts,
                 step: self.step,
@@ -148,7 +149,9 @@ impl JobRecord {
                 LaunchKind::Batch {
                     script: script.clone(),
                     args: args.clone(),
-                    stdout: stdout.clone().unwrap_or_else(|| "slurm-%j.out".into()),
+                    stdout: stdout
+                        .clone()
+                        .unwrap_or_else(|| self.default_output().into()),
                     stderr: stderr.clone(),
                     append: self.spec.open_append,
                 },
@@ -257,6 +260,9 @@ impl Controller {
         // go to the first.
         alloc.sort_by(|a, b| natural(&a.0, &b.0));
         let id = wire_id(d.job);
+        if let Some(a) = d.array {
+            self.split_task(wire_id(a), id);
+        }
         self.jobs.mark_started(id);
         let Some(j) = self.jobs.get_mut(&id) else {
             return;

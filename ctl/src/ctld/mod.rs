@@ -20,6 +20,7 @@
 mod acct;
 pub mod acctdb;
 mod admission;
+mod array;
 mod checks;
 pub mod config;
 mod durable;
@@ -233,6 +234,34 @@ struct JobRecord {
     /// Its script and environment are in the store, not here.
     payload_stored: bool,
     run_part: Option<Box<RunPart>>,
+    /// What it is of an array (`--array`), if anything.
+    array: Option<Box<ArrayPart>>,
+}
+
+/// A job array in the job table: one record (the array's, with the
+/// array's id) for the tasks not yet started, and one record per task
+/// from its start (a copy of the array's, with the id the core gave it).
+/// The array's record stays, hidden once no task waits, until every
+/// task ended: its payload is what its tasks' launches carry, and its
+/// tally is what a restarted controller gives the core back.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct ArrayPart {
+    /// The array's id.
+    job: JobId,
+    /// A task's index; `None` in the array's own record.
+    task: Option<u32>,
+    /// The array's record: positions of the tasks not yet started.
+    waiting: Vec<(u32, u32)>,
+    /// The array's record: tasks ended, and whether one failed.
+    ended: u32,
+    failed: bool,
+}
+
+impl ArrayPart {
+    /// The array's own record, once none of its tasks waits.
+    fn spent(&self) -> bool {
+        self.task.is_none() && self.waiting.is_empty()
+    }
 }
 
 /// What a job has once it started: see [`JobRecord`].
@@ -432,6 +461,9 @@ pub struct Controller {
     dirty: bool,
     /// When the scheduler next wants a pass without any event.
     wake_at: Option<u64>,
+    /// The latest time a call carried: when an array whose last task
+    /// ended in a call without one (a commit's) is recorded as ended.
+    clock: u64,
     stats: Stats,
     /// Unfinished jobs and their bytes, per user and in all.
     usage: HashMap<u32, Usage>,
@@ -479,6 +511,7 @@ impl Controller {
             outbox: Vec::new(),
             dirty: false,
             wake_at: None,
+            clock: 0,
             stats: Stats::default(),
             usage: HashMap::new(),
             unfinished: 0,

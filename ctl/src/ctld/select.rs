@@ -21,6 +21,12 @@ pub struct Selector {
     states: u16,
     partitions: Option<HashSet<String>>,
     names: Option<HashSet<String>>,
+    /// Tasks of arrays named by index (`123_7`), until the controller
+    /// resolves them ([`crate::ctld::Controller::resolve_arrays`]).
+    pub tasks: Vec<(JobId, u32)>,
+    /// Of an array's tasks still waiting, only these positions (for an
+    /// array named only by some of its tasks).
+    pub only: std::collections::HashMap<JobId, Vec<u32>>,
     /// Paging: only jobs with ids above this.
     pub after: JobId,
 }
@@ -44,6 +50,7 @@ impl Selector {
             ("states", f.states.len()),
             ("partitions", f.partitions.len()),
             ("names", f.names.len()),
+            ("array tasks", f.tasks.len()),
         ] {
             if n > MAX_FILTER_ENTRIES {
                 return Err(CtldError::FilterTooLarge { what, count: n });
@@ -55,6 +62,8 @@ impl Selector {
             states: f.states.into_iter().fold(0, |m, s| m | state_bit(s)),
             partitions: set(f.partitions),
             names: set(f.names),
+            tasks: f.tasks,
+            only: Default::default(),
             after: f.after,
         })
     }

@@ -20,6 +20,9 @@ impl Controller {
         let Ok(mut sel) = Selector::new(f.clone()) else {
             return Vec::new();
         };
+        if self.resolve_arrays(&mut sel).is_err() {
+            return Vec::new();
+        }
         let mut out = Vec::new();
         loop {
             let (views, next) =
@@ -53,8 +56,18 @@ impl Controller {
             if views.len() >= max_views || scanned >= max_scan {
                 return (views, Some(JobId(j.id.0 - 1)));
             }
+            // An array whose tasks all started is seen in its tasks.
+            if j.spent_array() {
+                continue;
+            }
             if sel.matches(j.id, j.user.uid, j.state, &j.partition, &j.spec.name) {
-                views.push(self.view(j, now));
+                let mut v = self.view(j, now);
+                if let (Some(only), Some(spec), Some(a)) =
+                    (sel.only.get(&j.id), &j.spec.array, v.array.as_mut())
+                {
+                    a.waiting = only.iter().flat_map(|&p| spec.slice(p, p + 1)).collect();
+                }
+                views.push(v);
             }
         }
         (views, None)
@@ -105,7 +118,7 @@ impl Controller {
         };
         let (stdout, stderr, command, batch) = match &j.spec.kind {
             JobKind::Batch { stdout, stderr, .. } => (
-                Some(stdout.clone().unwrap_or_else(|| "slurm-%j.out".into())),
+                Some(stdout.clone().unwrap_or_else(|| j.default_output().into())),
                 stderr.clone(),
                 j.spec.name.clone(),
                 true,
@@ -153,6 +166,7 @@ impl Controller {
             comment: j.spec.comment.clone(),
             mail_type: j.spec.mail_type.clone(),
             mail_user: j.spec.mail_user.clone(),
+            array: j.array_view(self.sched.array_waiting(core_id(j.id))),
         }
     }
 

@@ -33,6 +33,14 @@ fn dependency(d: Dep) -> Dependency {
         Dep::AfterNotOk(j) => Dependency::AfterNotOk(core_id(j)),
         Dep::AfterAny(j) => Dependency::AfterAny(core_id(j)),
         Dep::Singleton => Dependency::Singleton,
+        // Resolved to the task's job id at submit; what is left stands
+        // for its array.
+        Dep::Task { cond, job, .. } => match cond {
+            wire::DepCond::After => Dependency::After(core_id(job)),
+            wire::DepCond::AfterOk => Dependency::AfterOk(core_id(job)),
+            wire::DepCond::AfterNotOk => Dependency::AfterNotOk(core_id(job)),
+            wire::DepCond::AfterAny => Dependency::AfterAny(core_id(job)),
+        },
     }
 }
 
@@ -99,6 +107,7 @@ pub(super) fn job_reason(r: PendingReason) -> JobReason {
         PendingReason::JobHeldAdmin => JobReason::JobHeldAdmin,
         PendingReason::ReqNodeNotAvail => JobReason::ReqNodeNotAvail,
         PendingReason::PartitionTimeLimit => JobReason::PartitionTimeLimit,
+        PendingReason::JobArrayTaskLimit => JobReason::JobArrayTaskLimit,
     }
 }
 

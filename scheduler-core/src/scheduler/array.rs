@@ -193,7 +193,9 @@ impl Scheduler {
         let Some(b) = self.arrays.get(&array) else {
             return;
         };
-        if b.ended < b.tasks || self.jobs.contains_key(&array) {
+        // (A book a restored task opened before its array came back
+        // knows no size yet.)
+        if b.tasks == 0 || b.ended < b.tasks || self.jobs.contains_key(&array) {
             return;
         }
         let outcome = if b.failed {

@@ -265,7 +265,8 @@ impl Server {
 
     /// Puts jobs' scripts and environments, kept in the store rather than
     /// in memory, back into their launches: the job's environment under
-    /// the step's own (the step's wins), the script into a batch launch.
+    /// the step's own (the step's wins), the script into a batch launch
+    /// (a task of an array: the array's).
     fn fill_launches(&self, out: &mut [(String, CtldMsg)]) {
         let Some(store) = &self.store else {
             return;
@@ -275,9 +276,11 @@ impl Server {
             let CtldMsg::Launch(l) = msg else {
                 continue;
             };
+            // A task of an array runs its array's script.
+            let owner = l.array.map_or(l.job, |a| a.job);
             let payload = read
-                .entry(l.job)
-                .or_insert_with(|| match store.payload(l.job.0) {
+                .entry(owner)
+                .or_insert_with(|| match store.payload(owner.0) {
                     Ok(p) => p.map(Arc::new),
                     Err(e) => {
                         warn_limited!(LOGS, "payload", job = %l.job, error = %chain(&e), "cannot read a job's script and environment");
@@ -679,6 +682,9 @@ impl Server {
             Ok(s) => s,
             Err(e) => return Response::Error(e.to_string()),
         };
+        if let Err(e) = self.ctl.lock().resolve_arrays(&mut sel) {
+            return Response::Error(e.to_string());
+        }
         let mut page = Vec::new();
         loop {
             let want = (JOBS_PER_PAGE - page.len()).min(VIEWS_PER_SLICE);

@@ -186,7 +186,11 @@ impl Sim {
         };
         match msg {
             CtldMsg::Launch(l) => {
-                let plan = self.plans.get(&l.job);
+                // A task of an array runs its array's plan.
+                let plan = self
+                    .plans
+                    .get(&l.job)
+                    .or_else(|| self.plans.get(&l.array?.job));
                 let (runs, code) = plan.map_or((1, 0), |p| (p.runs, p.code));
                 agent.tasks.insert(
                     (l.job_run(), l.step),
@@ -273,6 +277,8 @@ impl Sim {
             self.c.schedule(now);
         }
         self.deliver();
+        // As the server after each call: what changed goes to the store.
+        let _ = self.c.take_changes();
     }
 
     pub fn run_for(&mut self, secs: u64) {

@@ -2,6 +2,7 @@
 
 use super::*;
 
+mod arrays;
 mod harness;
 mod relaunch;
 mod stories;

@@ -32,7 +32,7 @@ fn step(job: JobId, nodes: u32, argv: &str) -> StepSpec {
 
 /// A controller that died and started again from what the first stored
 /// (everything it acknowledged), its outbox lost with it.
-fn restarted(c: &mut Controller, now: u64) -> Controller {
+pub(super) fn restarted(c: &mut Controller, now: u64) -> Controller {
     let changes = c.take_changes();
     let loaded = store::Loaded {
         jobs: changes.jobs.into_iter().filter_map(|(_, r)| r).collect(),
@@ -48,7 +48,7 @@ fn restarted(c: &mut Controller, now: u64) -> Controller {
     c2
 }
 
-fn registered(
+pub(super) fn registered(
     name: &str,
     instance: u64,
     running: &[JobRun],
