@@ -636,3 +636,66 @@ fn one_gpu_steps_in_a_two_gpu_job_see_one_gpu_each() {
     all.sort();
     assert_eq!(all, ones, "{out}");
 }
+
+/// A job array through the real commands: each task a job of its own
+/// with its index in `SLURM_ARRAY_*` and its own `slurm-%A_%a.out`, `%N`
+/// running two at a time, squeue folding what waits and `-r` listing it,
+/// a waiting task cancelled by `123_12`, and dependencies on one task and
+/// on the whole array.
+#[test]
+fn an_array_runs_each_task_as_a_job_with_its_index() {
+    let env = Env::start(Opts::default());
+    let a = env.sbatch(
+        &["-a", "0-12:4%2", "-J", "sweep"],
+        "#!/bin/sh\necho \"$SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $SLURM_ARRAY_TASK_COUNT \
+         $SLURM_ARRAY_TASK_MIN $SLURM_ARRAY_TASK_MAX $SLURM_ARRAY_TASK_STEP $SLURM_JOB_ID\"\nsleep 3\n",
+    );
+    let dep = |d: String| env.sbatch(&["-o", "/dev/null", "-d", &d], "#!/bin/sh\ntrue\n");
+    let on_first = dep(format!("afterok:{a}_0"));
+    let on_all_ok = dep(format!("afterok:{a}"));
+    let on_all_any = dep(format!("afterany:{a}"));
+    // Two run; the other two wait as one line, or one each with -r.
+    let id = a.to_string();
+    let t0 = std::time::Instant::now();
+    let q = loop {
+        let q = env.ok(&["squeue", "-h", "-j", &id, "-o", "%i %T"]);
+        if q.matches("RUNNING").count() == 2 {
+            break q;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{q}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(q.contains(&format!("{a}_0 RUNNING")), "{q}");
+    assert!(q.contains(&format!("{a}_4 RUNNING")), "{q}");
+    assert!(q.contains(&format!("{a}_[8,12%2] PENDING")), "{q}");
+    let r = env.ok(&["squeue", "-h", "-r", "-j", &id, "-o", "%i"]);
+    let lines: HashSet<&str> = r.lines().collect();
+    let want = [0, 4, 8, 12].map(|t| format!("{a}_{t}"));
+    assert_eq!(lines, want.iter().map(String::as_str).collect(), "{r}");
+    // The waiting task 12 is cancelled alone.
+    env.ok(&["scancel", &format!("{a}_12")]);
+    let r = env.ok(&["squeue", "-h", "-r", "-j", &id, "-o", "%i"]);
+    assert!(!r.contains(&format!("{a}_12")), "{r}");
+    let (code, _, err) = env.run(&["scancel", &format!("{a}_13")]);
+    assert_eq!(code, 1);
+    assert!(err.contains("Invalid job id specified"), "{err}");
+
+    assert_eq!(
+        env.wait_state(on_all_any, &["COMPLETED", "FAILED"], 40),
+        "COMPLETED"
+    );
+    assert_eq!(env.state(on_first), "COMPLETED");
+    let reason = env.ok(&["squeue", "-h", "-j", &on_all_ok.to_string(), "-o", "%T %r"]);
+    assert_eq!(reason.trim(), "PENDING DependencyNeverSatisfied");
+    for (pos, t) in [0u64, 4, 8].into_iter().enumerate() {
+        let out = env.read(&format!("slurm-{a}_{t}.out"));
+        let job = a + 1 + pos as u64;
+        assert_eq!(out, format!("{a} {t} 4 0 12 4 {job}\n"), "task {t}");
+    }
+    assert!(env.read(&format!("slurm-{a}_12.out")).is_empty());
+    env.ok(&["scancel", &on_all_ok.to_string()]);
+    // An index over the cluster's limit is refused in one line.
+    let (code, _, err) = env.run(&["sbatch", "-a", "0-200000", "--wrap", "true"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("MaxArraySize"), "{err}");
+}
