@@ -116,6 +116,41 @@ fn controller_bytes_per_job() -> f64 {
     per
 }
 
+/// Heap bytes one more submission of `job` costs a controller that
+/// already queues 100 jobs (the tables' first allocations and the store's
+/// caches are not the job's).
+fn controller_bytes_for(job: JobSpec) -> f64 {
+    let dir = tempfile::tempdir().expect("dir");
+    let state = dir.path().join("state");
+    let store = Store::open(&state).expect("store");
+    let mut ctl = controller(&state);
+    for i in 0..100 {
+        ctl.submit(WHO, spec(i), 2).expect("submit");
+    }
+    store.commit(&[ctl.take_changes()]).expect("commit");
+    let before = live();
+    ctl.submit(WHO, job, 2).expect("submit");
+    store.commit(&[ctl.take_changes()]).expect("commit");
+    let bytes = (live() - before) as f64;
+    drop(ctl);
+    bytes
+}
+
+/// One held array of 100,000 tasks against one held job. Budget: the
+/// array costs what one job costs, not 100,000 of them (≤ 1 KiB more).
+fn array_and_job_bytes() -> (f64, f64) {
+    let mut array = spec(0);
+    array.array = Some(corral_proto::msg::ArraySpec {
+        runs: vec![corral_proto::msg::IndexRun {
+            first: 0,
+            count: 100_000,
+            step: 1,
+        }],
+        throttle: 0,
+    });
+    (controller_bytes_for(array), controller_bytes_for(spec(0)))
+}
+
 /// The scheduler core alone, with the request ctld makes of such a job.
 fn core_bytes_per_job() -> f64 {
     let mut s = Scheduler::new(SchedulerConfig::default());
@@ -141,9 +176,11 @@ fn core_bytes_per_job() -> f64 {
 fn benches(c: &mut Criterion) {
     let whole = controller_bytes_per_job();
     let core = core_bytes_per_job();
+    let (array, one) = array_and_job_bytes();
     println!(
         "heap per pending job: {whole:.0} B in the controller (budget ≤ 1024 B), \
-         of which {core:.0} B in the scheduler core"
+         of which {core:.0} B in the scheduler core; a held array of 100,000 tasks \
+         costs {array:.0} B where one held job costs {one:.0} B (budget: ≤ 1024 B more)"
     );
     let mut g = c.benchmark_group("memory");
     g.sample_size(10);

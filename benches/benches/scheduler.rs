@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use corral_replay::synthetic::{busy_cluster_with_queue, single_gpu_stream};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use scheduler_core::{Scheduler, SchedulerConfig, Secs};
+use scheduler_core::{
+    ArrayRequest, GpuRequest, JobId, JobRequest, Scheduler, SchedulerConfig, Secs, UserId,
+};
 
 /// Times one pass over a copy of `s`; cloning it and dropping it are not
 /// part of the pass. `decisions`: report throughput in start decisions.
@@ -76,9 +78,31 @@ fn single_gpu_starts(c: &mut Criterion) {
     bench_pass(c, name, &s, 20, 20, Some(FREED as u64));
 }
 
+/// Budget: the 10,000-job queue of `full_pass` plus one 100,000-task
+/// array (one GPU per task) costs one entry, and a pass plans it as the
+/// 1,000 tasks `array_reservations` allows: ≤ 2× the pass without it.
+fn pass_with_a_100k_task_array(c: &mut Criterion) {
+    let (mut s, next) = busy_cluster_with_queue(1_000, 10_000, SchedulerConfig::default(), 1);
+    let mut r = JobRequest::new(UserId(7));
+    r.gpus = GpuRequest::PerNode(1);
+    r.cpus_per_task = 1;
+    r.time_limit = Some(3600);
+    r.array = Some(ArrayRequest::new(100_000, 0));
+    s.submit(0, JobId(next), r).expect("the array is valid");
+    bench_pass(
+        c,
+        ("full_pass", "10k_pending_plus_100k_task_array_1k_nodes"),
+        &s,
+        1,
+        20,
+        None,
+    );
+}
+
 criterion_group!(
     benches,
     pass_10k_jobs_1k_nodes,
+    pass_with_a_100k_task_array,
     pass_100k_jobs_10k_nodes,
     single_gpu_starts
 );

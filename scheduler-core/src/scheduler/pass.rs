@@ -202,7 +202,10 @@ impl Scheduler {
             let mut planned = 0u32;
             // Last pass's plans, one per task in line: kept where they
             // still hold, as any job's is.
-            let old_later: Vec<Reservation> = self.take_later_plans(id);
+            let old_later: Vec<Reservation> = match slots {
+                Some(_) => self.take_later_plans(id),
+                None => Vec::new(),
+            };
             let mut new_plans: Vec<Reservation> = Vec::new();
             let mut placed = 0usize;
             let reason = loop {
