@@ -693,6 +693,14 @@ fn an_array_runs_each_task_as_a_job_with_its_index() {
         assert_eq!(out, format!("{a} {t} 4 0 12 4 {job}\n"), "task {t}");
     }
     assert!(env.read(&format!("slurm-{a}_12.out")).is_empty());
+    let show = env.ok(&["scontrol", "show", "job", &(a + 1).to_string()]);
+    assert!(
+        show.starts_with(&format!(
+            "JobId={} ArrayJobId={a} ArrayTaskId=0 JobName=sweep",
+            a + 1
+        )),
+        "{show}"
+    );
     env.ok(&["scancel", &on_all_ok.to_string()]);
     // An index over the cluster's limit is refused in one line.
     let (code, _, err) = env.run(&["sbatch", "-a", "0-200000", "--wrap", "true"]);

@@ -29,7 +29,18 @@ pub fn show_job(j: &JobView, now: u64) -> String {
         hostlist::compress(&j.nodes)
     };
     let mut s = String::new();
-    s.push_str(&format!("JobId={} JobName={}\n", j.id, j.name));
+    s.push_str(&format!("JobId={}", j.id));
+    if let Some(a) = &j.array {
+        let task = match a.task {
+            Some(t) => t.to_string(),
+            None => corral_proto::msg::format_indices(&a.waiting, a.throttle),
+        };
+        s.push_str(&format!(" ArrayJobId={} ArrayTaskId={task}", a.job));
+        if a.throttle > 0 && a.task.is_none() {
+            s.push_str(&format!(" ArrayTaskThrottle={}", a.throttle));
+        }
+    }
+    s.push_str(&format!(" JobName={}\n", j.name));
     s.push_str(&format!(
         "   UserId={}({}) GroupId={}({}) MCS_label=N/A\n",
         user_name(j.user.uid),
