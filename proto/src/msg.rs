@@ -795,6 +795,9 @@ pub const JOBS_PER_PAGE: usize = 5_000;
 #[allow(clippy::large_enum_variant)]
 pub enum Request {
     Submit(JobSpec),
+    /// `--test-only`: when and where the job would start, were it
+    /// submitted now; nothing is submitted.
+    TestOnly(JobSpec),
     SubmitStep(StepSpec),
     /// Cancel (or signal, with `signal`) the selected jobs.
     Cancel {
@@ -956,6 +959,15 @@ pub enum Response {
     Credential(Token),
     Stats(Stats),
     Address(std::net::IpAddr),
+    /// `--test-only`'s answer: the id it would get, when it would start,
+    /// on which nodes with how many CPUs, in which partition.
+    WouldStart {
+        job: JobId,
+        start: UnixSecs,
+        nodes: Vec<String>,
+        cpus: u32,
+        partition: String,
+    },
     /// `sacct`'s answer: a page of jobs in id order, and where the next
     /// page starts (`None`: this was the last).
     Accounting {

@@ -707,3 +707,28 @@ fn an_array_runs_each_task_as_a_job_with_its_index() {
     assert_eq!(code, 1);
     assert!(err.contains("MaxArraySize"), "{err}");
 }
+
+/// `sbatch --test-only`: one line on standard error saying when, where
+/// and in which partition; nothing is queued.
+#[test]
+fn test_only_says_where_the_job_would_start() {
+    let env = Env::start(Opts::default());
+    let (code, out, err) = env.run(&["sbatch", "--test-only", "-n", "2", "--wrap", "true"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.is_empty(), "{out}");
+    let line = err.trim();
+    assert!(
+        line.starts_with("sbatch: Job ")
+            && line.contains(" to start at 20")
+            && line.contains(" using 2 processors on nodes worker-")
+            && line.ends_with(" in partition gpu"),
+        "{line}"
+    );
+    assert!(env.ok(&["squeue", "-h", "-t", "all"]).is_empty());
+    let (code, _, err) = env.run(&["sbatch", "--test-only", "-H", "--wrap", "true"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err.trim(),
+        "sbatch: error: Job would not start: JobHeldUser"
+    );
+}

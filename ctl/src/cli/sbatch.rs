@@ -32,6 +32,9 @@ pub struct SbatchArgs {
     /// Print only the job id.
     #[arg(long)]
     pub parsable: bool,
+    /// Say when and where the job would start; submit nothing.
+    #[arg(long = "test-only")]
+    pub test_only: bool,
     /// A job array: task indices (`0-99`, `1,3,5-7`, `0-15:4`), and
     /// `%N` for how many run at once.
     #[arg(short = 'a', long)]
@@ -217,6 +220,27 @@ pub fn main(args: &[OsString]) -> i32 {
             Ok(c) => c,
             Err(e) => return fail(CMD, format!("Batch job submission failed: {e}")),
         };
+        if a.test_only {
+            return match c.ok(Request::TestOnly(spec)).await {
+                Ok(Response::WouldStart {
+                    job,
+                    start,
+                    nodes,
+                    cpus,
+                    partition,
+                }) => {
+                    // Slurm says it on standard error.
+                    eprintln!(
+                        "{CMD}: Job {job} to start at {} using {cpus} processors on nodes {} in partition {partition}",
+                        crate::timefmt::timestamp(start),
+                        scheduler_core::hostlist::compress(&nodes)
+                    );
+                    0
+                }
+                Ok(other) => fail(CMD, format!("unexpected answer {other:?}")),
+                Err(e) => fail(CMD, e),
+            };
+        }
         match c.ok(Request::Submit(spec)).await {
             Ok(Response::Submitted { job }) => {
                 let said = if a.parsable {

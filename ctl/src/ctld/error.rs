@@ -21,6 +21,8 @@ pub enum CtldError {
     UnknownJob(JobId),
     #[error("Invalid job id specified: {0}_{1}")]
     UnknownTask(JobId, u32),
+    #[error("Job would not start: {0}")]
+    WouldNotStart(String),
     #[error("Invalid job array specification: {0}")]
     BadArray(String),
     #[error("Job dependency problem: job {0} has no array task {1}")]

@@ -409,6 +409,70 @@ impl Controller {
         Ok(id)
     }
 
+    /// `--test-only`: admits the job as a submission would, then plans it
+    /// on a copy of the scheduler; nothing changes. Says when and where
+    /// it would start (its first task, for an array), or why it would not.
+    pub fn test_only(
+        &self,
+        who: Ident,
+        mut spec: JobSpec,
+        now: u64,
+    ) -> Result<corral_proto::msg::Response, Refusal> {
+        use scheduler_core::JobStatus;
+        self.admit(who, &spec)?;
+        self.admit_array(&mut spec)?;
+        spec.cpus_per_task = spec.cpus_per_task.map(|c| c.max(1));
+        let mut req = job_request(who, &spec);
+        req.array = spec
+            .array
+            .as_ref()
+            .map(|a| scheduler_core::ArrayRequest::new(a.len(), a.throttle));
+        let id = JobId(self.next_job);
+        // A copy: its pass may start other jobs, which are not started.
+        let mut sched = self.sched.clone();
+        sched
+            .submit(now, core_id(id), req)
+            .map_err(CtldError::Submit)?;
+        let partition = sched
+            .job_partition(core_id(id))
+            .unwrap_or_default()
+            .to_string();
+        let decisions = sched.schedule(now);
+        let (start, nodes, cpus) = match decisions
+            .iter()
+            .find(|d| d.job == core_id(id) || d.array == Some(core_id(id)))
+        {
+            Some(d) => (
+                now,
+                d.nodes.iter().map(|a| a.node).collect::<Vec<_>>(),
+                d.nodes.iter().map(|a| a.cpus.len() as u32).sum(),
+            ),
+            None => {
+                let Some(plan) = sched.reservation(core_id(id)) else {
+                    let why = match sched.job_status(core_id(id)) {
+                        Some(JobStatus::Pending { reason, .. }) => reason.as_str(),
+                        _ => "unknown",
+                    };
+                    return Err(CtldError::WouldNotStart(why.to_string()));
+                };
+                (
+                    plan.start,
+                    plan.nodes.iter().map(|n| n.node).collect(),
+                    plan.nodes.iter().map(|n| n.cpus).sum(),
+                )
+            }
+        };
+        let mut names: Vec<String> = nodes.into_iter().map(|n| self.node_name(n)).collect();
+        names.sort_by(|a, b| super::natural(a, b));
+        Ok(corral_proto::msg::Response::WouldStart {
+            job: id,
+            start,
+            nodes: names,
+            cpus,
+            partition,
+        })
+    }
+
     /// Cancels (or signals) jobs. Jobs named by id that do not exist or
     /// belong to someone else are refused before anything is done; jobs of
     /// others that a filter selects are refused one by one, after the

@@ -630,6 +630,10 @@ impl Server {
                 Ok(job) => Response::Submitted { job },
                 Err(e) => Response::Error(e.to_string()),
             },
+            Request::TestOnly(spec) => match c.test_only(who, spec, now) {
+                Ok(w) => w,
+                Err(e) => Response::Error(e.to_string()),
+            },
             Request::SubmitStep(step) => match c.submit_step(who, step, now) {
                 Ok((job, step)) => Response::StepCreated { job, step },
                 Err(e) => Response::Error(e.to_string()),

@@ -1495,3 +1495,45 @@ fn a_pending_job_keeps_no_run_part_until_it_starts_and_a_requeue_drops_it() {
     assert_eq!((j.state, j.restarts), (JobState::Pending, 1));
     assert!(j.run_part.is_none());
 }
+
+#[test]
+fn test_only_says_when_and_where_and_submits_nothing() {
+    use corral_proto::msg::Response;
+    let mut c = cluster(2);
+    let mut whole = batch("x");
+    whole.nodes = Some(2);
+    whole.exclusive = true;
+    whole.time_limit = Some(600);
+    let ask = |c: &Controller, spec: JobSpec| c.test_only(ALICE, spec, 10);
+    match ask(&c, whole.clone()).unwrap() {
+        Response::WouldStart {
+            job,
+            start,
+            nodes,
+            cpus,
+            partition,
+        } => {
+            assert_eq!((job, start, cpus), (JobId(1), 10, 16));
+            assert_eq!(nodes, ["worker-0", "worker-1"]);
+            assert_eq!(partition, "gpu");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(c.job_views(&JobFilter::default(), 10).is_empty());
+    // Once the cluster is taken for 600 s, it would start then.
+    let first = c.submit(ALICE, whole.clone(), 10).unwrap();
+    assert_eq!(first, JobId(1), "the test took no id");
+    c.schedule(10);
+    match ask(&c, whole.clone()).unwrap() {
+        Response::WouldStart { job, start, .. } => assert_eq!((job, start), (JobId(2), 610)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.job_views(&JobFilter::default(), 10).len(), 1);
+    // Held, it would not start; refused as a submission would be.
+    whole.hold = true;
+    let e = ask(&c, whole.clone()).unwrap_err().to_string();
+    assert_eq!(e, "Job would not start: JobHeldUser");
+    whole.hold = false;
+    whole.partition = Some("nope".into());
+    assert!(ask(&c, whole).is_err());
+}
