@@ -83,6 +83,8 @@ struct GpuEntry {
     memory_mb: u64,
     #[serde(default)]
     group: u32,
+    /// The model jobs name it by (`h200`); none: untyped.
+    model: Option<String>,
     // Injected faults.
     xid: Option<u32>,
     #[serde(default)]
@@ -131,6 +133,7 @@ impl SimGpus {
                     uuid: sim_uuid(node, i),
                     memory_mb,
                     group: i.checked_div(per_group).unwrap_or(0),
+                    model: String::new(),
                 })
                 .collect(),
             file: None,
@@ -150,7 +153,7 @@ impl SimGpus {
     }
 
     /// From a TOML file of `[[gpu]]` tables (`index`, `uuid`, `memory_mb`,
-    /// `group`).
+    /// `group`, `model`).
     pub fn from_file(node: &str, path: &Path) -> Result<Self, GpuError> {
         let mut gpus: Vec<GpuInfo> = Self::read(path)?
             .into_iter()
@@ -159,6 +162,7 @@ impl SimGpus {
                 uuid: g.uuid.unwrap_or_else(|| sim_uuid(node, g.index)),
                 memory_mb: g.memory_mb,
                 group: g.group,
+                model: g.model.unwrap_or_default(),
             })
             .collect();
         gpus.sort_by_key(|g| g.index);

@@ -198,6 +198,7 @@ impl GpuBackend for NvmlGpus {
                 uuid,
                 memory_mb: memory.total >> 20,
                 group: 0,
+                model: dev.name().map(|n| slurm_model(&n)).unwrap_or_default(),
             });
             bus_ids.push(bus);
             peers.push(linked);
@@ -253,6 +254,16 @@ impl GpuBackend for NvmlGpus {
     }
 }
 
+/// A GPU's model as Slurm's NVML detection names it for `--gres=gpu:TYPE`:
+/// NVML's name in lower case, white space as `_` (`NVIDIA H200` is
+/// `nvidia_h200`, `Tesla T4` is `tesla_t4`).
+pub fn slurm_model(name: &str) -> String {
+    name.to_ascii_lowercase()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,5 +308,15 @@ mod tests {
         }
         let e = NvmlGpus::open().expect_err("no NVML here");
         assert!(e.to_string().starts_with("NVML: loading NVML"), "{e}");
+    }
+
+    #[test]
+    fn models_are_named_as_slurm_detects_them() {
+        assert_eq!(super::slurm_model("NVIDIA H200"), "nvidia_h200");
+        assert_eq!(super::slurm_model("Tesla T4"), "tesla_t4");
+        assert_eq!(
+            super::slurm_model(" NVIDIA A100-SXM4-80GB "),
+            "nvidia_a100-sxm4-80gb"
+        );
     }
 }

@@ -99,6 +99,9 @@ pub struct GpuInfo {
     pub memory_mb: u64,
     /// Topology group (NVLink domain, NUMA node).
     pub group: u32,
+    /// The model jobs name it by (`--gres=gpu:h200:1`): NVML's name in
+    /// Slurm's form, or the simulation's; empty when untyped.
+    pub model: String,
 }
 
 /// Agent → ctld on the control stream.
@@ -435,6 +438,8 @@ pub struct JobSpec {
     pub mem_per_cpu_mb: Option<u64>,
     pub mem_per_gpu_mb: Option<u64>,
     pub gpus: GpuAsk,
+    /// `--gres=gpu:TYPE:N` and the like: GPUs of this model only.
+    pub gpu_type: Option<String>,
     pub exclusive: bool,
     pub time_limit: Option<u64>,
     pub nodelist: Vec<String>,
@@ -1083,6 +1088,8 @@ pub struct NodeView {
     pub alloc_memory_mb: u64,
     pub gpus: u32,
     pub alloc_gpus: u32,
+    /// The model all its GPUs share, as jobs name it.
+    pub gpu_model: Option<String>,
     pub features: Vec<String>,
     pub partitions: Vec<String>,
     pub reason: Option<String>,

@@ -58,6 +58,8 @@ pub struct GpuSpec {
     /// Topology group: GPUs in one group (an NVLink domain, a NUMA node)
     /// talk fast to each other; jobs that fit in one group get one group.
     pub group: u32,
+    /// Its model as jobs name it (`--gres=gpu:h200:1`); empty: untyped.
+    pub model: String,
 }
 
 /// What a node offers, as its agent reports it.
@@ -91,6 +93,7 @@ impl NodeSpec {
                 index: i,
                 uuid: format!("GPU-{}-{i}", self.name),
                 group: i.checked_div(per_group).unwrap_or(0),
+                model: String::new(),
             })
             .collect();
         self
@@ -225,6 +228,8 @@ pub struct JobRequest {
     /// `--mem=0`: all of each node's memory.
     pub memory_whole_node: bool,
     pub gpus: GpuRequest,
+    /// `--gres=gpu:TYPE:N`: only nodes whose GPUs are all of this model.
+    pub gpu_type: Option<String>,
     pub exclusive: bool,
     /// `-t`; `None` takes the partition's default.
     pub time_limit: Option<Secs>,
@@ -304,6 +309,7 @@ impl JobRequest {
             memory_per_gpu_mb: None,
             memory_whole_node: false,
             gpus: GpuRequest::None,
+            gpu_type: None,
             exclusive: false,
             time_limit: None,
             nodelist: Vec::new(),
@@ -483,6 +489,15 @@ pub struct NodeInfo {
     pub alloc_gpus: u32,
     pub features: Vec<String>,
     pub jobs: Vec<JobId>,
+}
+
+/// A node's GPU model for typed requests: the one model all its GPUs
+/// share (compared without case); `None` when untyped or mixed (a typed
+/// request never goes there).
+pub fn node_gpu_model(gpus: &[GpuSpec]) -> Option<String> {
+    let first = gpus.first()?.model.to_ascii_lowercase();
+    let same = gpus.iter().all(|g| g.model.eq_ignore_ascii_case(&first));
+    (same && !first.is_empty()).then_some(first)
 }
 
 /// Whether a node with `has` meets a job's `-C`: all of `want`, or with

@@ -65,6 +65,8 @@ pub struct Env {
 pub struct Opts {
     pub nodes: u32,
     pub gpus: u32,
+    /// The simulated GPUs' model (none: untyped).
+    pub gpu_model: Option<String>,
     pub heartbeat_timeout: u64,
     pub kill_wait: u64,
     /// Agents do not run batch scripts (control-plane benches).
@@ -94,6 +96,7 @@ impl Default for Opts {
         Opts {
             nodes: 2,
             gpus: 4,
+            gpu_model: None,
             heartbeat_timeout: 30,
             kill_wait: 1,
             no_exec: false,
@@ -133,6 +136,7 @@ impl Env {
         let spec = ClusterSpec {
             nodes: o.nodes,
             gpus_per_node: o.gpus,
+            gpu_model: o.gpu_model.clone(),
             cpus_per_node: 8,
             mem_per_node: 16_000,
             heartbeat_timeout: o.heartbeat_timeout,

@@ -732,3 +732,36 @@ fn test_only_says_where_the_job_would_start() {
         "sbatch: error: Job would not start: JobHeldUser"
     );
 }
+
+/// GPUs by model: nodes say which (`Gres=gpu:nvidia_h200:4`, as Slurm's
+/// NVML detection names them); `--gres=gpu:h200:1` runs, by the detected
+/// name or without its vendor, and a model no node has is refused.
+#[test]
+fn gpus_are_asked_for_by_model() {
+    let env = Env::start(Opts {
+        gpu_model: Some("nvidia_h200".into()),
+        ..Opts::default()
+    });
+    let show = env.ok(&["scontrol", "show", "node", "worker-0"]);
+    assert!(show.contains("Gres=gpu:nvidia_h200:4"), "{show}");
+    for gres in ["gpu:h200:1", "gpu:nvidia_h200:2"] {
+        let id = env.sbatch(
+            &["--gres", gres, "-o", "typed-%j.out"],
+            "#!/bin/sh\necho $CUDA_VISIBLE_DEVICES\n",
+        );
+        assert_eq!(
+            env.wait_state(id, &["COMPLETED", "FAILED"], 30),
+            "COMPLETED"
+        );
+        let seen = env.read(&format!("typed-{id}.out"));
+        let n = gres.rsplit(':').next().unwrap().parse::<usize>().unwrap();
+        assert_eq!(seen.trim().split(',').count(), n, "{seen}");
+    }
+    let (code, _, err) = env.run(&["sbatch", "--gres=gpu:a100:1", "--wrap", "true"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("Requested node configuration is not available")
+            && err.contains("GPUs of type a100"),
+        "{err}"
+    );
+}

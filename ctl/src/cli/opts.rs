@@ -445,6 +445,31 @@ fn gpu_count(n: &str) -> Option<u32> {
     n.parse::<u32>().ok().filter(|&g| g <= MAX_GPUS)
 }
 
+/// The GPU model a `--gres` or `--gpus*` value names, if any:
+/// `gpu:TYPE:N`, `gpu:TYPE` (a word, not a count), or for `--gpus*`
+/// `TYPE:N`. One model per job.
+pub fn gpu_type(s: &str, gres: bool) -> Result<Option<String>, String> {
+    let mut found: Option<String> = None;
+    for item in s.split(',').filter(|i| !i.is_empty() && *i != "none") {
+        let parts: Vec<&str> = item.split(':').collect();
+        let t = match (gres, parts.as_slice()) {
+            (true, ["gpu", t, _]) => Some(*t),
+            (true, ["gpu", t]) if t.starts_with(|c: char| c.is_ascii_alphabetic()) => Some(*t),
+            (false, ["gpu", t, _]) | (false, [t, _]) if *t != "gpu" => Some(*t),
+            _ => None,
+        };
+        if let Some(t) = t {
+            if found.as_deref().is_some_and(|f| f != t) {
+                return Err(format!(
+                    "Invalid generic resource (gres) specification: {s}: one GPU type per job"
+                ));
+            }
+            found = Some(t.to_string());
+        }
+    }
+    Ok(found)
+}
+
 /// `--gres=gpu[:TYPE][:N][,...]`: the GPUs per node.
 pub fn parse_gres(s: &str) -> Result<u32, String> {
     let mut gpus: u32 = 0;
@@ -560,20 +585,25 @@ impl JobOpts {
             }
         };
         let mut gpus = GpuAsk::None;
+        let mut gpu_model = None;
         if let Some(g) = &self.gres {
             let n = parse_gres(g)?;
             if n > 0 {
                 gpus = GpuAsk::PerNode(n);
+                gpu_model = gpu_type(g, true)?;
             }
         }
         if let Some(g) = &self.gpus_per_node {
             gpus = GpuAsk::PerNode(count("--gpus-per-node", g)?);
+            gpu_model = gpu_type(g, false)?;
         }
         if let Some(g) = &self.gpus {
             gpus = GpuAsk::Total(count("--gpus", g)?);
+            gpu_model = gpu_type(g, false)?;
         }
         if let Some(g) = &self.gpus_per_task {
             gpus = GpuAsk::PerTask(count("--gpus-per-task", g)?);
+            gpu_model = gpu_type(g, false)?;
         }
         if matches!(
             gpus,
@@ -616,6 +646,7 @@ impl JobOpts {
         }
         Ok(JobSpec {
             array: None,
+            gpu_type: gpu_model.filter(|_| gpus != GpuAsk::None),
             name: self.job_name.clone().unwrap_or_default(),
             partition: self.partition.clone(),
             nodes,
@@ -694,6 +725,13 @@ mod tests {
         assert!(parse_gres("gpu:2147483648,gpu:2147483648").is_err());
         assert!(parse_gres("gpu:4294967295,gpu:1").is_err());
         assert_eq!(parse_gres("gpu:1,gpu:2"), Ok(3));
+        assert_eq!(gpu_type("gpu:h200:4", true), Ok(Some("h200".into())));
+        assert_eq!(gpu_type("gpu:h200", true), Ok(Some("h200".into())));
+        assert_eq!(gpu_type("gpu:4", true), Ok(None));
+        assert_eq!(gpu_type("h200:4", false), Ok(Some("h200".into())));
+        assert_eq!(gpu_type("gpu:a100:1", false), Ok(Some("a100".into())));
+        assert_eq!(gpu_type("4", false), Ok(None));
+        assert!(gpu_type("gpu:a100:1,gpu:h200:1", true).is_err());
     }
 
     #[test]

@@ -137,7 +137,10 @@ pub fn show_node(n: &NodeView) -> String {
     s.push_str(&format!(
         "   Gres={}\n",
         if n.gpus > 0 {
-            format!("gpu:{}", n.gpus)
+            match &n.gpu_model {
+                Some(m) => format!("gpu:{m}:{}", n.gpus),
+                None => format!("gpu:{}", n.gpus),
+            }
         } else {
             "(null)".into()
         }

@@ -260,6 +260,7 @@ mod tests {
             alloc_memory_mb: 0,
             gpus: 8,
             alloc_gpus: 0,
+            gpu_model: None,
             features: vec![],
             partitions: vec!["gpu".into()],
             reason: (state == NodeState::Drained).then(|| "bad gpu".to_string()),

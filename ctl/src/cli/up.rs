@@ -32,6 +32,10 @@ pub struct UpArgs {
     /// Simulated GPUs per node.
     #[arg(long, default_value_t = 8)]
     pub gpus_per_node: u32,
+    /// The simulated GPUs' model, as jobs name it (`--gres=gpu:h200:1`);
+    /// none: untyped.
+    #[arg(long)]
+    pub gpu_model: Option<String>,
     /// CPUs per node (simulated: may exceed the machine's).
     #[arg(long, default_value_t = 16)]
     pub cpus_per_node: u32,
@@ -102,6 +106,8 @@ pub enum UpError {
 pub struct ClusterSpec {
     pub nodes: u32,
     pub gpus_per_node: u32,
+    /// The simulated GPUs' model (none: untyped).
+    pub gpu_model: Option<String>,
     pub cpus_per_node: u32,
     pub mem_per_node: u64,
     pub heartbeat_timeout: u64,
@@ -324,8 +330,12 @@ impl Cluster {
                 continue;
             }
             let file = cluster.gpu_file(i);
+            let model = match &cluster.spec.gpu_model {
+                Some(m) => format!("model = {m:?}\n"),
+                None => String::new(),
+            };
             let gpus: String = (0..cluster.spec.gpus_per_node)
-                .map(|g| format!("[[gpu]]\nindex = {g}\n"))
+                .map(|g| format!("[[gpu]]\nindex = {g}\n{model}"))
                 .collect();
             std::fs::write(&file, gpus).map_err(io(&file))?;
             let child = cluster.spawn_agent(i)?;
@@ -726,6 +736,7 @@ pub fn main(args: &[OsString]) -> i32 {
     let spec = ClusterSpec {
         nodes: a.nodes,
         gpus_per_node: a.gpus_per_node,
+        gpu_model: a.gpu_model.clone(),
         cpus_per_node: a.cpus_per_node,
         mem_per_node: a.mem_per_node,
         heartbeat_timeout: a.heartbeat_timeout,

@@ -63,6 +63,12 @@ impl Controller {
         for f in &spec.constraint {
             printable("feature", f)?;
         }
+        if let Some(t) = &spec.gpu_type {
+            printable("GPU type", t)?;
+            if t.len() > MAX_FEATURE_LEN {
+                return Err(CtldError::TooManyFeatures(1));
+            }
+        }
         for (what, t) in [
             ("comment", &spec.comment),
             ("submit directory", &spec.submit_dir),

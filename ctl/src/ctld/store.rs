@@ -45,8 +45,9 @@ const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
 /// was submitted from. 9: any-of dependencies, `--kill-on-invalid-dep`.
 /// 10: `--open-mode`. 11: `--constraint`. 12: open steps hold their own
 /// GPUs. 13: memory per CPU, per GPU, or the whole node. 14: the account.
-/// 15: job arrays (an array's record, its tasks' records).
-const LAYOUT: u64 = 15;
+/// 15: job arrays (an array's record, its tasks' records). 16: a GPU
+/// model asked for.
+const LAYOUT: u64 = 16;
 
 /// The bulky part of a job: its batch script and environment. Read when
 /// the job (or a step of it) is launched.

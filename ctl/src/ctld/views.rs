@@ -217,6 +217,7 @@ impl Controller {
                     alloc_memory_mb: info.alloc_memory_mb,
                     gpus: info.gpus,
                     alloc_gpus: info.alloc_gpus,
+                    gpu_model: scheduler_core::node_gpu_model(&super::wire::node_spec(&n.reg).gpus),
                     features: info.features,
                     partitions,
                     reason,

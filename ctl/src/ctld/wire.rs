@@ -59,6 +59,7 @@ pub(super) fn job_request(who: Ident, spec: &JobSpec) -> JobRequest {
     req.memory_per_gpu_mb = spec.mem_per_gpu_mb;
     req.memory_whole_node = spec.mem_whole;
     req.gpus = gpu_request(spec.gpus);
+    req.gpu_type = spec.gpu_type.clone();
     req.exclusive = spec.exclusive;
     req.time_limit = spec.time_limit;
     req.nodelist = spec.nodelist.clone();
@@ -88,6 +89,7 @@ pub(super) fn node_spec(reg: &Registration) -> NodeSpec {
                 index: g.index,
                 uuid: g.uuid.clone(),
                 group: g.group,
+                model: g.model.clone(),
             })
             .collect(),
         features: reg.features.clone(),

@@ -123,13 +123,21 @@ impl Scheduler {
         }
 
         // Nodes this job could ever use, whatever their state.
+        let gpu_type = req.gpu_type.as_ref().map(|t| t.to_ascii_lowercase());
         let usable = || {
             part.members
                 .iter()
                 .filter(|m| !exclude.contains(m))
                 .filter_map(|&m| self.slot(m))
+                .filter(|n| n.gpus_of(gpu_type.as_deref()))
                 .filter(|n| crate::model::features_met(&n.features, &features, req.features_any))
         };
+        if let (Some(t), None) = (&gpu_type, usable().next()) {
+            return Err(SubmitError::NodeConfigUnavailable(format!(
+                "no node in partition {} has GPUs of type {t}",
+                part.spec.name
+            )));
+        }
         let most_gpus = || usable().map(|n| n.gpu_count).max().unwrap_or(0);
         let shape = self.shape(&req, &part.spec.name, most_gpus, required.len())?;
         // Stop looking as soon as enough nodes could hold it.
@@ -196,6 +204,7 @@ impl Scheduler {
             exclude,
             features,
             features_any: req.features_any,
+            gpu_type,
             qos,
             nice: req.nice,
             hold: req.hold.then_some(HoldKind::User),
@@ -321,5 +330,55 @@ impl Scheduler {
             mem_whole: req.memory_whole_node,
             exclusive,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::{GpuRequest, NodeSpec, PartitionSpec};
+    use crate::*;
+
+    #[test]
+    fn a_typed_gpu_request_goes_only_to_nodes_of_that_model() {
+        let mut s = Scheduler::new(SchedulerConfig::default());
+        let mut p = PartitionSpec::new("gpu", "n[0-2]");
+        p.is_default = true;
+        s.add_partition(p).unwrap();
+        let typed = |name: &str, model: &str| {
+            let mut n = NodeSpec::new(name, 8, 1000).with_gpus(4, 0);
+            for g in &mut n.gpus {
+                g.model = model.into();
+            }
+            n
+        };
+        s.handle_node_added(typed("n0", "a100")).unwrap();
+        s.handle_node_added(typed("n1", "NVIDIA_H200")).unwrap();
+        // Mixed: no typed request goes there.
+        let mut mixed = typed("n2", "h200");
+        mixed.gpus[0].model = "a100".into();
+        s.handle_node_added(mixed).unwrap();
+        let ask = |t: Option<&str>| {
+            let mut r = JobRequest::new(UserId(1));
+            r.gpus = GpuRequest::PerNode(2);
+            r.gpu_type = t.map(String::from);
+            r
+        };
+        for id in 1..=3 {
+            s.submit(0, JobId(id), ask(Some("h200"))).unwrap();
+        }
+        let started = s.schedule(0);
+        assert_eq!(started.len(), 2, "two fit on the one H200 node");
+        let n1 = s.node_id("n1").unwrap();
+        assert!(started.iter().all(|d| d.nodes[0].node == n1));
+        match s.submit(0, JobId(9), ask(Some("v100"))) {
+            Err(SubmitError::NodeConfigUnavailable(m)) => {
+                assert!(m.contains("GPUs of type v100"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // Untyped, any node will do.
+        s.submit(0, JobId(10), ask(None)).unwrap();
+        assert_eq!(s.schedule(0).len(), 1);
+        s.audit().unwrap();
     }
 }

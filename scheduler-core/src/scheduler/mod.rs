@@ -104,6 +104,8 @@ struct NodeSlot {
     name: String,
     cap: Capacity,
     gpu_count: u32,
+    /// The model of all its GPUs, lowercase (`None`: untyped or mixed).
+    gpu_model: Option<String>,
     features: Vec<String>,
     admin: NodeAdmin,
     /// Free right now.
@@ -116,6 +118,17 @@ struct NodeSlot {
 impl NodeSlot {
     fn usable(&self) -> bool {
         self.admin == NodeAdmin::Up
+    }
+
+    /// Whether its GPUs are of the model a job names (any, when none):
+    /// the model as detected (`nvidia_h200`) or without its vendor
+    /// (`h200`), as sites name them in their own gres.conf.
+    fn gpus_of(&self, model: Option<&str>) -> bool {
+        model.is_none_or(|m| {
+            self.gpu_model
+                .as_deref()
+                .is_some_and(|g| g == m || g.strip_prefix("nvidia_") == Some(m))
+        })
     }
 
     fn take_cpus(&mut self, n: u32) -> Vec<u32> {
@@ -175,6 +188,8 @@ struct Job {
     features: Vec<String>,
     /// Any one of `features` suffices (`-C a|b`).
     features_any: bool,
+    /// Only nodes whose GPUs are all of this model (lowercase).
+    gpu_type: Option<String>,
     qos: u32,
     nice: i32,
     hold: Option<HoldKind>,
@@ -217,6 +232,7 @@ impl Job {
             partition: self.partition,
             features: self.features.clone(),
             features_any: self.features_any,
+            gpu_type: self.gpu_type.clone(),
             required: self.required.clone(),
             exclude: self.exclude.clone(),
         }
@@ -228,6 +244,7 @@ struct EligKey {
     partition: PartitionId,
     features: Vec<String>,
     features_any: bool,
+    gpu_type: Option<String>,
     required: Vec<NodeId>,
     exclude: Vec<NodeId>,
 }

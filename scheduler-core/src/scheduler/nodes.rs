@@ -144,6 +144,7 @@ impl Scheduler {
             free: cap.whole(),
             cap,
             gpu_count: gpus.count_ones(),
+            gpu_model: crate::model::node_gpu_model(&spec.gpus),
             features: spec.features,
             admin: NodeAdmin::Up,
             cpu_free,

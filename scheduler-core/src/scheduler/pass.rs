@@ -358,8 +358,10 @@ impl Scheduler {
             let Some(job) = self.jobs.get(&id) else {
                 continue;
             };
-            let simple =
-                job.features.is_empty() && job.required.is_empty() && job.exclude.is_empty();
+            let simple = job.features.is_empty()
+                && job.required.is_empty()
+                && job.exclude.is_empty()
+                && job.gpu_type.is_none();
             let ei = match simple.then(|| simple_elig.get(&job.partition)).flatten() {
                 Some(&i) => i,
                 None => {
@@ -480,6 +482,7 @@ impl Scheduler {
             .filter(|&m| {
                 self.slot(m).is_some_and(|n| {
                     n.usable()
+                        && n.gpus_of(key.gpu_type.as_deref())
                         && crate::model::features_met(&n.features, &key.features, key.features_any)
                 })
             })

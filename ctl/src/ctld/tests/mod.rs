@@ -52,6 +52,7 @@ fn reg(name: &str, gpus: u32) -> Registration {
                 uuid: format!("GPU-{name}-{i}"),
                 memory_mb: 1000,
                 group: 0,
+                model: String::new(),
             })
             .collect(),
         features: vec![],
