@@ -32,6 +32,12 @@ pub struct JobOpts {
     /// Tasks per node.
     #[arg(long = "ntasks-per-node")]
     pub ntasks_per_node: Option<u32>,
+    /// CPUs for each GPU the job's tasks hold (instead of -c).
+    #[arg(long = "cpus-per-gpu", conflicts_with = "cpus_per_task")]
+    pub cpus_per_gpu: Option<u32>,
+    /// Tasks for each GPU (with --gpus, or GPUs for -n's tasks).
+    #[arg(long = "ntasks-per-gpu")]
+    pub ntasks_per_gpu: Option<u32>,
     /// Memory per node (MB, or with a K/M/G/T suffix; 0: the whole node's).
     #[arg(long, overrides_with_all = ["mem_per_cpu", "mem_per_gpu"])]
     pub mem: Option<String>,
@@ -234,6 +240,7 @@ pub const SBATCH_INPUT: &[InputVar] = &[
     value("SBATCH_ACCOUNT", "--account"),
     value("SBATCH_ARRAY_INX", "--array"),
     value("SBATCH_CONSTRAINT", "--constraint"),
+    value("SBATCH_CPUS_PER_GPU", "--cpus-per-gpu"),
     switch("SBATCH_EXCLUSIVE", "--exclusive"),
     value("SBATCH_MEM_PER_CPU", "--mem-per-cpu"),
     value("SBATCH_MEM_PER_GPU", "--mem-per-gpu"),
@@ -641,8 +648,47 @@ impl JobOpts {
             .map(parse_mem)
             .transpose()?
             .flatten();
-        if self.ntasks == Some(0) || self.cpus_per_task == Some(0) || nodes == Some(0) {
+        if self.ntasks == Some(0)
+            || self.cpus_per_task == Some(0)
+            || nodes == Some(0)
+            || self.cpus_per_gpu == Some(0)
+            || self.ntasks_per_gpu == Some(0)
+        {
             return Err("invalid count: node, task and CPU counts must be positive".into());
+        }
+        let (mut ntasks, mut ntasks_per_node) = (self.ntasks, self.ntasks_per_node);
+        // --ntasks-per-gpu: tasks from the GPUs asked for, or GPUs for the
+        // tasks asked for.
+        if let Some(k) = self.ntasks_per_gpu {
+            let too_many = || "invalid --ntasks-per-gpu: too many tasks".to_string();
+            match gpus {
+                GpuAsk::Total(g) => ntasks = Some(g.checked_mul(k).ok_or_else(too_many)?),
+                GpuAsk::PerNode(g) => {
+                    ntasks_per_node = Some(g.checked_mul(k).ok_or_else(too_many)?)
+                }
+                GpuAsk::PerTask(_) => {
+                    return Err("--ntasks-per-gpu and --gpus-per-task do not mix".into())
+                }
+                GpuAsk::None => match self.ntasks {
+                    Some(n) => gpus = GpuAsk::Total(n.div_ceil(k)),
+                    None => return Err("--ntasks-per-gpu needs --gpus or --ntasks".into()),
+                },
+            }
+        }
+        // --cpus-per-gpu: each task's CPUs from the GPUs it holds.
+        let mut cpus_per_task = self.cpus_per_task;
+        if let Some(c) = self.cpus_per_gpu {
+            let per_node_tasks = ntasks_per_node.unwrap_or(1);
+            let (gpus_each, tasks_each) = match gpus {
+                GpuAsk::PerTask(g) => (g, 1),
+                GpuAsk::PerNode(g) => (g, per_node_tasks),
+                GpuAsk::Total(g) => (g, ntasks.unwrap_or(nodes.unwrap_or(1))),
+                GpuAsk::None => return Err("--cpus-per-gpu needs GPUs".into()),
+            };
+            let cpus = c
+                .checked_mul(gpus_each)
+                .ok_or("invalid --cpus-per-gpu: too many CPUs")?;
+            cpus_per_task = Some(cpus.div_ceil(tasks_each.max(1)).max(1));
         }
         Ok(JobSpec {
             array: None,
@@ -650,9 +696,9 @@ impl JobOpts {
             name: self.job_name.clone().unwrap_or_default(),
             partition: self.partition.clone(),
             nodes,
-            ntasks: self.ntasks,
-            ntasks_per_node: self.ntasks_per_node,
-            cpus_per_task: self.cpus_per_task,
+            ntasks,
+            ntasks_per_node,
+            cpus_per_task,
             mem_mb,
             mem_whole,
             mem_per_cpu_mb,
@@ -934,6 +980,49 @@ mod tests {
                 Dep::AfterOk(JobId(5))
             ]
         );
+    }
+
+    #[test]
+    fn cpus_per_gpu_and_ntasks_per_gpu_become_the_shape() {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            job: JobOpts,
+        }
+        let spec = |args: &[&str]| {
+            let mut argv = vec!["t"];
+            argv.extend_from_slice(args);
+            <T as clap::Parser>::try_parse_from(argv)
+                .map_err(|e| e.to_string())?
+                .job
+                .to_spec()
+        };
+        let s = spec(&["--gpus-per-node=4", "--cpus-per-gpu=6"]).unwrap();
+        assert_eq!((s.cpus_per_task, s.gpus), (Some(24), GpuAsk::PerNode(4)));
+        let s = spec(&[
+            "--gpus-per-node=4",
+            "--ntasks-per-node=4",
+            "--cpus-per-gpu=6",
+        ])
+        .unwrap();
+        assert_eq!(s.cpus_per_task, Some(6));
+        let s = spec(&["--gpus-per-task=2", "--cpus-per-gpu=3", "-n", "4"]).unwrap();
+        assert_eq!(s.cpus_per_task, Some(6));
+        let s = spec(&["--gpus=8", "--ntasks-per-gpu=2", "--cpus-per-gpu=4"]).unwrap();
+        assert_eq!((s.ntasks, s.cpus_per_task), (Some(16), Some(2)));
+        let s = spec(&["-n", "5", "--ntasks-per-gpu=2"]).unwrap();
+        assert_eq!(s.gpus, GpuAsk::Total(3));
+        let s = spec(&["--gres=gpu:2", "--ntasks-per-gpu=1"]).unwrap();
+        assert_eq!(s.ntasks_per_node, Some(2));
+        for bad in [
+            &["--cpus-per-gpu=2"][..],
+            &["--cpus-per-gpu=2", "-c", "2", "--gpus=1"],
+            &["--ntasks-per-gpu=2"],
+            &["--gpus-per-task=1", "--ntasks-per-gpu=2", "-n", "2"],
+            &["--gpus=1", "--cpus-per-gpu=0"],
+        ] {
+            assert!(spec(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
