@@ -183,7 +183,11 @@ pub fn task_env(
         // to Slurm's launchers (no SLURM_STEP_ID).
         set("SLURM_TASKS_PER_NODE", per_node(&l.shape.job_tasks));
     } else {
-        let steps_nodes = l.job_nodes.get(..l.shape.step_tasks.len()).unwrap_or(&[]);
+        // The job's first nodes, unless the launch names others.
+        let steps_nodes = match l.shape.step_nodes.as_slice() {
+            [] => l.job_nodes.get(..l.shape.step_tasks.len()).unwrap_or(&[]),
+            named => named,
+        };
         set("SLURM_STEP_ID", l.step.to_string());
         set("SLURM_STEPID", l.step.to_string());
         set("SLURM_STEP_NUM_NODES", l.step_nodes.to_string());
@@ -289,6 +293,7 @@ mod tests {
                 submit_host: Some("login-1".into()),
                 qos: None,
                 account: Some("ml".into()),
+                step_nodes: vec![],
             },
             array: None,
         }
@@ -321,6 +326,17 @@ mod tests {
         assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), "5");
         assert_eq!(get(&env, "SLURM_JOB_GPUS"), "2,3,5,6");
         assert!(env.iter().all(|(k, _)| !k.starts_with("SLURM_ARRAY")));
+    }
+
+    #[test]
+    fn a_step_on_some_of_the_jobs_nodes_names_them() {
+        let mut l = launch(None);
+        l.job_nodes = vec!["worker-0".into(), "worker-1".into(), "worker-2".into()];
+        l.shape.step_tasks = vec![2, 2];
+        l.shape.step_nodes = vec!["worker-0".into(), "worker-2".into()];
+        let env = task_env(&l, "worker-2", "root", 0, "/run/a.sock", "c");
+        assert_eq!(get(&env, "SLURM_STEP_NODELIST"), "worker-[0,2]");
+        assert_eq!(get(&env, "SLURM_JOB_NODELIST"), "worker-[0-2]");
     }
 
     #[test]

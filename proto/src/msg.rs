@@ -336,6 +336,9 @@ pub struct LaunchShape {
     pub submit_host: Option<String>,
     pub qos: Option<String>,
     pub account: Option<String>,
+    /// The step's nodes, when they are not the job's first ones
+    /// (`srun -w`/`-x` inside a job; `SLURM_STEP_NODELIST`).
+    pub step_nodes: Vec<String>,
 }
 
 impl Launch {
@@ -691,6 +694,12 @@ pub struct StepSpec {
     /// GPUs the step asks for on each of its nodes, from the job's
     /// (`srun --gres=gpu:N` inside a job); `None`: all of the job's.
     pub gpus_per_node: Option<u32>,
+    /// `--overlap`: the step may use GPUs other steps hold, and holds
+    /// none from them.
+    pub overlap: bool,
+    /// `-w`: these of the job's nodes run the step; `-x`: these do not.
+    pub nodelist: Vec<String>,
+    pub exclude: Vec<String>,
     pub argv: Vec<String>,
     pub work_dir: String,
     pub env: Vec<(String, String)>,
@@ -981,6 +990,9 @@ pub enum Response {
     },
     /// Refused, in words a Slurm user knows.
     Error(String),
+    /// Not now: what it asks for is in use (a step's GPUs, held by other
+    /// steps); asking again later may succeed.
+    Busy(String),
 }
 
 /// A job as `squeue` and `scontrol show job` show it.

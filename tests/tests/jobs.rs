@@ -609,9 +609,14 @@ fn a_script_that_is_not_utf8_runs_as_written() {
 #[test]
 fn one_gpu_steps_in_a_two_gpu_job_see_one_gpu_each() {
     let env = Env::start(Opts::default());
+    // Three one-GPU steps at once: two run, the third waits for a GPU
+    // (as Slurm's srun, saying so), while one that overlaps runs at once.
     let script = "#!/bin/sh\n#SBATCH --gres=gpu:2\n#SBATCH -o fan.out\n\
         srun --gres=gpu:1 sh -c 'echo one=$CUDA_VISIBLE_DEVICES; sleep 2' &\n\
         srun --gres=gpu:1 sh -c 'echo one=$CUDA_VISIBLE_DEVICES; sleep 2' &\n\
+        sleep 1\n\
+        srun --gres=gpu:1 sh -c 'echo three=$CUDA_VISIBLE_DEVICES' &\n\
+        srun --overlap --gres=gpu:1 sh -c 'echo overlap=$CUDA_VISIBLE_DEVICES' &\n\
         wait\n\
         srun sh -c 'echo all=$CUDA_VISIBLE_DEVICES'\n";
     let id = env.sbatch(&[], script);
@@ -635,6 +640,19 @@ fn one_gpu_steps_in_a_two_gpu_job_see_one_gpu_each() {
     let mut all: Vec<&str> = all.split(',').collect();
     all.sort();
     assert_eq!(all, ones, "{out}");
+    assert!(
+        out.contains(&format!(
+            "srun: Job {id} step creation temporarily disabled, retrying (Requested GPUs are busy"
+        )),
+        "{out}"
+    );
+    for which in ["three=", "overlap="] {
+        let g = out.lines().find_map(|l| l.strip_prefix(which));
+        assert!(g.is_some_and(|g| ones.contains(&g)), "{which} {out}");
+    }
+    // The waiting step started after the overlapping one printed.
+    let at = |p: &str| out.find(p).unwrap_or(usize::MAX);
+    assert!(at("overlap=") < at("three="), "{out}");
 }
 
 /// A job array through the real commands: each task a job of its own

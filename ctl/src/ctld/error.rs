@@ -84,6 +84,8 @@ pub enum CtldError {
     },
     #[error("Invalid node name specified: {0}")]
     UnknownNode(String),
+    #[error("Requested node configuration is not available: {0} is not one of the job's nodes")]
+    StepNodeNotInJob(String),
     #[error("You must specify a reason when DRAINING or DOWNING a node")]
     ReasonRequired,
     #[error(

@@ -23,7 +23,9 @@ struct StepPlan<'a> {
     /// `SLURM_NTASKS` and `SLURM_NNODES` as the step's tasks see them.
     ntasks: u32,
     step_nodes: u32,
-    /// Tasks on each of the job's first nodes that run a part.
+    /// The job's nodes (indices into its allocation, ascending) that run
+    /// a part, and the tasks on each.
+    on: Vec<usize>,
     tasks: Vec<u32>,
     what: LaunchKind,
     /// The step's own GPUs per node, when it asked for some.
@@ -42,7 +44,14 @@ impl StepPlan<'_> {
         let time_limit = j.end_by.zip(j.start).map(|(e, s)| e.saturating_sub(s));
         let mut first_task = 0;
         let mut out = Vec::with_capacity(self.tasks.len());
-        for (i, ((node, a), &here)) in j.alloc.iter().zip(&self.tasks).enumerate() {
+        // Named in the launch only when they are not the job's first.
+        let prefix = self.on.iter().enumerate().all(|(i, &k)| i == k);
+        let step_nodes: Vec<String> = match prefix {
+            true => Vec::new(),
+            false => self.on.iter().map(|&k| j.alloc[k].0.clone()).collect(),
+        };
+        let parts = self.on.iter().filter_map(|&k| j.alloc.get(k));
+        for (i, ((node, a), &here)) in parts.zip(&self.tasks).enumerate() {
             if only.is_some_and(|o| o != node) {
                 first_task += here;
                 continue;
@@ -86,6 +95,7 @@ impl StepPlan<'_> {
                     submit_host: j.spec.submit_host.clone(),
                     qos: j.spec.qos.clone(),
                     account: j.spec.account.clone(),
+                    step_nodes: step_nodes.clone(),
                 },
             };
             first_task += here;
@@ -110,8 +120,12 @@ pub(super) struct OpenStep {
     argv: Vec<String>,
     io: StepIo,
     /// The step's own GPUs on each node, when it asked for some (held
-    /// from other steps until its part there ends).
+    /// from other steps until its part there ends, unless it overlaps).
     gpus: Vec<(String, Vec<u32>)>,
+    /// The job's nodes that run it (indices into the allocation).
+    on: Vec<usize>,
+    /// `--overlap`: its GPUs are not held from other steps.
+    overlap: bool,
 }
 
 /// The most open steps a run keeps for sending again, and the most bytes
@@ -173,6 +187,7 @@ impl JobRecord {
             env: std::borrow::Cow::Borrowed(&self.spec.env),
             ntasks,
             step_nodes,
+            on: (0..tasks.len()).collect(),
             tasks,
             what,
             gpus: &[],
@@ -196,6 +211,7 @@ impl JobRecord {
             env: std::borrow::Cow::Owned(env),
             ntasks: s.ntasks,
             step_nodes: s.nodes,
+            on: s.on.clone(),
             tasks: (0..s.nodes).map(|i| base + u32::from(i < extra)).collect(),
             what: LaunchKind::Step {
                 argv: s.argv.clone(),
@@ -338,12 +354,32 @@ impl Controller {
         if let Some(o) = j.open_steps.iter().find(|o| o.io.secret == s.io.secret) {
             return Ok((s.job, o.step));
         }
-        let all = j.alloc.len() as u32;
-        let nodes = s.nodes.unwrap_or(all);
-        if nodes == 0 || nodes > all {
+        // The job's nodes the step may use: those it names (`-w`) first,
+        // then others in order, none it excludes (`-x`).
+        let index = |n: &String| j.alloc.iter().position(|(name, _)| name == n);
+        let mut named = Vec::new();
+        for n in &s.nodelist {
+            let k = index(n).ok_or_else(|| CtldError::StepNodeNotInJob(n.clone()))?;
+            if !named.contains(&k) {
+                named.push(k);
+            }
+        }
+        let excluded: Vec<usize> = s.exclude.iter().filter_map(index).collect();
+        if named.iter().any(|k| excluded.contains(k)) {
+            return Err(CtldError::StepNodes(j.alloc.len() as u32));
+        }
+        let usable = (0..j.alloc.len()).filter(|k| !excluded.contains(k) && !named.contains(k));
+        let candidates: Vec<usize> = named.iter().copied().chain(usable).collect();
+        let all = candidates.len() as u32;
+        let nodes = s.nodes.unwrap_or(if named.is_empty() {
+            all
+        } else {
+            named.len() as u32
+        });
+        if nodes == 0 || nodes > all || (nodes as usize) < named.len() {
             return Err(CtldError::StepNodes(all));
         }
-        let job_tasks: u32 = j.alloc.iter().map(|(_, a)| a.tasks).sum();
+        let job_tasks: u32 = candidates.iter().map(|&k| j.alloc[k].1.tasks).sum();
         let ntasks = s.ntasks.unwrap_or(if s.nodes.is_some() {
             nodes
         } else {
@@ -352,25 +388,31 @@ impl Controller {
         if ntasks == 0 {
             return Err(CtldError::StepTasks);
         }
-        let nodes = nodes.min(ntasks);
+        let nodes = nodes.min(ntasks).max(named.len() as u32);
+        let mut on: Vec<usize> = candidates[..nodes as usize].to_vec();
+        on.sort_unstable();
         // A step's own GPUs: on each of its nodes, ones of the job's that
-        // no open step holds there.
+        // no open step holds there (an overlapping step takes any, free
+        // ones first, and holds them from none).
         let mut gpus = Vec::new();
         if let Some(want) = s.gpus_per_node.filter(|&g| g > 0) {
-            for (node, a) in j.alloc.iter().take(nodes as usize) {
+            for (node, a) in on.iter().map(|&k| &j.alloc[k]) {
                 let busy: Vec<u32> = j
                     .open_steps
                     .iter()
-                    .filter(|o| o.left.iter().any(|n| n == node))
+                    .filter(|o| !o.overlap && o.left.iter().any(|n| n == node))
                     .flat_map(|o| o.gpus.iter().filter(|(n, _)| n == node))
                     .flat_map(|(_, g)| g.iter().copied())
                     .collect();
-                let free: Vec<u32> = a
+                let mut free: Vec<u32> = a
                     .gpus
                     .iter()
                     .copied()
                     .filter(|g| !busy.contains(g))
                     .collect();
+                if s.overlap {
+                    free.extend(a.gpus.iter().filter(|g| busy.contains(g)));
+                }
                 if (free.len() as u32) < want {
                     return Err(CtldError::StepGpus {
                         node: node.clone(),
@@ -393,12 +435,7 @@ impl Controller {
         );
         let open = OpenStep {
             step,
-            left: j
-                .alloc
-                .iter()
-                .take(nodes as usize)
-                .map(|(n, _)| n.clone())
-                .collect(),
+            left: on.iter().map(|&k| j.alloc[k].0.clone()).collect(),
             nodes,
             ntasks,
             work_dir: s.work_dir,
@@ -406,6 +443,8 @@ impl Controller {
             argv: s.argv,
             io: s.io,
             gpus,
+            on,
+            overlap: s.overlap,
         };
         let launches = j.step_plan(&open).launches(None);
         let kept: usize = j.open_steps.iter().map(OpenStep::bytes).sum();

@@ -66,6 +66,10 @@ pub struct SrunArgs {
     /// Run as a step of this job of one's own (a shell on one's job's node).
     #[arg(long)]
     pub jobid: Option<u64>,
+    /// Inside a job: share GPUs with the job's other steps rather than
+    /// wait for ones they do not hold.
+    #[arg(long)]
+    pub overlap: bool,
     /// The command and its arguments.
     #[arg(required = true, trailing_var_arg = true)]
     pub command: Vec<String>,
@@ -358,8 +362,8 @@ async fn run(a: SrunArgs) -> i32 {
         Err(e) => return fail(CMD, e),
     };
     let (job, step_mode) = if let Some(job) = in_allocation {
-        let (nodes, gpus) = match a.job.to_spec() {
-            Ok(s) => (s.nodes, s.gpus),
+        let (nodes, gpus, nodelist, exclude) = match a.job.to_spec() {
+            Ok(s) => (s.nodes, s.gpus, s.nodelist, s.exclude),
             Err(e) => return fail(CMD, e),
         };
         // The step's own GPUs on each of its nodes (`--gres=gpu:N`,
@@ -378,15 +382,36 @@ async fn run(a: SrunArgs) -> i32 {
             nodes,
             ntasks: a.job.ntasks,
             gpus_per_node,
+            overlap: a.overlap,
+            nodelist,
+            exclude,
             argv: a.command.clone(),
             work_dir: cwd.to_string_lossy().into_owned(),
             env,
             io,
         };
-        match client.ok(Request::SubmitStep(spec)).await {
-            Ok(Response::StepCreated { job, .. }) => (job, true),
-            Ok(other) => return fail(CMD, format!("unexpected answer {other:?}")),
-            Err(e) => return fail(CMD, format!("Unable to create step for job {job}: {e}")),
+        // GPUs other steps hold: wait for them, as Slurm's srun does.
+        let mut said = false;
+        loop {
+            match client.ok(Request::SubmitStep(spec.clone())).await {
+                Ok(Response::StepCreated { job, step }) => {
+                    if said {
+                        eprintln!("{CMD}: Step created for StepId={job}.{step}");
+                    }
+                    break (job, true);
+                }
+                Ok(Response::Busy(why)) => {
+                    if !said {
+                        eprintln!(
+                            "{CMD}: Job {job} step creation temporarily disabled, retrying ({why})"
+                        );
+                        said = true;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                }
+                Ok(other) => return fail(CMD, format!("unexpected answer {other:?}")),
+                Err(e) => return fail(CMD, format!("Unable to create step for job {job}: {e}")),
+            }
         }
     } else {
         let mut spec = match a.job.to_spec() {

@@ -528,6 +528,9 @@ fn concurrent_one_gpu_steps_get_distinct_gpus_of_their_job() {
         nodes: None,
         ntasks: Some(1),
         gpus_per_node: Some(1),
+        overlap: false,
+        nodelist: vec![],
+        exclude: vec![],
         argv: vec!["train".into()],
         work_dir: "/tmp".into(),
         env: vec![],
@@ -561,6 +564,82 @@ fn concurrent_one_gpu_steps_get_distinct_gpus_of_their_job() {
     c.submit_step(ALICE, step(3), 3).unwrap();
     let l = launches(&mut c);
     assert_eq!(l[0].1.step_gpus.as_ref(), Some(&seen[0]), "the freed one");
+    // Both held again: an --overlap step takes one anyway, and holds it
+    // from none.
+    let mut shared = step(4);
+    shared.overlap = true;
+    c.submit_step(ALICE, shared.clone(), 4).unwrap();
+    assert_eq!(
+        launches(&mut c)[0].1.step_gpus.as_ref().map(Vec::len),
+        Some(1)
+    );
+    shared.io.secret = [5; 32];
+    c.submit_step(ALICE, shared, 4).unwrap();
+    assert!(c.submit_step(ALICE, step(6), 4).is_err(), "still busy");
+}
+
+/// `srun -w`/`-x` inside a job: the step runs on the job's nodes it
+/// names (or not the ones it excludes), and tells its tasks which.
+#[test]
+fn a_step_runs_on_the_nodes_it_names_of_its_job() {
+    let mut c = cluster(3);
+    let mut spec = batch("x");
+    spec.nodes = Some(3);
+    let id = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    launches(&mut c);
+    let step = |secret: u8, nodelist: &[&str], exclude: &[&str], nodes: Option<u32>| StepSpec {
+        job: id,
+        nodes,
+        ntasks: None,
+        gpus_per_node: None,
+        overlap: false,
+        nodelist: nodelist.iter().map(|s| s.to_string()).collect(),
+        exclude: exclude.iter().map(|s| s.to_string()).collect(),
+        argv: vec!["hostname".into()],
+        work_dir: "/tmp".into(),
+        env: vec![],
+        io: StepIo {
+            addr: "127.0.0.1:9".parse().unwrap(),
+            cert_sha256: [0; 32],
+            secret: [secret; 32],
+        },
+    };
+    let on = |c: &mut Controller| -> Vec<(String, u32, Vec<String>)> {
+        let mut v: Vec<_> = launches(c)
+            .into_iter()
+            .map(|(n, l)| (n, l.node_index, l.shape.step_nodes))
+            .collect();
+        v.sort();
+        v
+    };
+    c.submit_step(ALICE, step(1, &["worker-2"], &[], None), 1)
+        .unwrap();
+    assert_eq!(
+        on(&mut c),
+        [("worker-2".into(), 0, vec!["worker-2".into()])]
+    );
+    c.submit_step(ALICE, step(2, &[], &["worker-0"], None), 1)
+        .unwrap();
+    let both = vec!["worker-1".to_string(), "worker-2".to_string()];
+    assert_eq!(
+        on(&mut c),
+        [
+            ("worker-1".into(), 0, both.clone()),
+            ("worker-2".into(), 1, both)
+        ]
+    );
+    // The first nodes, as before: not named in the launch.
+    c.submit_step(ALICE, step(3, &[], &[], Some(2)), 1).unwrap();
+    assert!(on(&mut c).iter().all(|(_, _, named)| named.is_empty()));
+    let e = c
+        .submit_step(ALICE, step(4, &["worker-9"], &[], None), 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("worker-9 is not one of the job's nodes"), "{e}");
+    assert!(c
+        .submit_step(ALICE, step(5, &["worker-1"], &["worker-1"], None), 1)
+        .is_err());
 }
 
 /// `--mem-per-cpu` and `--mem=0` become the memory a job's nodes give it
@@ -667,6 +746,9 @@ fn steps_spread_tasks_over_the_allocation() {
         nodes: None,
         ntasks: Some(5),
         gpus_per_node: None,
+        overlap: false,
+        nodelist: vec![],
+        exclude: vec![],
         argv: vec!["hostname".into()],
         work_dir: "/tmp".into(),
         env: vec![],
@@ -694,6 +776,9 @@ fn steps_spread_tasks_over_the_allocation() {
         nodes: None,
         ntasks: None,
         gpus_per_node: None,
+        overlap: false,
+        nodelist: vec![],
+        exclude: vec![],
         argv: vec!["true".into()],
         work_dir: "/tmp".into(),
         env: vec![],
@@ -1239,6 +1324,9 @@ fn each_run_that_ends_leaves_one_accounting_record() {
         nodes: None,
         ntasks: None,
         gpus_per_node: None,
+        overlap: false,
+        nodelist: vec![],
+        exclude: vec![],
         argv: vec!["/usr/bin/python3".into(), "train.py".into()],
         work_dir: "/tmp".into(),
         env: vec![],
@@ -1456,6 +1544,9 @@ fn a_run_accounts_at_most_max_steps_steps() {
             nodes: None,
             ntasks: Some(1),
             gpus_per_node: None,
+            overlap: false,
+            nodelist: vec![],
+            exclude: vec![],
             argv: vec!["true".into()],
             work_dir: "/tmp".into(),
             env: vec![],
