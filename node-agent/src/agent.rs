@@ -685,7 +685,9 @@ impl Agent {
                 };
                 self.run_batch(l, script, args, out, join).await
             }
-            LaunchKind::Step { argv, io } => crate::step::run(self, l, argv, *io, join).await,
+            LaunchKind::Step { argv, io, files } => {
+                crate::step::run(self, l, argv, *io, files, join).await
+            }
         };
         // What the step left behind goes with it.
         let (job, step) = (l.job_run(), l.step);

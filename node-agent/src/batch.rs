@@ -42,6 +42,8 @@ impl Agent {
             user: &user,
             step: None,
             array: l.array.map(|a| (a.job.0, a.task)),
+            task: None,
+            node_index: None,
         };
         let cwd = PathBuf::from(&l.work_dir);
         let out_path = cwd.join(expand_pattern(stdout, &vars));

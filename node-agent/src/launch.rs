@@ -75,31 +75,44 @@ pub enum Io {
     Path(PathBuf),
     /// The same, appended to rather than truncated (`--open-mode=append`).
     Append(PathBuf),
+    /// A file the task reads (standard input only), opened the same way.
+    Input(PathBuf),
 }
 
 impl Io {
     fn stdio(self) -> Stdio {
         match self {
-            Io::Null | Io::Path(_) | Io::Append(_) => Stdio::null(),
+            Io::Null | Io::Path(_) | Io::Append(_) | Io::Input(_) => Stdio::null(),
             Io::Piped => Stdio::piped(),
         }
     }
 
     fn path(&self) -> Option<&PathBuf> {
         match self {
-            Io::Path(p) | Io::Append(p) => Some(p),
+            Io::Path(p) | Io::Append(p) | Io::Input(p) => Some(p),
             _ => None,
         }
     }
 
-    fn appends(&self) -> bool {
-        matches!(self, Io::Append(_))
+    fn open_as(&self) -> OpenAs {
+        match self {
+            Io::Append(_) => OpenAs::Append,
+            Io::Input(_) => OpenAs::Read,
+            _ => OpenAs::Truncate,
+        }
     }
 }
 
-/// Output files to open in the child: (path, descriptors to point at it,
-/// appended to).
-type Redirects = Vec<(CString, Vec<i32>, bool)>;
+/// How the child opens a file of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpenAs {
+    Truncate,
+    Append,
+    Read,
+}
+
+/// Files to open in the child: (path, descriptors to point at it, how).
+type Redirects = Vec<(CString, Vec<i32>, OpenAs)>;
 
 fn c_path(p: &std::path::Path) -> Result<CString, LaunchError> {
     CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| LaunchError::File {
@@ -108,16 +121,23 @@ fn c_path(p: &std::path::Path) -> Result<CString, LaunchError> {
     })
 }
 
-/// The output files to open, and their paths in the same order (for
-/// errors).
-fn redirects(stdout: &Io, stderr: &Io) -> Result<(Redirects, Vec<PathBuf>), LaunchError> {
-    let mut out: Vec<(&PathBuf, Vec<i32>, bool)> = Vec::new();
+/// The files to open (output, then an input), and their paths in the
+/// same order (for errors).
+fn redirects(
+    stdin: &Io,
+    stdout: &Io,
+    stderr: &Io,
+) -> Result<(Redirects, Vec<PathBuf>), LaunchError> {
+    let mut out: Vec<(&PathBuf, Vec<i32>, OpenAs)> = Vec::new();
     match (stdout.path(), stderr.path()) {
-        (Some(a), Some(b)) if a == b => out.push((a, vec![1, 2], stdout.appends())),
+        (Some(a), Some(b)) if a == b => out.push((a, vec![1, 2], stdout.open_as())),
         (a, b) => {
-            out.extend(a.map(|a| (a, vec![1], stdout.appends())));
-            out.extend(b.map(|b| (b, vec![2], stderr.appends())));
+            out.extend(a.map(|a| (a, vec![1], stdout.open_as())));
+            out.extend(b.map(|b| (b, vec![2], stderr.open_as())));
         }
+    }
+    if let Io::Input(p) = stdin {
+        out.push((p, vec![0], OpenAs::Read));
     }
     let paths = out.iter().map(|(p, _, _)| (*p).clone()).collect();
     let files = out
@@ -188,7 +208,7 @@ impl Launcher for ProcessLauncher {
             });
         }
         let (program, args) = spec.argv.split_first().ok_or(LaunchError::EmptyCommand)?;
-        let (files, paths) = redirects(&spec.stdout, &spec.stderr)?;
+        let (files, paths) = redirects(&spec.stdin, &spec.stdout, &spec.stderr)?;
         let cwd = c_path(&spec.cwd)?;
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
@@ -234,10 +254,10 @@ mod stage {
     pub const SHIFT: i32 = 16;
     pub const IDENTITY: i32 = 1;
     pub const CHDIR: i32 = 2;
-    /// + index of the output file (0 or 1).
+    /// + index of the file (0 to 2: outputs, then an input).
     pub const OUTPUT: i32 = 3;
-    /// + index of the output file (0 or 1).
-    pub const OUTPUT_KIND: i32 = 5;
+    /// + index of the file (0 to 2).
+    pub const OUTPUT_KIND: i32 = 10;
     pub const SETUP: i32 = 7;
     pub const JAIL: i32 = 8;
     pub const CGROUP: i32 = 9;
@@ -289,11 +309,11 @@ fn stage_error(
             dir: cwd.to_path_buf(),
             source: errno,
         },
-        s @ (stage::OUTPUT | 4) => LaunchError::Output {
+        s @ (stage::OUTPUT..=5) => LaunchError::Output {
             path: output(s - stage::OUTPUT),
             source: errno,
         },
-        s @ (stage::OUTPUT_KIND | 6) => LaunchError::OutputKind {
+        s @ (stage::OUTPUT_KIND..=12) => LaunchError::OutputKind {
             path: output(s - stage::OUTPUT_KIND),
         },
         stage::SETUP => LaunchError::Setup(errno),
@@ -374,19 +394,14 @@ impl ChildSetup {
                     setuid(Uid::from_raw(user.uid)).map_err(|e| fail(stage::IDENTITY, e))?;
                 }
                 chdir(cwd.as_c_str()).map_err(|e| fail(stage::CHDIR, e))?;
-                for (i, (path, fds, append)) in files.iter().enumerate() {
+                for (i, (path, fds, how)) in files.iter().enumerate() {
                     let i = i as i32;
-                    let mode = if *append {
-                        OFlag::O_APPEND
-                    } else {
-                        OFlag::O_TRUNC
+                    let mode = match how {
+                        OpenAs::Append => OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_APPEND,
+                        OpenAs::Truncate => OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC,
+                        OpenAs::Read => OFlag::O_RDONLY,
                     };
-                    let flags = OFlag::O_WRONLY
-                        | OFlag::O_CREAT
-                        | mode
-                        | OFlag::O_NOFOLLOW
-                        | OFlag::O_NONBLOCK
-                        | OFlag::O_CLOEXEC;
+                    let flags = mode | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
                     let fd = match open(path.as_c_str(), flags, Mode::from_bits_truncate(0o644)) {
                         Ok(fd) => fd,
                         // A FIFO nobody reads.
@@ -401,7 +416,7 @@ impl ChildSetup {
                         return Err(fail(stage::OUTPUT_KIND + i, Errno::UnknownErrno));
                     }
                     // Blocking again; appending stays.
-                    let keep = if *append {
+                    let keep = if *how == OpenAs::Append {
                         OFlag::O_APPEND
                     } else {
                         OFlag::empty()
@@ -540,6 +555,35 @@ mod tests {
         assert_eq!(run("one", Io::Path(out.clone())), "one\n");
         assert_eq!(run("two", Io::Append(out.clone())), "one\ntwo\n");
         assert_eq!(run("three", Io::Path(out.clone())), "three\n");
+    }
+
+    /// `srun -i FILE`: a task reads its standard input from a file it
+    /// opens itself; a FIFO (which could hang it) is refused.
+    #[test]
+    fn standard_input_comes_from_a_file_the_task_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let (input, out) = (dir.path().join("in"), dir.path().join("out"));
+        std::fs::write(&input, "from a file\n").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut spec = task(&["/bin/cat"], dir.path(), Io::Path(out.clone()));
+        spec.stdin = Io::Input(input);
+        let st = rt
+            .block_on(async { ProcessLauncher.spawn(spec).unwrap().wait().await })
+            .unwrap();
+        assert!(st.success());
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "from a file\n");
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let mut spec = task(&["/bin/cat"], dir.path(), Io::Null);
+        spec.stdin = Io::Input(fifo.clone());
+        let err = spawn_within(spec, 10).unwrap_err();
+        assert!(
+            matches!(err, LaunchError::OutputKind { ref path } if *path == fifo),
+            "{err:?}"
+        );
     }
 
     #[test]

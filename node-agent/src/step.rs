@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use corral_proto::msg::{ExitStatus, Launch, SignalTo, StepDown, StepIo, StepUp};
+use corral_proto::msg::{ExitStatus, Launch, SignalTo, StepDown, StepIo, StepUp, TaskFiles};
 use corral_proto::{read_frame, tls, write_frame};
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use crate::agent::{error_chain, Agent, StepError};
 use crate::launch::{Io, TaskSpec};
 use crate::procs::signal_group;
+use crate::task::{expand_pattern, PatternVars};
 
 async fn pump<R: AsyncRead + Unpin>(mut r: R, task: u32, stderr: bool, tx: mpsc::Sender<StepUp>) {
     let mut buf = vec![0u8; 16 * 1024];
@@ -33,12 +34,53 @@ async fn pump<R: AsyncRead + Unpin>(mut r: R, task: u32, stderr: bool, tx: mpsc:
     }
 }
 
+/// Where one task's standard streams go: streamed to and from srun (task
+/// 0 alone reads srun's input), or the files `srun -o/-e/-i` name, each
+/// pattern expanded for this task (the error stream goes with the output
+/// when only `-o` is given; `-i none` reads nothing).
+pub(crate) fn task_io(
+    l: &Launch,
+    files: &TaskFiles,
+    node: &str,
+    user: &str,
+    task: u32,
+) -> (Io, Io, Io) {
+    let vars = PatternVars {
+        job: l.job.0,
+        name: &l.name,
+        node,
+        user,
+        step: Some(l.step.0),
+        array: l.array.map(|a| (a.job.0, a.task)),
+        task: Some(task),
+        node_index: Some(l.node_index),
+    };
+    let cwd = std::path::Path::new(&l.work_dir);
+    let file = |p: &str| cwd.join(expand_pattern(p, &vars));
+    let stdin = match files.stdin.as_deref() {
+        Some("none") => Io::Null,
+        Some(p) => Io::Input(file(p)),
+        None if task == 0 => Io::Piped,
+        None => Io::Null,
+    };
+    let stdout = files
+        .stdout
+        .as_deref()
+        .map_or(Io::Piped, |p| Io::Path(file(p)));
+    let stderr = match (files.stderr.as_deref(), files.stdout.as_deref()) {
+        (Some(p), _) | (None, Some(p)) => Io::Path(file(p)),
+        (None, None) => Io::Piped,
+    };
+    (stdin, stdout, stderr)
+}
+
 /// Runs this node's tasks of a step; returns the worst exit.
 pub(crate) async fn run(
     agent: &Arc<Agent>,
     l: &Launch,
     argv: &[String],
     io: StepIo,
+    files: &TaskFiles,
     cgroup: Option<Arc<crate::cgroup::Join>>,
 ) -> Result<ExitStatus, StepError> {
     let jail = agent.jail_for(l)?;
@@ -82,7 +124,18 @@ pub(crate) async fn run(
     let run = l.job_run();
     let mut stdin0 = None;
     let mut waits = Vec::new();
+    let mut opened = std::collections::HashSet::new();
     for (local, &task) in tasks.iter().enumerate() {
+        let (stdin, mut stdout, mut stderr) = task_io(l, files, agent.name(), &user, task);
+        // Tasks here sharing a file: the first truncates it (its open is
+        // done once its spawn returns), the others append.
+        for io in [&mut stdout, &mut stderr] {
+            if let Io::Path(p) = io {
+                if !opened.insert(p.clone()) {
+                    *io = Io::Append(p.clone());
+                }
+            }
+        }
         let spec = TaskSpec {
             cgroup: cgroup.clone(),
             groups: groups.clone(),
@@ -91,9 +144,9 @@ pub(crate) async fn run(
             env: agent.env_for(l, &user, local as u32),
             cwd: l.work_dir.clone().into(),
             user: l.user,
-            stdin: if task == 0 { Io::Piped } else { Io::Null },
-            stdout: Io::Piped,
-            stderr: Io::Piped,
+            stdin,
+            stdout,
+            stderr,
         };
         match agent.cfg.launcher.spawn(spec) {
             Ok(mut child) => {

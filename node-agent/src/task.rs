@@ -15,12 +15,17 @@ pub struct PatternVars<'a> {
     pub step: Option<u32>,
     /// Of a task of an array: the array's id and the task's index.
     pub array: Option<(u64, u32)>,
+    /// A step's task (its rank) and node (its index among the step's
+    /// nodes); the batch script is task 0 on node 0.
+    pub task: Option<u32>,
+    pub node_index: Option<u32>,
 }
 
 /// Expands Slurm's filename pattern: `%j` job id, `%J` job.step, `%x` job
 /// name, `%N` node, `%u` user, `%A` the array's id (outside an array, the
 /// job's), `%a` the task's index in its array (4294967294, Slurm's value
-/// outside one), `%s` step, `%%`. A number after `%` zero-pads (`%5j`).
+/// outside one), `%s` step, `%t` task, `%n` node of the step, `%%`. A
+/// number after `%` zero-pads (`%5j`).
 pub fn expand_pattern(pat: &str, v: &PatternVars<'_>) -> String {
     let mut out = String::with_capacity(pat.len() + 16);
     let mut chars = pat.chars().peekable();
@@ -44,6 +49,8 @@ pub fn expand_pattern(pat: &str, v: &PatternVars<'_>) -> String {
                 None => out.push_str(&num(v.job)),
             },
             Some('a') => out.push_str(&num(v.array.map_or(4_294_967_294, |a| u64::from(a.1)))),
+            Some('t') => out.push_str(&num(u64::from(v.task.unwrap_or(0)))),
+            Some('n') => out.push_str(&num(u64::from(v.node_index.unwrap_or(0)))),
             Some('s') => out.push_str(&v.step.map_or("batch".to_string(), |s| num(s as u64))),
             Some('x') => out.push_str(v.name),
             Some('N') => out.push_str(v.node),
@@ -227,6 +234,8 @@ mod tests {
             user: "alice",
             step: None,
             array: None,
+            task: None,
+            node_index: None,
         }
     }
 
@@ -246,6 +255,17 @@ mod tests {
         };
         assert_eq!(expand_pattern("slurm-%A_%a.out", &task), "slurm-40_7.out");
         assert_eq!(expand_pattern("%j-%3a", &task), "42-007");
+        let rank = PatternVars {
+            task: Some(3),
+            node_index: Some(1),
+            step: Some(2),
+            ..vars()
+        };
+        assert_eq!(
+            expand_pattern("out-%j.%s-%2t-%n-%N", &rank),
+            "out-42.2-03-1-worker-3"
+        );
+        assert_eq!(expand_pattern("%J", &rank), "42.2");
     }
 
     fn launch(gpus_per_task: Option<u32>) -> Launch {
@@ -281,6 +301,7 @@ mod tests {
                     cert_sha256: [0; 32],
                     secret: [0; 32],
                 },
+                files: Default::default(),
             },
             step_gpus: None,
             shape: LaunchShape {

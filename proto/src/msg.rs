@@ -365,8 +365,39 @@ pub enum LaunchKind {
         /// truncated.
         append: bool,
     },
-    /// `srun`'s command, with I/O streamed to srun.
-    Step { argv: Vec<String>, io: StepIo },
+    /// `srun`'s command, with I/O streamed to srun (or, with `files`,
+    /// to and from files on the nodes).
+    Step {
+        argv: Vec<String>,
+        io: StepIo,
+        files: TaskFiles,
+    },
+}
+
+/// `srun -o/-e/-i`: each task's files, as patterns (`%t` task, `%n` node
+/// of the step, `%N` node name, `%j` job, `%s` step, ...), opened by the
+/// task on its node, relative to its working directory. `None`: streamed
+/// to and from srun.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskFiles {
+    pub stdout: Option<String>,
+    pub stderr: Option<String>,
+    pub stdin: Option<String>,
+}
+
+impl TaskFiles {
+    /// The bytes of its user's text.
+    pub fn len(&self) -> usize {
+        [&self.stdout, &self.stderr, &self.stdin]
+            .into_iter()
+            .flatten()
+            .map(String::len)
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stdout.is_none() && self.stderr.is_none() && self.stdin.is_none()
+    }
 }
 
 /// Where a step's I/O goes: srun's endpoint and how to trust it.
@@ -667,6 +698,7 @@ pub enum JobKind {
     Interactive {
         argv: Vec<String>,
         io: StepIo,
+        files: TaskFiles,
     },
     /// `salloc`: resources held for steps (`srun` inside it) until its
     /// command, run on the submitting host, ends; nothing is launched for
@@ -700,6 +732,8 @@ pub struct StepSpec {
     /// `-w`: these of the job's nodes run the step; `-x`: these do not.
     pub nodelist: Vec<String>,
     pub exclude: Vec<String>,
+    /// `-o/-e/-i`: its tasks' files.
+    pub files: TaskFiles,
     pub argv: Vec<String>,
     pub work_dir: String,
     pub env: Vec<(String, String)>,

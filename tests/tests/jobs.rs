@@ -783,3 +783,69 @@ fn gpus_are_asked_for_by_model() {
         "{err}"
     );
 }
+
+/// `srun -o/-e/-i`: each task's files on its node, named by pattern;
+/// tasks sharing one file all land in it; input read from a file.
+#[test]
+fn srun_writes_and_reads_each_tasks_files() {
+    let env = Env::start(Opts::default());
+    let out = env.ok(&[
+        "srun",
+        "-N2",
+        "-n4",
+        "-o",
+        "rank-%t-of-%j.%s-on-%N-%n.txt",
+        "sh",
+        "-c",
+        "echo $SLURM_PROCID; echo err >&2",
+    ]);
+    assert!(out.is_empty(), "{out}");
+    let names: Vec<String> = std::fs::read_dir(&env.work)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("rank-"))
+        .collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    // Each node of the step has one index (%n) for its name (%N).
+    let mut index_of = std::collections::HashMap::new();
+    for t in 0..4 {
+        let name = names
+            .iter()
+            .find(|n| n.starts_with(&format!("rank-{t}-of-")))
+            .unwrap_or_else(|| panic!("task {t}: {names:?}"));
+        let (_, on) = name.split_once(".0-on-").expect("step 0, then the node");
+        let (node, index) = on.trim_end_matches(".txt").rsplit_once('-').unwrap();
+        assert_eq!(
+            *index_of
+                .entry(node.to_string())
+                .or_insert(index.to_string()),
+            index
+        );
+        assert_eq!(env.read(name), format!("{t}\nerr\n"), "{name}");
+    }
+    let mut indices: Vec<&String> = index_of.values().collect();
+    indices.sort();
+    assert_eq!(indices, ["0", "1"], "{names:?}");
+    // One file for three tasks: all three lines, none lost.
+    env.ok(&[
+        "srun",
+        "-n3",
+        "-e",
+        "/dev/null",
+        "-o",
+        "shared.txt",
+        "echo",
+        "hi",
+    ]);
+    assert_eq!(env.read("shared.txt"), "hi\nhi\nhi\n");
+    std::fs::write(env.work.join("in-0.txt"), "zero\n").unwrap();
+    std::fs::write(env.work.join("in-1.txt"), "one\n").unwrap();
+    let out = env.ok(&["srun", "-n2", "-l", "-i", "in-%t.txt", "cat"]);
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["0: zero", "1: one"]);
+    let (code, _, err) = env.run(&["srun", "-i", "missing-%t.txt", "cat"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("missing-0.txt"), "{err}");
+}

@@ -14,13 +14,29 @@ pub(super) fn printable(what: &'static str, s: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// srun's task file patterns: printable, and short enough to store.
+pub(super) fn task_files(f: &corral_proto::msg::TaskFiles) -> Result<(), Refusal> {
+    for p in [&f.stdout, &f.stderr, &f.stdin].into_iter().flatten() {
+        printable("output file name", p)?;
+        if p.len() > 4096 {
+            return Err(CtldError::TooLong {
+                what: "output file name",
+                max: 4096,
+            });
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn spec_bytes(spec: &JobSpec) -> u64 {
     let env: usize = spec.env.iter().map(|(k, v)| k.len() + v.len() + 16).sum();
     let kind = match &spec.kind {
         JobKind::Batch { script, args, .. } => {
             script.len() + args.iter().map(|a| a.len() + 8).sum::<usize>()
         }
-        JobKind::Interactive { argv, .. } => argv.iter().map(|a| a.len() + 8).sum(),
+        JobKind::Interactive { argv, files, .. } => {
+            argv.iter().map(|a| a.len() + 8).sum::<usize>() + files.len()
+        }
         JobKind::Allocation => 0,
     };
     let features: usize = spec.constraint.iter().map(|f| f.len() + 8).sum();
@@ -97,6 +113,9 @@ impl Controller {
                     max,
                 });
             }
+        }
+        if let JobKind::Interactive { files, .. } = &spec.kind {
+            task_files(files)?;
         }
         if let GpuAsk::PerNode(g) | GpuAsk::PerTask(g) | GpuAsk::Total(g) = spec.gpus {
             if g > MAX_GPUS {

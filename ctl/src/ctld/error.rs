@@ -45,6 +45,8 @@ pub enum CtldError {
     FilterTooLarge { what: &'static str, count: usize },
     #[error("Invalid {what}: control characters are not allowed")]
     ControlCharacters { what: &'static str },
+    #[error("Invalid {what}: longer than {max} bytes")]
+    TooLong { what: &'static str, max: usize },
     #[error("Batch script is too large: {size} bytes, the limit is {max}")]
     ScriptTooLarge { size: u64, max: u64 },
     #[error("Invalid generic resource (gres) specification: {0} GPUs, the most is {MAX_GPUS}")]

@@ -126,6 +126,8 @@ pub(super) struct OpenStep {
     on: Vec<usize>,
     /// `--overlap`: its GPUs are not held from other steps.
     overlap: bool,
+    /// `-o/-e/-i`.
+    files: corral_proto::msg::TaskFiles,
 }
 
 /// The most open steps a run keeps for sending again, and the most bytes
@@ -141,7 +143,7 @@ impl OpenStep {
     fn bytes(&self) -> usize {
         let env: usize = self.env.iter().map(|(k, v)| k.len() + v.len()).sum();
         let argv: usize = self.argv.iter().map(String::len).sum();
-        env + argv + self.work_dir.len()
+        env + argv + self.work_dir.len() + self.files.len()
     }
 }
 
@@ -170,12 +172,13 @@ impl JobRecord {
                     append: self.spec.open_append,
                 },
             ),
-            JobKind::Interactive { argv, io } => (
+            JobKind::Interactive { argv, io, files } => (
                 StepId(0),
                 self.alloc.iter().map(|(_, a)| a.tasks).collect(),
                 LaunchKind::Step {
                     argv: argv.clone(),
                     io: *io,
+                    files: files.clone(),
                 },
             ),
             JobKind::Allocation => return None,
@@ -216,6 +219,7 @@ impl JobRecord {
             what: LaunchKind::Step {
                 argv: s.argv.clone(),
                 io: s.io,
+                files: s.files.clone(),
             },
             gpus: &s.gpus,
         }
@@ -337,6 +341,7 @@ impl Controller {
         s: StepSpec,
         now: u64,
     ) -> Result<(JobId, StepId), Refusal> {
+        super::admission::task_files(&s.files)?;
         let privileged = self.privileged(who);
         let j = self
             .jobs
@@ -445,6 +450,7 @@ impl Controller {
             gpus,
             on,
             overlap: s.overlap,
+            files: s.files,
         };
         let launches = j.step_plan(&open).launches(None);
         let kept: usize = j.open_steps.iter().map(OpenStep::bytes).sum();

@@ -46,8 +46,9 @@ const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
 /// 10: `--open-mode`. 11: `--constraint`. 12: open steps hold their own
 /// GPUs. 13: memory per CPU, per GPU, or the whole node. 14: the account.
 /// 15: job arrays (an array's record, its tasks' records). 16: a GPU
-/// model asked for. 17: open steps name their nodes, and overlap.
-const LAYOUT: u64 = 17;
+/// model asked for. 17: open steps name their nodes, and overlap. 18:
+/// srun's files for its tasks.
+const LAYOUT: u64 = 18;
 
 /// The bulky part of a job: its batch script and environment. Read when
 /// the job (or a step of it) is launched.

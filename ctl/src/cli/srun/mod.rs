@@ -70,6 +70,17 @@ pub struct SrunArgs {
     /// wait for ones they do not hold.
     #[arg(long)]
     pub overlap: bool,
+    /// Each task's standard output to a file on its node (patterns: %t
+    /// task, %n node of the step, %N node name, %j job, %s step, %x, %u).
+    #[arg(short = 'o', long)]
+    pub output: Option<String>,
+    /// Each task's standard error to a file (default: with -o's).
+    #[arg(short = 'e', long)]
+    pub error: Option<String>,
+    /// Each task's standard input from a file (a pattern as -o), or
+    /// `none`.
+    #[arg(short = 'i', long)]
+    pub input: Option<String>,
     /// The command and its arguments.
     #[arg(required = true, trailing_var_arg = true)]
     pub command: Vec<String>,
@@ -361,6 +372,11 @@ async fn run(a: SrunArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return fail(CMD, e),
     };
+    let files = corral_proto::msg::TaskFiles {
+        stdout: a.output.clone(),
+        stderr: a.error.clone(),
+        stdin: a.input.clone(),
+    };
     let (job, step_mode) = if let Some(job) = in_allocation {
         let (nodes, gpus, nodelist, exclude) = match a.job.to_spec() {
             Ok(s) => (s.nodes, s.gpus, s.nodelist, s.exclude),
@@ -385,6 +401,7 @@ async fn run(a: SrunArgs) -> i32 {
             overlap: a.overlap,
             nodelist,
             exclude,
+            files: files.clone(),
             argv: a.command.clone(),
             work_dir: cwd.to_string_lossy().into_owned(),
             env,
@@ -427,6 +444,7 @@ async fn run(a: SrunArgs) -> i32 {
         spec.work_dir = cwd.to_string_lossy().into_owned();
         spec.requeue = false;
         spec.kind = JobKind::Interactive {
+            files: files.clone(),
             argv: a.command.clone(),
             io,
         };

@@ -26,6 +26,7 @@ fn step(job: JobId, nodes: u32, argv: &str) -> StepSpec {
         overlap: false,
         nodelist: vec![],
         exclude: vec![],
+        files: Default::default(),
         argv: vec![argv.into()],
         work_dir: "/work".into(),
         env: vec![("STEP_ONLY".into(), "1".into())],
@@ -167,6 +168,7 @@ fn an_srun_jobs_first_step_lost_with_the_controller_is_sent_again() {
         kind: JobKind::Interactive {
             argv: vec!["hostname".into()],
             io: IO,
+            files: Default::default(),
         },
         ..JobSpec::default()
     };
