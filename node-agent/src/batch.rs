@@ -63,6 +63,7 @@ impl Agent {
             None => path.clone(),
         };
         let spec = TaskSpec {
+            tty: None,
             cgroup,
             groups,
             jail,

@@ -165,6 +165,10 @@ pub struct TaskSpec {
     /// The step's cgroup, joined first (so everything the task runs,
     /// the jail's setup included, is in it).
     pub cgroup: Option<Arc<crate::cgroup::Join>>,
+    /// A terminal's slave side (`srun --pty`): the task's three streams
+    /// and, in a session of its own, its controlling terminal (the
+    /// streams above are then unused).
+    pub tty: Option<std::os::fd::OwnedFd>,
 }
 
 /// Held (shared) from fork to exec by every spawn, and (exclusive) by
@@ -208,17 +212,32 @@ impl Launcher for ProcessLauncher {
             });
         }
         let (program, args) = spec.argv.split_first().ok_or(LaunchError::EmptyCommand)?;
-        let (files, paths) = redirects(&spec.stdin, &spec.stdout, &spec.stderr)?;
+        let (files, paths) = match &spec.tty {
+            Some(_) => (Vec::new(), Vec::new()),
+            None => redirects(&spec.stdin, &spec.stdout, &spec.stderr)?,
+        };
         let cwd = c_path(&spec.cwd)?;
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .stdin(spec.stdin.stdio())
-            .stdout(spec.stdout.stdio())
-            .stderr(spec.stderr.stdio())
-            .process_group(0)
             .kill_on_drop(false);
+        match &spec.tty {
+            // Its own session (so its own process group, as every task):
+            // set up between fork and exec.
+            Some(t) => {
+                let end = || t.try_clone().map_err(LaunchError::Setup);
+                cmd.stdin(Stdio::from(end()?))
+                    .stdout(Stdio::from(end()?))
+                    .stderr(Stdio::from(end()?));
+            }
+            None => {
+                cmd.stdin(spec.stdin.stdio())
+                    .stdout(spec.stdout.stdio())
+                    .stderr(spec.stderr.stdio())
+                    .process_group(0);
+            }
+        }
         let groups = switch.then(|| match &spec.groups {
             Some(gids) => gids
                 .iter()
@@ -234,6 +253,7 @@ impl Launcher for ProcessLauncher {
             cwd,
             files,
             fd_limit: fd_limit(),
+            tty: spec.tty.is_some(),
         };
         child.install(&mut cmd);
         let forking = FORK_LOCK.read();
@@ -341,6 +361,9 @@ struct ChildSetup {
     cwd: CString,
     files: Redirects,
     fd_limit: i32,
+    /// Standard input is a terminal to make the controlling one of a new
+    /// session.
+    tty: bool,
 }
 
 impl ChildSetup {
@@ -367,19 +390,27 @@ impl ChildSetup {
             cwd,
             files,
             fd_limit,
+            tty,
         } = self;
         let fail = |stage: i32, e: Errno| {
             std::io::Error::from_raw_os_error((stage << stage::SHIFT) | e as i32)
         };
         // SAFETY: the closure runs in the forked child before exec and calls
         // only async-signal-safe system calls (the jail's mounts and
-        // pivot_root on strings prepared before the fork, setgroups, setgid, setuid,
+        // pivot_root on strings prepared before the fork, setsid and the
+        // TIOCSCTTY ioctl on descriptor 0, setgroups, setgid, setuid,
         // chdir, open, fstat, fcntl, dup2, close, sigaction, prctl,
         // close_range) on data allocated before the fork; it allocates
         // nothing. Setting SIG_DFL installs no handler, so `signal` has
         // nothing unsafe left to uphold.
         unsafe {
             cmd.pre_exec(move || {
+                if tty {
+                    nix::unistd::setsid().map_err(|e| fail(stage::SETUP, e))?;
+                    if nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) != 0 {
+                        return Err(fail(stage::SETUP, Errno::last()));
+                    }
+                }
                 if let Some(cg) = &cgroup {
                     cg.enter().map_err(|e| fail(stage::CGROUP, e))?;
                 }
@@ -482,6 +513,7 @@ mod tests {
 
     fn task(argv: &[&str], cwd: &std::path::Path, stdout: Io) -> TaskSpec {
         TaskSpec {
+            tty: None,
             argv: argv.iter().map(|a| a.to_string()).collect(),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             cwd: cwd.to_path_buf(),

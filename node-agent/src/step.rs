@@ -7,7 +7,9 @@ use std::time::Duration;
 use corral_proto::msg::{ExitStatus, Launch, SignalTo, StepDown, StepIo, StepUp, TaskFiles};
 use corral_proto::{read_frame, tls, write_frame};
 use nix::sys::signal::Signal;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::agent::{error_chain, Agent, StepError};
@@ -32,6 +34,38 @@ async fn pump<R: AsyncRead + Unpin>(mut r: R, task: u32, stderr: bool, tx: mpsc:
             }
         }
     }
+}
+
+/// A terminal for `--pty`: (master, slave), the slave the task's user's
+/// (through its descriptor) and writable by it alone.
+fn open_terminal(user: corral_proto::msg::Ident) -> nix::Result<(OwnedFd, OwnedFd)> {
+    let pty = nix::pty::openpty(None, None)?;
+    nix::unistd::fchown(
+        pty.slave.as_raw_fd(),
+        Some(nix::unistd::Uid::from_raw(user.uid)),
+        Some(nix::unistd::Gid::from_raw(user.gid)),
+    )?;
+    nix::sys::stat::fchmod(
+        pty.slave.as_raw_fd(),
+        nix::sys::stat::Mode::from_bits_truncate(0o620),
+    )?;
+    Ok((pty.master, pty.slave))
+}
+
+nix::ioctl_write_ptr_bad!(tiocswinsz, nix::libc::TIOCSWINSZ, nix::pty::Winsize);
+
+/// Sets the terminal's size (its foreground process group gets SIGWINCH).
+#[allow(unsafe_code)]
+fn set_window_size(master: &OwnedFd, rows: u16, cols: u16) {
+    let ws = nix::pty::Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one `winsize` from the pointer, which
+    // points at `ws`, alive for the call; the descriptor is open (owned).
+    let _ = unsafe { tiocswinsz(master.as_raw_fd(), &ws) };
 }
 
 /// Where one task's standard streams go: streamed to and from srun (task
@@ -125,7 +159,28 @@ pub(crate) async fn run(
     let mut stdin0 = None;
     let mut waits = Vec::new();
     let mut opened = std::collections::HashSet::new();
+    // `--pty`: task 0's terminal, whose size srun sets.
+    let mut terminal: Option<Arc<OwnedFd>> = None;
     for (local, &task) in tasks.iter().enumerate() {
+        let mut tty = None;
+        if task == 0 && files.pty {
+            match open_terminal(l.user) {
+                Ok((master, slave)) => {
+                    terminal = Some(Arc::new(master));
+                    tty = Some(slave);
+                }
+                Err(e) => {
+                    let text = format!("corral-agent: error: no terminal for --pty: {e}\n");
+                    let _ = tx
+                        .send(StepUp::Output {
+                            task,
+                            stderr: true,
+                            data: text.into_bytes(),
+                        })
+                        .await;
+                }
+            }
+        }
         let (stdin, mut stdout, mut stderr) = task_io(l, files, agent.name(), &user, task);
         // Tasks here sharing a file: the first truncates it (its open is
         // done once its spawn returns), the others append.
@@ -136,7 +191,9 @@ pub(crate) async fn run(
                 }
             }
         }
+        let on_terminal = tty.is_some();
         let spec = TaskSpec {
+            tty,
             cgroup: cgroup.clone(),
             groups: groups.clone(),
             jail: jail.clone(),
@@ -158,13 +215,31 @@ pub(crate) async fn run(
                         signal_group(pid, Signal::SIGKILL);
                     }
                 }
-                if task == 0 {
-                    stdin0 = child.stdin.take();
+                let mut out = None;
+                match terminal.as_ref().filter(|_| on_terminal) {
+                    // The terminal's other side: output from it, input to it.
+                    Some(m) => {
+                        let side = || -> Option<tokio::fs::File> {
+                            let fd = m.try_clone().ok()?;
+                            Some(tokio::fs::File::from_std(std::fs::File::from(fd)))
+                        };
+                        out = side().map(|r| tokio::spawn(pump(r, task, false, tx.clone())));
+                        stdin0 = side().map(|w| Box::new(w) as Box<dyn AsyncWrite + Unpin + Send>);
+                    }
+                    None if task == 0 => {
+                        stdin0 = child
+                            .stdin
+                            .take()
+                            .map(|w| Box::new(w) as Box<dyn AsyncWrite + Unpin + Send>);
+                    }
+                    None => {}
                 }
-                let out = child
-                    .stdout
-                    .take()
-                    .map(|o| tokio::spawn(pump(o, task, false, tx.clone())));
+                let out = out.or_else(|| {
+                    child
+                        .stdout
+                        .take()
+                        .map(|o| tokio::spawn(pump(o, task, false, tx.clone())))
+                });
                 let err = child
                     .stderr
                     .take()
@@ -222,7 +297,9 @@ pub(crate) async fn run(
             match read_frame::<_, StepDown>(&mut recv).await {
                 Ok(Some(StepDown::Stdin(data))) => {
                     if let Some(w) = stdin0.as_mut() {
-                        if w.write_all(&data).await.is_err() {
+                        // Flushed: a terminal's side is written from a
+                        // blocking thread, and only a flush waits for it.
+                        if w.write_all(&data).await.is_err() || w.flush().await.is_err() {
                             stdin0 = None;
                         }
                     }
@@ -231,6 +308,11 @@ pub(crate) async fn run(
                 Ok(Some(StepDown::Signal(s))) => {
                     if let Ok(sig) = Signal::try_from(s) {
                         sig_agent.signal(run, SignalTo::Step(step), sig);
+                    }
+                }
+                Ok(Some(StepDown::WindowSize { rows, cols })) => {
+                    if let Some(m) = &terminal {
+                        set_window_size(m, rows, cols);
                     }
                 }
                 Ok(None) | Err(_) => return,

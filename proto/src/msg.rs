@@ -383,6 +383,9 @@ pub struct TaskFiles {
     pub stdout: Option<String>,
     pub stderr: Option<String>,
     pub stdin: Option<String>,
+    /// `--pty`: task 0 runs on a terminal of its own, which srun's
+    /// terminal drives (input, Ctrl-C, window size).
+    pub pty: bool,
 }
 
 impl TaskFiles {
@@ -396,7 +399,7 @@ impl TaskFiles {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.stdout.is_none() && self.stderr.is_none() && self.stdin.is_none()
+        self.stdout.is_none() && self.stderr.is_none() && self.stdin.is_none() && !self.pty
     }
 }
 
@@ -444,6 +447,11 @@ pub enum StepDown {
     Stdin(Vec<u8>),
     StdinEof,
     Signal(i32),
+    /// srun's terminal changed size (`--pty`).
+    WindowSize {
+        rows: u16,
+        cols: u16,
+    },
 }
 
 /// How a job asks for GPUs.

@@ -849,3 +849,81 @@ fn srun_writes_and_reads_each_tasks_files() {
     assert_ne!(code, 0);
     assert!(err.contains("missing-0.txt"), "{err}");
 }
+
+/// `srun --pty sh`: an interactive shell on a terminal of its own, whose
+/// size is srun's terminal's, where Ctrl-C interrupts the shell's command
+/// (not srun), and whose exit code is srun's.
+#[test]
+fn srun_pty_gives_an_interactive_shell_its_terminal() {
+    use std::io::{Read, Write};
+    use std::process::Stdio;
+    use std::sync::{Arc, Mutex};
+    let env = Env::start(Opts::default());
+    let size = nix::pty::Winsize {
+        ws_row: 33,
+        ws_col: 101,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(Some(&size), None).expect("a terminal for srun");
+    let end = || Stdio::from(pty.slave.try_clone().expect("slave"));
+    let mut child = env
+        .cmd(&["srun", "--pty", "sh"])
+        .stdin(end())
+        .stdout(end())
+        .stderr(end())
+        .spawn()
+        .expect("srun");
+    drop(pty.slave);
+    let mut master = std::fs::File::from(pty.master);
+    let seen = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let reader = {
+        let seen = seen.clone();
+        let mut r = master.try_clone().expect("master");
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = r.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let wait_for = |what: &str, secs: u64| {
+        let t0 = std::time::Instant::now();
+        loop {
+            let text = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+            if text.contains(what) {
+                return text;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(secs),
+                "{what:?} not seen in {secs}s:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    master
+        .write_all(b"stty size; tty; echo answer=$((6*7))\n")
+        .unwrap();
+    let text = wait_for("answer=42", 30);
+    assert!(text.contains("33 101"), "{text}");
+    assert!(text.contains("/dev/pts/"), "{text}");
+    let t0 = std::time::Instant::now();
+    master.write_all(b"sleep 30\n").unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    master.write_all(b"\x03").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    master.write_all(b"echo still=$((1+1))\n").unwrap();
+    wait_for("still=2", 15);
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "Ctrl-C did not stop the sleep"
+    );
+    master.write_all(b"exit 3\n").unwrap();
+    let status = child.wait().expect("srun ends");
+    assert_eq!(status.code(), Some(3));
+    drop(master);
+    let _ = reader.join();
+}

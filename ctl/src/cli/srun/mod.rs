@@ -24,6 +24,7 @@ use ring::rand::SecureRandom;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 
+mod terminal;
 mod watch;
 
 use watch::{Action, Event, Watcher};
@@ -81,6 +82,10 @@ pub struct SrunArgs {
     /// `none`.
     #[arg(short = 'i', long)]
     pub input: Option<String>,
+    /// Task 0 on a terminal of its own, driven by this one (an
+    /// interactive shell: `srun --pty bash`).
+    #[arg(long)]
+    pub pty: bool,
     /// The command and its arguments.
     #[arg(required = true, trailing_var_arg = true)]
     pub command: Vec<String>,
@@ -128,6 +133,23 @@ struct Progress {
     links: Vec<mpsc::UnboundedSender<StepDown>>,
     stdin_link: Option<mpsc::UnboundedSender<StepDown>>,
     failures: Vec<String>,
+}
+
+impl Session {
+    /// The link to task 0's node, once it dialed in (every waiter is
+    /// woken: stdin's pump and, with --pty, the window size's).
+    async fn stdin_link(&self) -> mpsc::UnboundedSender<StepDown> {
+        loop {
+            let ready = self.stdin_ready.notified();
+            tokio::pin!(ready);
+            // Registered before looking, so a wake between is not lost.
+            ready.as_mut().enable();
+            if let Some(l) = self.progress.lock().stdin_link.clone() {
+                return l;
+            }
+            ready.await;
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -208,7 +230,7 @@ async fn agent_link(s: Arc<Session>, conn: quinn::Connection) {
         p.links.push(tx.clone());
         if tasks.contains(&0) {
             p.stdin_link = Some(tx);
-            s.stdin_ready.notify_one();
+            s.stdin_ready.notify_waiters();
         }
     }
     tokio::spawn(async move {
@@ -376,6 +398,7 @@ async fn run(a: SrunArgs) -> i32 {
         stdout: a.output.clone(),
         stderr: a.error.clone(),
         stdin: a.input.clone(),
+        pty: a.pty,
     };
     let (job, step_mode) = if let Some(job) = in_allocation {
         let (nodes, gpus, nodelist, exclude) = match a.job.to_spec() {
@@ -479,6 +502,28 @@ async fn run(a: SrunArgs) -> i32 {
             }
         })
     };
+    // --pty: this terminal, raw while the step runs, drives task 0's;
+    // its size goes there now and whenever it changes.
+    let raw = a.pty.then(terminal::Raw::enter).flatten();
+    if a.pty {
+        let s = s.clone();
+        tokio::spawn(async move {
+            let mut winch =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok();
+            loop {
+                let link = s.stdin_link().await;
+                if let Some((rows, cols)) = terminal::size() {
+                    let _ = link.send(StepDown::WindowSize { rows, cols });
+                }
+                let Some(w) = winch.as_mut() else {
+                    return;
+                };
+                if w.recv().await.is_none() {
+                    return;
+                }
+            }
+        });
+    }
     // stdin → task 0.
     {
         let s = s.clone();
@@ -487,12 +532,7 @@ async fn run(a: SrunArgs) -> i32 {
             let mut buf = vec![0u8; 16 * 1024];
             loop {
                 let n = stdin.read(&mut buf).await.unwrap_or(0);
-                let link = loop {
-                    if let Some(l) = s.progress.lock().stdin_link.clone() {
-                        break l;
-                    }
-                    s.stdin_ready.notified().await;
-                };
+                let link = s.stdin_link().await;
                 if n == 0 {
                     let _ = link.send(StepDown::StdinEof);
                     return;
@@ -531,6 +571,8 @@ async fn run(a: SrunArgs) -> i32 {
             }
         }
     };
+    // The terminal as it was, before anything more is said on it.
+    drop(raw);
     acceptor.abort();
     endpoint.close(0u32.into(), b"done");
     // Let the endpoint's driver send the close, so agents finish the step
