@@ -709,6 +709,18 @@ impl Agent {
         };
         let mut env =
             crate::task::task_env(l, &self.cfg.name, user, local, &socket, &self.cfg.cluster);
+        // Where the cluster's controller is, in Slurm's form
+        // (cluster:host:port:protocol:select plugin; 22.05's numbers).
+        env.retain(|(k, _)| k != "SLURM_WORKING_CLUSTER");
+        env.push((
+            "SLURM_WORKING_CLUSTER".into(),
+            format!(
+                "{}:{}:{}:9728:109",
+                self.cfg.cluster,
+                self.cfg.ctld.ip(),
+                self.cfg.ctld.port()
+            ),
+        ));
         if let Some(jail) = &self.cfg.jail {
             // The cluster's commands first, as on a login node.
             if let Some((_, path)) = env.iter_mut().find(|(k, _)| k == "PATH") {

@@ -64,6 +64,7 @@ impl Agent {
         };
         let spec = TaskSpec {
             tty: None,
+            umask: crate::task::umask_of(&l.env),
             cgroup,
             groups,
             jail,

@@ -169,6 +169,9 @@ pub struct TaskSpec {
     /// and, in a session of its own, its controlling terminal (the
     /// streams above are then unused).
     pub tty: Option<std::os::fd::OwnedFd>,
+    /// The file mode mask the task starts with (the submitter's,
+    /// `SLURM_UMASK`); `None`: the agent's.
+    pub umask: Option<u32>,
 }
 
 /// Held (shared) from fork to exec by every spawn, and (exclusive) by
@@ -254,6 +257,7 @@ impl Launcher for ProcessLauncher {
             files,
             fd_limit: fd_limit(),
             tty: spec.tty.is_some(),
+            umask: spec.umask,
         };
         child.install(&mut cmd);
         let forking = FORK_LOCK.read();
@@ -364,6 +368,7 @@ struct ChildSetup {
     /// Standard input is a terminal to make the controlling one of a new
     /// session.
     tty: bool,
+    umask: Option<u32>,
 }
 
 impl ChildSetup {
@@ -391,6 +396,7 @@ impl ChildSetup {
             files,
             fd_limit,
             tty,
+            umask,
         } = self;
         let fail = |stage: i32, e: Errno| {
             std::io::Error::from_raw_os_error((stage << stage::SHIFT) | e as i32)
@@ -398,7 +404,7 @@ impl ChildSetup {
         // SAFETY: the closure runs in the forked child before exec and calls
         // only async-signal-safe system calls (the jail's mounts and
         // pivot_root on strings prepared before the fork, setsid and the
-        // TIOCSCTTY ioctl on descriptor 0, setgroups, setgid, setuid,
+        // TIOCSCTTY ioctl on descriptor 0, setgroups, setgid, setuid, umask,
         // chdir, open, fstat, fcntl, dup2, close, sigaction, prctl,
         // close_range) on data allocated before the fork; it allocates
         // nothing. Setting SIG_DFL installs no handler, so `signal` has
@@ -423,6 +429,9 @@ impl ChildSetup {
                     setgroups(groups).map_err(|e| fail(stage::IDENTITY, e))?;
                     setgid(Gid::from_raw(user.gid)).map_err(|e| fail(stage::IDENTITY, e))?;
                     setuid(Uid::from_raw(user.uid)).map_err(|e| fail(stage::IDENTITY, e))?;
+                }
+                if let Some(m) = umask {
+                    nix::sys::stat::umask(Mode::from_bits_truncate(m));
                 }
                 chdir(cwd.as_c_str()).map_err(|e| fail(stage::CHDIR, e))?;
                 for (i, (path, fds, how)) in files.iter().enumerate() {
@@ -514,6 +523,7 @@ mod tests {
     fn task(argv: &[&str], cwd: &std::path::Path, stdout: Io) -> TaskSpec {
         TaskSpec {
             tty: None,
+            umask: None,
             argv: argv.iter().map(|a| a.to_string()).collect(),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             cwd: cwd.to_path_buf(),

@@ -194,6 +194,7 @@ pub(crate) async fn run(
         let on_terminal = tty.is_some();
         let spec = TaskSpec {
             tty,
+            umask: crate::task::umask_of(&l.env),
             cgroup: cgroup.clone(),
             groups: groups.clone(),
             jail: jail.clone(),

@@ -65,6 +65,13 @@ pub fn expand_pattern(pat: &str, v: &PatternVars<'_>) -> String {
     out
 }
 
+/// The file mode mask a job's tasks start with: its submitter's, as
+/// `SLURM_UMASK` says (octal); `None` when absent or not a mask.
+pub fn umask_of(env: &[(String, String)]) -> Option<u32> {
+    let (_, v) = env.iter().rev().find(|(k, _)| k == "SLURM_UMASK")?;
+    u32::from_str_radix(v, 8).ok().filter(|&m| m <= 0o777)
+}
+
 /// The user's name, or the uid as text when the node does not know it.
 pub fn user_name(uid: u32) -> String {
     nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))

@@ -70,6 +70,7 @@ fn sh(
     let join = node.cg.create_step(job, step).expect("step cgroup");
     let spec = TaskSpec {
         tty: None,
+        umask: None,
         argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
         env: vec![("PATH".into(), "/usr/bin:/bin:/usr/sbin:/sbin".into())],
         cwd: "/".into(),

@@ -172,7 +172,9 @@ impl Env {
         self.via.set(i);
     }
 
-    fn env(&self) -> Vec<(String, String)> {
+    /// The environment the cluster's commands run with (its agent's
+    /// socket, its `PATH`).
+    pub fn env(&self) -> Vec<(String, String)> {
         let mut env = self.cluster.env();
         let socket = self.cluster.socket(self.via.get());
         for (k, v) in &mut env {

@@ -927,3 +927,52 @@ fn srun_pty_gives_an_interactive_shell_its_terminal() {
     drop(master);
     let _ = reader.join();
 }
+
+/// What Slurm passes of the submitter and the cluster: the file mode
+/// mask (which tasks start with: a file they make has it), the nice
+/// value, `-m`'s distribution, and where the controller is.
+#[test]
+fn tasks_start_with_the_submitters_umask_and_see_the_cluster() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::start(Opts::default());
+    let corral = corral_e2e::bin_dir().join("corral");
+    let task = "umask; echo $SLURM_UMASK $SLURM_PRIO_PROCESS $SLURM_DISTRIBUTION; \
+                echo $SLURM_WORKING_CLUSTER; touch made";
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "umask 027; exec nice -n 3 {} srun -m cyclic sh -c '{task}'",
+            corral.display()
+        ))
+        .envs(env.env())
+        .current_dir(&env.work)
+        .output()
+        .expect("srun");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "0027", "{text}");
+    let nice: i32 = lines[1].split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(nice >= 3, "{text}");
+    assert!(
+        lines[1].starts_with("0027 ") && lines[1].ends_with(" cyclic"),
+        "{text}"
+    );
+    let controller = lines[2];
+    assert!(
+        controller.starts_with("corral-up:127.0.0.1:") && controller.ends_with(":9728:109"),
+        "{text}"
+    );
+    let mode = std::fs::metadata(env.work.join("made"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o640, "made with the submitter's mask");
+    let (code, _, err) = env.run(&["srun", "-m", "sideways", "true"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("Invalid --distribution"), "{err}");
+}

@@ -32,6 +32,10 @@ pub struct JobOpts {
     /// Tasks per node.
     #[arg(long = "ntasks-per-node")]
     pub ntasks_per_node: Option<u32>,
+    /// Task distribution: block, cyclic, arbitrary or plane=N (recorded
+    /// in SLURM_DISTRIBUTION; tasks are placed in blocks).
+    #[arg(short = 'm', long)]
+    pub distribution: Option<String>,
     /// CPUs for each GPU the job's tasks hold (instead of -c).
     #[arg(long = "cpus-per-gpu", conflicts_with = "cpus_per_task")]
     pub cpus_per_gpu: Option<u32>,
@@ -532,6 +536,49 @@ pub fn parse_mem(s: &str) -> Result<Option<u64>, String> {
 }
 
 /// The environment to send, as `--export` says.
+/// The submitter's file mode mask, as Slurm passes it (`0022`).
+pub fn umask_text() -> String {
+    use nix::sys::stat::{umask, Mode};
+    let old = umask(Mode::from_bits_truncate(0o077));
+    umask(old);
+    format!("{:04o}", old.bits())
+}
+
+/// The submitting process's nice value (`/proc/self/stat`, field 19).
+pub fn nice_value() -> Option<i32> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    rest.split_whitespace().nth(16)?.parse().ok()
+}
+
+impl JobOpts {
+    /// The job's environment: what `--export` passes, and what Slurm adds
+    /// of the submitter (`SLURM_UMASK`, `SLURM_PRIO_PROCESS`, and
+    /// `SLURM_DISTRIBUTION` with `-m`).
+    pub fn job_env(&self) -> Result<Vec<(String, String)>, String> {
+        let mut env = exported_env(self.export.as_deref())?;
+        let mut set = |k: &str, v: String| {
+            env.retain(|(key, _)| key != k);
+            env.push((k.to_string(), v));
+        };
+        set("SLURM_UMASK", umask_text());
+        if let Some(n) = nice_value() {
+            set("SLURM_PRIO_PROCESS", n.to_string());
+        }
+        if let Some(d) = &self.distribution {
+            let kind = d.split([':', ',']).next().unwrap_or_default();
+            let plane = kind
+                .strip_prefix("plane=")
+                .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n > 0));
+            if !(plane || ["block", "cyclic", "arbitrary", "*"].contains(&kind)) {
+                return Err(format!("Invalid --distribution specification: {d}"));
+            }
+            set("SLURM_DISTRIBUTION", d.clone());
+        }
+        Ok(env)
+    }
+}
+
 pub fn exported_env(export: Option<&str>) -> Result<Vec<(String, String)>, String> {
     let spec = export.unwrap_or("ALL");
     let mut all = false;
@@ -747,7 +794,7 @@ impl JobOpts {
             mail_user: self.mail_user.clone(),
             nice: self.nice.unwrap_or(0),
             work_dir: String::new(),
-            env: exported_env(self.export.as_deref())?,
+            env: self.job_env()?,
             kind: Default::default(),
         })
     }

@@ -412,7 +412,7 @@ async fn run(a: SrunArgs) -> i32 {
             corral_proto::msg::GpuAsk::Total(n) if nodes.is_none_or(|k| k == 1) => Some(n),
             _ => None,
         };
-        let env = match super::opts::exported_env(a.job.export.as_deref()) {
+        let env = match a.job.job_env() {
             Ok(e) => e,
             Err(e) => return fail(CMD, e),
         };
