@@ -864,6 +864,10 @@ pub enum Request {
         ids: Vec<JobId>,
     },
     /// `salloc`'s command ended: the allocation ends with its exit.
+    /// `salloc` is alive (every 5 s while its allocation runs).
+    AllocationAlive {
+        job: JobId,
+    },
     EndAllocation {
         job: JobId,
         exit: ExitStatus,

@@ -976,3 +976,47 @@ fn tasks_start_with_the_submitters_umask_and_see_the_cluster() {
     assert_eq!(code, 1);
     assert!(err.contains("Invalid --distribution"), "{err}");
 }
+
+/// A salloc killed outright (SIGKILL: no chance to give its allocation
+/// back) stops saying it is alive, and its allocation ends within the
+/// cluster's `allocation_timeout`; one alive past that keeps its own.
+#[test]
+fn a_killed_sallocs_allocation_ends_and_a_live_one_stays() {
+    let env = Env::start(Opts {
+        extra_config: "allocation_timeout = 15\n".into(),
+        ..Opts::default()
+    });
+    let start = |secs: u32| {
+        env.cmd(&["salloc", "-N1", "sleep", &secs.to_string()])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("salloc")
+    };
+    // Its allocation's id, from what it says; the rest of what it says
+    // is read on (a closed pipe would end it).
+    let granted = |child: &mut std::process::Child| -> u64 {
+        use std::io::BufRead;
+        let err = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                if let Some(id) = line.strip_prefix("salloc: Granted job allocation ") {
+                    let _ = tx.send(id.trim().parse::<u64>().expect("id"));
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("an allocation")
+    };
+    let mut killed = start(300);
+    let mut live = start(25);
+    let (k, l) = (granted(&mut killed), granted(&mut live));
+    killed.kill().expect("SIGKILL");
+    let _ = killed.wait();
+    let t0 = std::time::Instant::now();
+    assert_eq!(env.wait_state(k, &["CANCELLED"], 40), "CANCELLED");
+    assert!(t0.elapsed() >= Duration::from_secs(10), "ended too soon");
+    assert_eq!(env.state(l), "RUNNING", "alive past the timeout");
+    assert!(live.wait().expect("salloc").success());
+    assert_eq!(env.wait_state(l, &["COMPLETED"], 20), "COMPLETED");
+}

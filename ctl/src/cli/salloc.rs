@@ -164,6 +164,17 @@ pub fn main(args: &[OsString]) -> i32 {
             pause = (pause * 2).min(Duration::from_secs(1));
         };
         eprintln!("{CMD}: Granted job allocation {job}");
+        // Alive every 5 s: a salloc that is killed (or whose host goes)
+        // stops saying so, and the controller ends the allocation.
+        let alive = tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                if let Ok(mut c) = Client::connect().await {
+                    let _ = c.ok(Request::AllocationAlive { job }).await;
+                }
+            }
+        });
         let mut cmd = tokio::process::Command::new(&command[0]);
         cmd.args(&command[1..])
             .envs(allocation_env(&granted, ntasks_given));
@@ -194,6 +205,7 @@ pub fn main(args: &[OsString]) -> i32 {
                 )
             }
         };
+        alive.abort();
         eprintln!("{CMD}: Relinquishing job allocation {job}");
         end(job, exit).await;
         code

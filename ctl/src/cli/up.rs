@@ -288,9 +288,20 @@ impl Cluster {
         }
         let me = nix::unistd::getuid().as_raw();
         let last = spec.nodes.saturating_sub(1);
+        // The extra configuration's top-level keys (those before its first
+        // table) belong before the tables written here.
+        let extra = spec.extra_config.as_str();
+        let split = extra
+            .lines()
+            .position(|l| l.trim_start().starts_with('['))
+            .map_or(extra.len(), |i| {
+                extra.lines().take(i).map(|l| l.len() + 1).sum::<usize>()
+            })
+            .min(extra.len());
+        let (extra_keys, extra_tables) = extra.split_at(split);
         let config = format!(
             "cluster = \"corral-up\"\nlisten = \"127.0.0.1:0\"\ncerts = \"{}\"\nheartbeat_timeout = {}\n\
-             kill_wait = {}\noperators = [{me}]\n{}\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-{last}]\"\ndefault = true\n\n\
+             kill_wait = {}\noperators = [{me}]\n{}{extra_keys}\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-{last}]\"\ndefault = true\n\n\
              [health]\ninterval = {}\n{}{}",
             certs.display(),
             spec.heartbeat_timeout,
@@ -303,7 +314,7 @@ impl Cluster {
             },
             spec.health_interval.max(1),
             jail_section(&spec, dir),
-            spec.extra_config,
+            extra_tables,
         );
         let conf = dir.join("corral.toml");
         std::fs::write(&conf, config).map_err(io(&conf))?;

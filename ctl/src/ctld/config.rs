@@ -6,6 +6,7 @@
 //! certs = "/etc/corral/certs"      # ca.pem, corral-ctld.pem, corral-ctld.key
 //! heartbeat_timeout = 30           # seconds of agent silence before DOWN
 //! kill_wait = 30                   # seconds between SIGTERM and SIGKILL
+//! allocation_timeout = 60          # seconds a salloc may go silent before its allocation ends
 //! leave_grace = 300                # seconds a deleted node's jobs get to finish
 //! operators = [1000]               # uids that may act on any job and node
 //! state_dir = "/var/spool/corral/ctld"   # durable state (none: in memory only)
@@ -108,6 +109,8 @@ struct RawConfig {
     heartbeat_timeout: u64,
     #[serde(default = "default_kill_wait")]
     kill_wait: u64,
+    #[serde(default = "default_allocation_timeout")]
+    allocation_timeout: u64,
     #[serde(default = "default_leave_grace")]
     leave_grace: u64,
     #[serde(default)]
@@ -288,6 +291,9 @@ fn default_heartbeat() -> u64 {
 fn default_kill_wait() -> u64 {
     30
 }
+fn default_allocation_timeout() -> u64 {
+    60
+}
 fn default_leave_grace() -> u64 {
     300
 }
@@ -311,6 +317,9 @@ pub struct Config {
     pub heartbeat_timeout: u64,
     /// Seconds between SIGTERM and SIGKILL when a job is ended.
     pub kill_wait: u64,
+    /// Seconds a running `salloc` allocation may go without its salloc
+    /// saying it is alive (every 5 s) before it is ended.
+    pub allocation_timeout: u64,
     /// Seconds a deleted node's running jobs get to finish.
     pub leave_grace: u64,
     pub operators: Vec<u32>,
@@ -407,6 +416,7 @@ impl Config {
             certs: raw.certs,
             heartbeat_timeout: raw.heartbeat_timeout.max(1),
             kill_wait: raw.kill_wait,
+            allocation_timeout: raw.allocation_timeout.max(15),
             leave_grace: raw.leave_grace,
             operators: raw.operators,
             state_dir: raw.state_dir,

@@ -212,6 +212,7 @@ impl Controller {
             self.complete(now, job, grace);
         }
         self.limit_signals(now);
+        self.silent_allocations(now);
         let age = self.cfg.min_job_age;
         self.jobs.retain(|_, j| {
             !(j.state.is_final() && j.end.is_some_and(|e| now.saturating_sub(e) > age))
@@ -262,6 +263,58 @@ impl Controller {
             _ => {}
         }
         Ok(())
+    }
+
+    /// salloc says its allocation is still wanted.
+    pub fn allocation_alive(&mut self, who: Ident, job: JobId, now: u64) -> Result<(), Refusal> {
+        let privileged = self.privileged(who);
+        let j = self.jobs.get(&job).ok_or(CtldError::UnknownJob(job))?;
+        if j.user.uid != who.uid && !privileged {
+            return Err(CtldError::NotYourJob(job));
+        }
+        if !matches!(j.spec.kind, corral_proto::msg::JobKind::Allocation) {
+            return Err(CtldError::NotAllocation(job));
+        }
+        self.allocation_seen.insert(job, now);
+        Ok(())
+    }
+
+    /// Running allocations whose salloc went silent (killed, or its host
+    /// gone) are ended as cancelled: their nodes are not held until a
+    /// limit that may never come.
+    fn silent_allocations(&mut self, now: u64) {
+        let timeout = self.cfg.allocation_timeout;
+        let mut silent = Vec::new();
+        for id in self.jobs.running_ids() {
+            let Some(j) = self.jobs.get(&id) else {
+                continue;
+            };
+            if !matches!(j.spec.kind, corral_proto::msg::JobKind::Allocation)
+                || j.state != JobState::Running
+            {
+                continue;
+            }
+            // Counted from its start, or from a restart.
+            let seen = *self.allocation_seen.entry(id).or_insert(now);
+            if now.saturating_sub(seen) > timeout {
+                silent.push(id);
+            }
+        }
+        self.allocation_seen.retain(|id, _| {
+            self.jobs
+                .get(id)
+                .is_some_and(|j| j.state == JobState::Running)
+        });
+        for id in silent {
+            tracing::warn!(job = %id, "salloc went silent; its allocation ends");
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.kill = Some(Kill::Cancelled);
+                j.failure = Some(format!("salloc silent for over {timeout} s"));
+            }
+            let grace = self.cfg.kill_wait * 1000;
+            self.complete(now, id, grace);
+            self.allocation_seen.remove(&id);
+        }
     }
 
     /// `--signal`: running jobs within their signal's time of their limit

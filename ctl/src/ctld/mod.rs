@@ -461,6 +461,9 @@ pub struct Controller {
     dirty: bool,
     /// When the scheduler next wants a pass without any event.
     wake_at: Option<u64>,
+    /// When each running `salloc` allocation's salloc last said it is
+    /// alive (not stored: a restarted controller starts counting anew).
+    allocation_seen: HashMap<JobId, u64>,
     /// The latest time a call carried: when an array whose last task
     /// ended in a call without one (a commit's) is recorded as ended.
     clock: u64,
@@ -512,6 +515,7 @@ impl Controller {
             dirty: false,
             wake_at: None,
             clock: 0,
+            allocation_seen: HashMap::new(),
             stats: Stats::default(),
             usage: HashMap::new(),
             unfinished: 0,

@@ -644,6 +644,10 @@ impl Server {
                 Ok(jobs) => Response::Affected { jobs },
                 Err(e) => Response::Error(e.to_string()),
             },
+            Request::AllocationAlive { job } => match c.allocation_alive(who, job, now) {
+                Ok(()) => Response::Done,
+                Err(e) => Response::Error(e.to_string()),
+            },
             Request::EndAllocation { job, exit } => match c.end_allocation(who, job, exit, now) {
                 Ok(()) => Response::Done,
                 Err(e) => Response::Error(e.to_string()),
