@@ -957,6 +957,24 @@ mod tests {
             let _ = parse_dependency(&text);
         }
 
+        /// A job list written from ids and tasks reads back as them;
+        /// any text parses or is refused.
+        #[test]
+        fn job_lists_round_trip(
+            ids in proptest::collection::vec(0u64..1_000_000, 0..5),
+            tasks in proptest::collection::vec((0u64..1_000_000, 0u32..100_000), 0..5),
+            junk in "[0-9_,\\[\\]-]{0,24}",
+        ) {
+            let mut text: Vec<String> = ids.iter().map(u64::to_string).collect();
+            text.extend(tasks.iter().map(|(j, t)| format!("{j}_{t}")));
+            let (got_ids, got_tasks) = parse_job_list(&text.join(",")).unwrap();
+            let want_ids: Vec<JobId> = ids.iter().map(|&i| JobId(i)).collect();
+            let want_tasks: Vec<(JobId, u32)> = tasks.iter().map(|&(j, t)| (JobId(j), t)).collect();
+            proptest::prop_assert_eq!(got_ids, want_ids);
+            proptest::prop_assert_eq!(got_tasks, want_tasks);
+            let _ = parse_job_list(&junk);
+        }
+
         /// Whatever `--array` text comes, it parses or is refused; what
         /// parses names ascending, disjoint indices whose positions and
         /// indices map both ways.
