@@ -47,6 +47,7 @@ fn record(i: u64) -> AcctJob {
     };
     AcctJob {
         id: JobId(i + 1),
+        array: None,
         run: 0,
         name: format!("train-{}", i % 97),
         user: Ident {

@@ -960,6 +960,9 @@ pub struct AcctJob {
     pub work_dir: String,
     pub comment: String,
     pub steps: Vec<AcctStep>,
+    /// A task of an array: the array's id and the task's index (sacct's
+    /// `123_7`).
+    pub array: Option<(JobId, u32)>,
 }
 
 /// One step of a job's run.

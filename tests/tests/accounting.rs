@@ -14,6 +14,7 @@ use corral_proto::msg::{
 fn rec(id: u64, run: u32, uid: u32, state: JobState, end: Option<u64>) -> AcctJob {
     AcctJob {
         id: JobId(id),
+        array: None,
         run,
         name: format!("job-{id}"),
         user: Ident { uid, gid: 100 },
@@ -101,7 +102,7 @@ async fn exercise(url: &str) {
     let db = AcctDb::connect(url, "c1", patience)
         .await
         .unwrap_or_else(|e| panic!("{url}: {e}"));
-    assert_eq!(db.version().await.expect("version"), 1);
+    assert_eq!(db.version().await.expect("version"), 2);
     // Connecting again runs no migration twice; another cluster shares
     // the database without seeing this one's jobs.
     let again = AcctDb::connect(url, "c1", patience).await.expect("again");
@@ -169,6 +170,26 @@ async fn exercise(url: &str) {
         .map(|j| (j.id.0, j.run))
         .collect();
     assert_eq!(ids, [(1, 0), (2, 1), (3, 0)]);
+
+    // Tasks of an array (4) are found by their own ids and by the
+    // array's (`sacct -j 4`).
+    let mut t0 = rec(5, 0, 1000, JobState::Completed, Some(1000));
+    t0.array = Some((JobId(4), 0));
+    let mut t7 = rec(6, 0, 1000, JobState::Failed, Some(1000));
+    t7.array = Some((JobId(4), 7));
+    db.write(&[t0.clone(), t7.clone()])
+        .await
+        .expect("write tasks");
+    let by = |id: u64| AcctQuery {
+        ids: vec![JobId(id)],
+        ..AcctQuery::default()
+    };
+    assert_eq!(
+        all_pages(&db, by(4), &[]).await,
+        vec![t0, t7.clone()],
+        "{url}"
+    );
+    assert_eq!(all_pages(&db, by(6), &[]).await, vec![t7], "{url}");
 
     // Pages: many jobs, each once, in order, steps on the right runs.
     let many: Vec<AcctJob> = (10..10 + 2 * ACCT_PER_PAGE as u64 + 7)

@@ -173,6 +173,13 @@ const CASES: &[Case] = &[
          scancel ${a}_2; squeue -h -j $a -o %i | sed \"s/^$a/A/\"; scancel $a",
         "A_[1-3]\nA_1\nA_2\nA_3\nA_[1,3]",
     ),
+    case(
+        "sacct names an array's tasks 123_7, and -j 123 selects them",
+        "a=$(sbatch --parsable -a 0,7 -o /dev/null --wrap true)\n\
+         sbatch --wait -o /dev/null -d afterany:$a --wrap true > /dev/null\n\
+         sacct -n -X -P -j $a -o JobID,State | sed \"s/^$a/A/\" | sort",
+        "A_0|COMPLETED\nA_7|COMPLETED",
+    ),
     // Robustness.
     case(
         "scontrol show hostnames | head -n1 under pipefail",

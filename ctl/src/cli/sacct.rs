@@ -278,10 +278,19 @@ fn value(line: &Line<'_>, field: &str, now: u64) -> String {
     }
 }
 
+/// sacct's JobID: a task of an array as `123_7`, any other job by id.
+fn job_id(j: &AcctJob) -> String {
+    match j.array {
+        Some((a, t)) => format!("{a}_{t}"),
+        None => j.id.to_string(),
+    }
+}
+
 fn job_value(j: &AcctJob, field: &str, now: u64) -> String {
     let elapsed = elapsed_secs(j.start, j.end, now);
     match field {
-        "JobID" | "JobIDRaw" => j.id.to_string(),
+        "JobID" => job_id(j),
+        "JobIDRaw" => j.id.to_string(),
         "JobName" => j.name.clone(),
         "Partition" => j.partition.clone(),
         "Account" => j.account.clone(),
@@ -353,7 +362,8 @@ fn job_value(j: &AcctJob, field: &str, now: u64) -> String {
 fn step_value(j: &AcctJob, s: &AcctStep, field: &str, now: u64) -> String {
     let elapsed = elapsed_secs(Some(s.start), s.end, now);
     match field {
-        "JobID" | "JobIDRaw" => format!("{}.{}", j.id, s.step),
+        "JobID" => format!("{}.{}", job_id(j), s.step),
+        "JobIDRaw" => format!("{}.{}", j.id, s.step),
         "JobName" => s.name.clone(),
         "Account" => j.account.clone(),
         "AllocCPUS" | "NCPUS" => s.cpus.to_string(),
@@ -546,6 +556,7 @@ mod tests {
     fn job(id: u64, state: JobState) -> AcctJob {
         AcctJob {
             id: JobId(id),
+            array: None,
             run: 0,
             name: "train-resnet".into(),
             user: Ident { uid: 0, gid: 0 },

@@ -225,6 +225,10 @@ impl JobRecord {
             work_dir: self.spec.work_dir.clone(),
             comment: self.spec.comment.clone().unwrap_or_default(),
             steps,
+            array: self
+                .array
+                .as_deref()
+                .and_then(|a| a.task.map(|t| (a.job, t))),
         }
     }
 }
@@ -232,7 +236,7 @@ impl JobRecord {
 /// Whether a record answers a query whose users are already resolved
 /// (`users` empty: anyone's). The SQL in [`super::acctdb`] asks the same.
 pub fn matches(q: &AcctQuery, users: &[u32], j: &AcctJob) -> bool {
-    (q.ids.is_empty() || q.ids.contains(&j.id))
+    (q.ids.is_empty() || q.ids.contains(&j.id) || j.array.is_some_and(|(a, _)| q.ids.contains(&a)))
         && (users.is_empty() || users.contains(&j.user.uid))
         && (q.states.is_empty() || q.states.contains(&j.state))
         && j.id > q.after
@@ -327,14 +331,29 @@ impl Controller {
         let candidates: Box<dyn Iterator<Item = &JobRecord>> = if q.ids.is_empty() {
             Box::new(self.jobs.range(from..).map(|(_, j)| j))
         } else {
+            // An array's id names its tasks too (ids after its own).
+            let mut ids: std::collections::BTreeSet<JobId> = q.ids.iter().copied().collect();
+            for id in &q.ids {
+                let Some(n) = self.jobs.get(id).and_then(|j| j.spec.array.as_ref()) else {
+                    continue;
+                };
+                let last = JobId(id.0 + u64::from(n.len()));
+                ids.extend(
+                    self.jobs
+                        .range(JobId(id.0 + 1)..=last)
+                        .filter(|(_, t)| t.array_id() == Some(*id))
+                        .map(|(t, _)| *t),
+                );
+            }
             Box::new(
-                q.ids
-                    .iter()
-                    .filter(|id| **id >= from)
-                    .filter_map(|id| self.jobs.get(id)),
+                ids.into_iter()
+                    .filter(move |id| *id >= from)
+                    .filter_map(|id| self.jobs.get(&id)),
             )
         };
         candidates
+            // An array's own record is no job: its tasks are.
+            .filter(|j| j.array.as_deref().is_none_or(|a| a.task.is_some()))
             .filter(|j| users.is_empty() || users.contains(&j.user.uid))
             .filter(|j| q.states.is_empty() || q.states.contains(&j.state))
             .map(|j| {

@@ -49,10 +49,11 @@ pub enum AcctDbError {
 
 /// The schema's versions, oldest first: each a list of statements every
 /// backend accepts.
-const MIGRATIONS: &[(i64, &[&str])] = &[(
-    1,
-    &[
-        "CREATE TABLE IF NOT EXISTS acct_jobs (
+const MIGRATIONS: &[(i64, &[&str])] = &[
+    (
+        1,
+        &[
+            "CREATE TABLE IF NOT EXISTS acct_jobs (
             cluster VARCHAR(64) NOT NULL,
             job_id BIGINT NOT NULL,
             run BIGINT NOT NULL,
@@ -86,9 +87,9 @@ const MIGRATIONS: &[(i64, &[&str])] = &[(
             comment TEXT NOT NULL,
             PRIMARY KEY (cluster, job_id, run)
         )",
-        "CREATE INDEX IF NOT EXISTS acct_jobs_end ON acct_jobs (cluster, end_time)",
-        "CREATE INDEX IF NOT EXISTS acct_jobs_uid ON acct_jobs (cluster, uid, job_id)",
-        "CREATE TABLE IF NOT EXISTS acct_steps (
+            "CREATE INDEX IF NOT EXISTS acct_jobs_end ON acct_jobs (cluster, end_time)",
+            "CREATE INDEX IF NOT EXISTS acct_jobs_uid ON acct_jobs (cluster, uid, job_id)",
+            "CREATE TABLE IF NOT EXISTS acct_steps (
             cluster VARCHAR(64) NOT NULL,
             job_id BIGINT NOT NULL,
             run BIGINT NOT NULL,
@@ -105,13 +106,22 @@ const MIGRATIONS: &[(i64, &[&str])] = &[(
             exit_signal BIGINT,
             PRIMARY KEY (cluster, job_id, run, step_id)
         )",
-    ],
-)];
+        ],
+    ),
+    (
+        2,
+        &[
+            "ALTER TABLE acct_jobs ADD COLUMN array_job BIGINT",
+            "ALTER TABLE acct_jobs ADD COLUMN array_task BIGINT",
+            "CREATE INDEX IF NOT EXISTS acct_jobs_array ON acct_jobs (cluster, array_job)",
+        ],
+    ),
+];
 
 const JOB_COLUMNS: &str = "job_id, run, name, uid, gid, account, partition_name, nodelist, \
     alloc_nodes, alloc_cpus, alloc_mem_mb, alloc_gpus, req_nodes, req_cpus, req_mem_mb, req_gpus, \
     submit_time, eligible_time, start_time, end_time, time_limit, state, reason, exit_code, \
-    exit_signal, cancelled_by, cpu_ms, max_rss_kb, work_dir, comment";
+    exit_signal, cancelled_by, cpu_ms, max_rss_kb, work_dir, comment, array_job, array_task";
 
 const STEP_COLUMNS: &str = "job_id, run, step_id, name, nodelist, nodes, tasks, cpus, \
     start_time, end_time, state, exit_code, exit_signal";
@@ -319,7 +329,7 @@ impl AcctDb {
         let mut ins_job = self.sql(&format!(
             "INSERT INTO acct_jobs (cluster, {JOB_COLUMNS}) VALUES ("
         ));
-        ins_job.args(31).push(")");
+        ins_job.args(33).push(")");
         let mut ins_step = self.sql(&format!(
             "INSERT INTO acct_steps (cluster, {STEP_COLUMNS}) VALUES ("
         ));
@@ -366,6 +376,8 @@ impl AcctDb {
                 .bind(j.usage.map(|u| int(u.max_rss_kb)))
                 .bind(j.work_dir.as_str())
                 .bind(j.comment.as_str())
+                .bind(j.array.map(|(a, _)| int(a.0)))
+                .bind(j.array.map(|(_, t)| i64::from(t)))
                 .execute(&mut *tx)
                 .await?;
             for s in &j.steps {
@@ -398,7 +410,12 @@ impl AcctDb {
         sql.push(" WHERE j.cluster = ").arg();
         sql.push(" AND j.job_id > ").arg();
         if !q.ids.is_empty() {
-            sql.push(" AND j.job_id IN (").args(q.ids.len()).push(")");
+            // An array's id names its tasks too.
+            sql.push(" AND (j.job_id IN (")
+                .args(q.ids.len())
+                .push(") OR j.array_job IN (")
+                .args(q.ids.len())
+                .push("))");
         }
         if !users.is_empty() {
             sql.push(" AND j.uid IN (").args(users.len()).push(")");
@@ -423,8 +440,10 @@ impl AcctDb {
         users: &[u32],
     ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
         query = query.bind(self.cluster.as_str()).bind(int(q.after.0));
-        for id in &q.ids {
-            query = query.bind(int(id.0));
+        for _ in 0..2 {
+            for id in &q.ids {
+                query = query.bind(int(id.0));
+            }
         }
         for u in users {
             query = query.bind(i64::from(*u));
@@ -587,6 +606,10 @@ fn job_row(r: &AnyRow) -> Result<AcctJob, sqlx::Error> {
         work_dir: text(r, "work_dir")?,
         comment: text(r, "comment")?,
         steps: Vec::new(),
+        array: match (opt("array_job")?, opt("array_task")?) {
+            (Some(a), Some(t)) => Some((JobId(a), u32::try_from(t).unwrap_or(u32::MAX))),
+            _ => None,
+        },
     })
 }
 

@@ -47,8 +47,9 @@ const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
 /// GPUs. 13: memory per CPU, per GPU, or the whole node. 14: the account.
 /// 15: job arrays (an array's record, its tasks' records). 16: a GPU
 /// model asked for. 17: open steps name their nodes, and overlap. 18:
-/// srun's files for its tasks.
-const LAYOUT: u64 = 18;
+/// srun's files for its tasks. 19: accounting records name a task's
+/// array.
+const LAYOUT: u64 = 19;
 
 /// The bulky part of a job: its batch script and environment. Read when
 /// the job (or a step of it) is launched.
