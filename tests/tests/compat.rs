@@ -173,6 +173,11 @@ const CASES: &[Case] = &[
          scancel ${a}_2; squeue -h -j $a -o %i | sed \"s/^$a/A/\"; scancel $a",
         "A_[1-3]\nA_1\nA_2\nA_3\nA_[1,3]",
     ),
+    fails(
+        "sbatch --wait on an array exits with its tasks' highest code",
+        "sbatch --wait -a 1-3 -o /dev/null --wrap 'exit $SLURM_ARRAY_TASK_ID' > /dev/null",
+        3,
+    ),
     case(
         "sacct names an array's tasks 123_7, and -j 123 selects them",
         "a=$(sbatch --parsable -a 0,7 -o /dev/null --wrap true)\n\

@@ -262,7 +262,8 @@ pub fn main(args: &[OsString]) -> i32 {
 
 /// `--wait`: asks after the job, less often as it runs longer (every
 /// half second at first, at most every 5 s), until it ended; its exit
-/// code is sbatch's, or 1 when a signal ended it, as Slurm's.
+/// code is sbatch's, or 1 when a signal ended it, as Slurm's (an array:
+/// once every task ended, the highest of theirs).
 async fn wait_for(c: &mut Client, job: corral_proto::msg::JobId) -> i32 {
     use corral_proto::msg::JobFilter;
     let mut pause = std::time::Duration::from_millis(500);
@@ -277,17 +278,23 @@ async fn wait_for(c: &mut Client, job: corral_proto::msg::JobId) -> i32 {
         match c.jobs(filter).await {
             Ok(views) => {
                 failures = 0;
-                let Some(v) = views.into_iter().find(|v| v.id == job) else {
+                // An array's id shows its tasks (and, while some wait, the
+                // array itself): done once all are, with the highest code.
+                if views.is_empty() {
                     return fail(
                         CMD,
                         format!("Job {job} is no longer known to the controller"),
                     );
-                };
-                if v.state.is_final() {
-                    return match v.exit.signal {
-                        Some(_) => 1,
-                        None => v.exit.code,
-                    };
+                }
+                if views.iter().all(|v| v.state.is_final()) {
+                    return views
+                        .iter()
+                        .map(|v| match v.exit.signal {
+                            Some(_) => 1,
+                            None => v.exit.code,
+                        })
+                        .max()
+                        .unwrap_or(0);
                 }
             }
             // The controller may be restarting: the client already waited
