@@ -1020,3 +1020,51 @@ fn a_killed_sallocs_allocation_ends_and_a_live_one_stays() {
     assert!(live.wait().expect("salloc").success());
     assert_eq!(env.wait_state(l, &["COMPLETED"], 20), "COMPLETED");
 }
+
+/// A pipeline as people write it: preprocess, then a training array that
+/// waits for it (`afterok`), then an evaluation that waits for the whole
+/// array (`afterok` on the array's id); each step reads what the one
+/// before wrote.
+#[test]
+fn a_preprocess_train_array_evaluate_pipeline_runs_in_order() {
+    let env = Env::start(Opts::default());
+    let pre = env.sbatch(
+        &["-o", "/dev/null"],
+        "#!/bin/sh\nsleep 1; echo data > prepared.txt\n",
+    );
+    let train = env.sbatch(
+        &[
+            "-a",
+            "0-3%2",
+            "-o",
+            "/dev/null",
+            "-d",
+            &format!("afterok:{pre}"),
+        ],
+        "#!/bin/sh\ntest -s prepared.txt || exit 9\n\
+         echo model-$SLURM_ARRAY_TASK_ID > model-$SLURM_ARRAY_TASK_ID.txt\n",
+    );
+    let eval = env.sbatch(
+        &["-o", "eval.out", "-d", &format!("afterok:{train}")],
+        "#!/bin/sh\ncat model-0.txt model-1.txt model-2.txt model-3.txt\n",
+    );
+    assert_eq!(
+        env.wait_state(eval, &["COMPLETED", "FAILED", "CANCELLED"], 60),
+        "COMPLETED"
+    );
+    assert_eq!(env.read("eval.out"), "model-0\nmodel-1\nmodel-2\nmodel-3\n");
+    let states = env.ok(&[
+        "sacct",
+        "-n",
+        "-X",
+        "-P",
+        "-j",
+        &train.to_string(),
+        "-o",
+        "JobID,State",
+    ]);
+    let mut lines: Vec<&str> = states.lines().collect();
+    lines.sort();
+    let want: Vec<String> = (0..4).map(|t| format!("{train}_{t}|COMPLETED")).collect();
+    assert_eq!(lines, want, "{states}");
+}

@@ -183,8 +183,10 @@ impl Controller {
 
     /// Brings arrays' records up to date with the core before a commit:
     /// those whose tasks changed (ended, or started).
-    pub(super) fn sync_arrays(&mut self, dirty: &BTreeSet<JobId>) {
-        let arrays: BTreeSet<JobId> = dirty
+    pub(super) fn sync_arrays(&mut self) {
+        let arrays: BTreeSet<JobId> = self
+            .jobs
+            .dirty
             .iter()
             .filter_map(|id| self.jobs.get(id))
             .filter(|j| j.array.as_deref().is_some_and(|a| a.task.is_some()))

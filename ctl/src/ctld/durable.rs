@@ -33,8 +33,7 @@ impl Controller {
     /// What changed since the last call: records to write or delete,
     /// operators' node states, the next job id.
     pub fn take_changes(&mut self) -> Changes {
-        let dirty = self.jobs.dirty.clone();
-        self.sync_arrays(&dirty);
+        self.sync_arrays();
         let ids = self.jobs.take_dirty();
         // Before the records are encoded: each is stored marked as
         // accounted, in the same transaction as its accounting record.

@@ -154,9 +154,6 @@ impl Scheduler {
         let empty = waiting.is_empty();
         let mut task: Job = (**entry).clone();
         task.array = Some(Box::new(Role::Task { array: id }));
-        if let Some(Role::Entry { later, .. }) = entry.array.as_deref_mut() {
-            later.clear();
-        }
         task.set_pending(PendingReason::None, None);
         if empty {
             self.jobs.remove(&id);
