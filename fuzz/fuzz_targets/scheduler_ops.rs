@@ -42,6 +42,7 @@ enum RawOp {
     Cancel(u8),
     Hold(u8),
     Release(u8),
+    Requeue(u8),
     Drain(u8),
     Resume(u8),
     Down(u8),
@@ -104,6 +105,7 @@ fn op(o: &RawOp) -> Op {
         RawOp::Cancel(k) => Op::Cancel(*k),
         RawOp::Hold(k) => Op::Hold(*k),
         RawOp::Release(k) => Op::Release(*k),
+        RawOp::Requeue(k) => Op::Requeue(*k),
         RawOp::Drain(k) => Op::Drain(*k),
         RawOp::Resume(k) => Op::Resume(*k),
         RawOp::Down(k) => Op::Down(*k),
@@ -123,6 +125,7 @@ fuzz_target!(|input: Input| {
     let mut d = Driver::new(
         SchedulerConfig {
             policy: testing::policy(input.policy),
+            requeue_delay: 30,
             packing: if input.first_fit {
                 Packing::FirstFit
             } else {

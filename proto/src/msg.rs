@@ -875,6 +875,12 @@ pub enum Request {
     Release {
         ids: Vec<JobId>,
     },
+    /// `scontrol requeue` (`requeuehold`: `hold`): running batch jobs are
+    /// ended and wait again for a new run.
+    Requeue {
+        ids: Vec<JobId>,
+        hold: bool,
+    },
     Jobs(JobFilter),
     Nodes,
     Partitions,

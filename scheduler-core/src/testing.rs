@@ -88,6 +88,8 @@ pub enum Op {
     Cancel(u8),
     Hold(u8),
     Release(u8),
+    /// A running job goes back to the queue (`scontrol requeue`).
+    Requeue(u8),
     Drain(u8),
     Resume(u8),
     Down(u8),
@@ -226,6 +228,13 @@ impl Driver {
             Op::Release(k) => {
                 if let Some(j) = self.pick_job(*k) {
                     let _ = self.s.release(j, HoldKind::User);
+                }
+            }
+            Op::Requeue(k) => {
+                if let Some(j) = self.pick_job(*k) {
+                    if self.s.requeue(self.now, j, None).is_ok() {
+                        self.ends.remove(&j);
+                    }
                 }
             }
             Op::Drain(k) | Op::Resume(k) | Op::Down(k) | Op::Remove(k) => {

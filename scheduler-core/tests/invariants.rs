@@ -79,6 +79,7 @@ fn op_gen() -> impl Strategy<Value = Op> {
         1 => any::<u8>().prop_map(Op::Cancel),
         1 => any::<u8>().prop_map(Op::Hold),
         1 => any::<u8>().prop_map(Op::Release),
+        1 => any::<u8>().prop_map(Op::Requeue),
         1 => any::<u8>().prop_map(Op::Drain),
         1 => any::<u8>().prop_map(Op::Resume),
         1 => any::<u8>().prop_map(Op::Down),
@@ -95,6 +96,7 @@ fn world(policy: BackfillPolicy, nodes: &[NodeShape], shared: bool) -> Driver {
         SchedulerConfig {
             policy,
             split_limits_up_to_nodes: if shared { 0 } else { 4096 },
+            requeue_delay: 30,
             ..SchedulerConfig::default()
         },
         nodes,

@@ -451,6 +451,52 @@ fn a_lost_node_reports_its_jobs_and_requeues_those_that_asked() {
 }
 
 #[test]
+fn a_requeued_job_frees_its_gpus_and_waits_the_delay_before_it_runs_again() {
+    let mut sim = Sim::tuned(|c| c.requeue_delay = 120).nodes(1, gpus(8));
+    let a = sim.submit(job().gpus(8).time(1000).runs(500));
+    sim.pass();
+    assert_eq!(sim.start(a), Some(0));
+    let b = sim.submit(job().gpus(4).time(100).runs(100));
+    sim.d.now = 10;
+    // The driver ended the run's processes; the job queues again.
+    sim.d.s.requeue(10, a, None).expect("requeue a running job");
+    sim.d.ends.remove(&a);
+    sim.d.s.audit().expect("consistent after the requeue");
+    assert_eq!(
+        sim.d.s.requeue(10, a, None),
+        Err(ControlError::NotRunning(a)),
+        "a pending job is not requeued"
+    );
+    sim.pass();
+    assert_eq!(
+        sim.start(b),
+        Some(10),
+        "the freed GPUs went to the next job"
+    );
+    assert_eq!(sim.reason(a), PendingReason::BeginTime);
+    sim.advance_to(129);
+    sim.pass();
+    assert_eq!(sim.start(a), Some(0), "not before now + requeue_delay");
+    sim.d.now = 130;
+    sim.pass();
+    assert_eq!(sim.start(a), Some(130), "its second run");
+    // Held as well: it waits for a release, not only for the delay.
+    let mut sim = Sim::tuned(|c| c.requeue_delay = 120).nodes(1, gpus(8));
+    let c = sim.submit(job().gpus(1).time(1000).runs(500));
+    sim.pass();
+    assert_eq!(sim.start(c), Some(0));
+    let now = sim.d.now;
+    sim.d
+        .s
+        .requeue(now, c, Some(HoldKind::User))
+        .expect("requeue held");
+    sim.d.ends.remove(&c);
+    sim.d.now = now + 1_000;
+    sim.pass();
+    assert_eq!(sim.reason(c), PendingReason::JobHeldUser);
+}
+
+#[test]
 fn impossible_requests_are_refused_at_submit() {
     let mut sim = Sim::new().nodes(2, gpus(8));
     let err = |sim: &mut Sim, def| sim.try_submit(def).expect_err("refused");

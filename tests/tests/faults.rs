@@ -141,3 +141,64 @@ fn a_limit_signal_reaches_the_steps_or_with_b_the_batch_shell() {
         assert_eq!(got, want, "job {id}");
     }
 }
+
+/// Lightning's auto-requeue, whole: `--signal=B:USR1@58` reaches the
+/// batch shell about 2 s in; its trap saves a checkpoint and runs
+/// `scontrol requeue $SLURM_JOB_ID`; the run is ended, the job waits its
+/// `requeue_delay` (here 2 s, Slurm's two minutes by default) and runs
+/// again as run 1, which resumes from the checkpoint and completes.
+/// Accounting keeps both runs.
+#[test]
+fn a_job_that_traps_its_limit_signal_requeues_itself_and_resumes() {
+    let env = Env::start(Opts {
+        extra_config: "requeue_delay = 2\n".into(),
+        ..Opts::default()
+    });
+    let script = "#!/bin/bash\n\
+        #SBATCH -t 1\n\
+        #SBATCH --signal=B:USR1@58\n\
+        #SBATCH -o lightning.out\n\
+        #SBATCH --open-mode=append\n\
+        echo \"run $SLURM_RESTART_COUNT starts\"\n\
+        if [ -f ckpt ]; then echo \"resumed from $(cat ckpt)\"; exit 0; fi\n\
+        trap 'echo epoch-3 > ckpt; echo saved, requeueing; scontrol requeue $SLURM_JOB_ID; sleep 30' USR1\n\
+        sleep 300 & wait $!\n\
+        echo never here\n";
+    let id = env.sbatch(&[], script);
+    assert_eq!(
+        env.wait_state(id, &["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"], 60),
+        "COMPLETED"
+    );
+    assert_eq!(
+        env.read("lightning.out"),
+        "run 0 starts\nsaved, requeueing\nrun 1 starts\nresumed from epoch-3\n"
+    );
+    let show = env.ok(&["scontrol", "show", "job", &id.to_string()]);
+    assert!(show.contains("Restarts=1"), "{show}");
+    let runs = env.ok(&[
+        "sacct",
+        "-j",
+        &id.to_string(),
+        "-D",
+        "-X",
+        "-n",
+        "-P",
+        "-o",
+        "State",
+    ]);
+    assert_eq!(runs, "REQUEUED\nCOMPLETED\n");
+    // A job that asked not to be requeued is told so, and keeps running.
+    let fixed = env.sbatch(
+        &["--no-requeue", "-o", "/dev/null"],
+        "#!/bin/sh\nsleep 300\n",
+    );
+    env.wait_state(fixed, &["RUNNING"], 20);
+    let (code, _, err) = env.run(&["scontrol", "requeue", &fixed.to_string()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("Requested operation is presently disabled"),
+        "{err}"
+    );
+    assert_eq!(env.state(fixed), "RUNNING");
+    env.ok(&["scancel", &fixed.to_string()]);
+}

@@ -270,6 +270,20 @@ pub fn action(args: &[String]) -> Result<Action, String> {
                 Request::Hold { ids }
             }))
         }
+        (Some(r @ ("requeue" | "requeuehold")), _) => {
+            let ids: Vec<JobId> = args[1..]
+                .iter()
+                .map(|s| parse_ids(s))
+                .collect::<Result<Vec<_>, _>>()?
+                .concat();
+            if ids.is_empty() {
+                return Err(format!("{r} needs job ids"));
+            }
+            Ok(Action::Remote(Request::Requeue {
+                ids,
+                hold: r == "requeuehold",
+            }))
+        }
         (Some("update"), _) => {
             let mut names = None;
             let mut state = None;
@@ -331,7 +345,7 @@ pub fn main(args: &[OsString]) -> i32 {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     if rest.first().is_some_and(|a| a == "-h" || a == "--help") {
-        return emit(CMD, "usage: scontrol show job|node|partition [NAME] | show hostnames|hostlist LIST\n       scontrol update NodeName=LIST State=DRAIN|RESUME|DOWN [Reason=TEXT]\n       scontrol hold|release JOBID[,JOBID]\n");
+        return emit(CMD, "usage: scontrol show job|node|partition [NAME] | show hostnames|hostlist LIST\n       scontrol update NodeName=LIST State=DRAIN|RESUME|DOWN [Reason=TEXT]\n       scontrol hold|release|requeue|requeuehold JOBID[,JOBID]\n");
     }
     let act = match action(&rest) {
         Ok(a) => a,
@@ -455,6 +469,14 @@ mod tests {
         assert!(
             matches!(action(&words("hold 3,4")), Ok(Action::Remote(Request::Hold { ids })) if ids == vec![JobId(3), JobId(4)])
         );
+        assert!(
+            matches!(action(&words("requeue 7")), Ok(Action::Remote(Request::Requeue { ids, hold: false })) if ids == vec![JobId(7)])
+        );
+        assert!(
+            matches!(action(&words("requeuehold 7,8")), Ok(Action::Remote(Request::Requeue { ids, hold: true })) if ids == vec![JobId(7), JobId(8)])
+        );
+        assert!(action(&words("requeue")).is_err());
+        assert!(action(&words("requeue seven")).is_err());
         assert!(action(&words("update NodeName=w-1 State=sideways")).is_err());
         assert!(action(&words("frobnicate")).is_err());
         assert!(action(&words("show job x")).is_err());

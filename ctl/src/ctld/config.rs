@@ -7,6 +7,7 @@
 //! heartbeat_timeout = 30           # seconds of agent silence before DOWN
 //! kill_wait = 30                   # seconds between SIGTERM and SIGKILL
 //! allocation_timeout = 60          # seconds a salloc may go silent before its allocation ends
+//! requeue_delay = 120              # seconds a requeued job waits before it may start again
 //! leave_grace = 300                # seconds a deleted node's jobs get to finish
 //! operators = [1000]               # uids that may act on any job and node
 //! state_dir = "/var/spool/corral/ctld"   # durable state (none: in memory only)
@@ -111,6 +112,8 @@ struct RawConfig {
     kill_wait: u64,
     #[serde(default = "default_allocation_timeout")]
     allocation_timeout: u64,
+    #[serde(default = "default_requeue_delay")]
+    requeue_delay: u64,
     #[serde(default = "default_leave_grace")]
     leave_grace: u64,
     #[serde(default)]
@@ -291,6 +294,10 @@ fn default_heartbeat() -> u64 {
 fn default_kill_wait() -> u64 {
     30
 }
+fn default_requeue_delay() -> u64 {
+    120
+}
+
 fn default_allocation_timeout() -> u64 {
     60
 }
@@ -320,6 +327,9 @@ pub struct Config {
     /// Seconds a running `salloc` allocation may go without its salloc
     /// saying it is alive (every 5 s) before it is ended.
     pub allocation_timeout: u64,
+    /// Seconds a requeued job waits before it may start again (Slurm's
+    /// `cred_expire`, two minutes, by default).
+    pub requeue_delay: u64,
     /// Seconds a deleted node's running jobs get to finish.
     pub leave_grace: u64,
     pub operators: Vec<u32>,
@@ -417,6 +427,7 @@ impl Config {
             heartbeat_timeout: raw.heartbeat_timeout.max(1),
             kill_wait: raw.kill_wait,
             allocation_timeout: raw.allocation_timeout.max(15),
+            requeue_delay: raw.requeue_delay,
             leave_grace: raw.leave_grace,
             operators: raw.operators,
             state_dir: raw.state_dir,

@@ -38,6 +38,9 @@ pub enum CtldError {
     /// scancel naming a job it cannot end.
     #[error("Kill job error on job id {job}: {why}")]
     Kill { job: JobId, why: KillRefusal },
+    /// `scontrol requeue` naming a job it cannot requeue.
+    #[error("Requeue job error on job id {job}: {why}")]
+    Requeue { job: JobId, why: RequeueRefusal },
     /// scancel whose filter selected other users' jobs: one line per job.
     #[error("{}", kill_denied(.0))]
     KillDenied(Vec<JobId>),
@@ -107,6 +110,25 @@ pub enum KillRefusal {
     #[error("Access/permission denied")]
     AccessDenied,
     #[error("Job/step already completing or completed")]
+    Finished,
+}
+
+/// Why `scontrol requeue` cannot requeue a job (Slurm's words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RequeueRefusal {
+    #[error("Only batch jobs are accepted or processed")]
+    NotBatch,
+    #[error("Requested operation is presently disabled (the job was submitted with --no-requeue)")]
+    NotRequeueable,
+    #[error("Job is pending execution")]
+    Pending,
+    #[error("Job can not be altered now, try again later")]
+    Completing,
+    /// A finished job's script is gone from the store (Slurm 22.05 would
+    /// requeue it while it still knows the job).
+    #[error(
+        "Job/step already completing or completed (its script is no longer kept: submit it again)"
+    )]
     Finished,
 }
 

@@ -2,11 +2,13 @@
 //! processes, completion and clean-up, time limits, cancel and hold.
 
 use super::wire::{core_id, job_request, wire_id};
-use super::{Controller, CtldError, JobRecord, Kill, KillRefusal, Refusal, Selector};
+use super::{
+    Controller, CtldError, JobRecord, Kill, KillRefusal, Refusal, RequeueRefusal, Selector,
+};
 
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, ExitStatus, Ident, JobFilter, JobId, JobRun, JobSpec, JobState, JobUsage,
-    SendSignal, StepId,
+    AgentMsg, CtldMsg, ExitStatus, Ident, JobFilter, JobId, JobKind, JobRun, JobSpec, JobState,
+    JobUsage, SendSignal, StepId,
 };
 use scheduler_core::{HoldKind, JobOutcome};
 
@@ -150,6 +152,21 @@ impl Controller {
             return;
         }
         let (state, outcome) = match j.kill {
+            Some(Kill::Requeue { hold, by_operator }) => {
+                // `scontrol requeue`: nothing of the run is left; a new
+                // one waits (held too, for `requeuehold`).
+                let kind = hold.then_some(if by_operator {
+                    HoldKind::Admin
+                } else {
+                    HoldKind::User
+                });
+                let _ = self.sched.requeue(now, core_id(job), kind);
+                j.spec.hold |= hold;
+                let ended = j.reset_for_requeue(now, now.saturating_add(self.cfg.requeue_delay));
+                self.account(ended);
+                self.dirty = true;
+                return;
+            }
             Some(Kill::Cancelled) => (JobState::Cancelled, JobOutcome::Cancelled),
             Some(Kill::Timeout) => (JobState::Timeout, JobOutcome::Timeout),
             None if j.oom => (
@@ -675,5 +692,59 @@ impl Controller {
         }
         self.dirty = true;
         Ok(ids.to_vec())
+    }
+
+    /// `scontrol requeue` (`requeuehold` with `hold`): each running batch
+    /// job is ended as a cancel ends it (its steps signalled, then killed
+    /// after `kill_wait`); once its nodes are clean it waits again, for a
+    /// new run after `requeue_delay` ([`Kill::Requeue`]). Every job is
+    /// checked before any is touched.
+    pub fn requeue(
+        &mut self,
+        who: Ident,
+        ids: &[JobId],
+        hold: bool,
+        now: u64,
+    ) -> Result<Vec<JobId>, Refusal> {
+        if ids.len() > super::MAX_FILTER_ENTRIES {
+            return Err(CtldError::FilterTooLarge {
+                what: "job ids",
+                count: ids.len(),
+            });
+        }
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let privileged = self.privileged(who);
+        for id in &ids {
+            let j = self.jobs.get(id).ok_or(CtldError::UnknownJob(*id))?;
+            if j.user.uid != who.uid && !privileged {
+                return Err(CtldError::NotYourJob(*id));
+            }
+            let why = match j.state {
+                _ if !matches!(j.spec.kind, JobKind::Batch { .. }) => {
+                    Some(RequeueRefusal::NotBatch)
+                }
+                _ if !j.spec.requeue => Some(RequeueRefusal::NotRequeueable),
+                JobState::Pending => Some(RequeueRefusal::Pending),
+                JobState::Running => None,
+                JobState::Completing => Some(RequeueRefusal::Completing),
+                _ => Some(RequeueRefusal::Finished),
+            };
+            if let Some(why) = why {
+                return Err(CtldError::Requeue { job: *id, why });
+            }
+        }
+        for &id in &ids {
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.kill = Some(Kill::Requeue {
+                    hold,
+                    by_operator: privileged,
+                });
+            }
+            let grace = self.cfg.kill_wait * 1000;
+            self.complete(now, id, grace);
+        }
+        Ok(ids)
     }
 }

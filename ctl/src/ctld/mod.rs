@@ -45,7 +45,7 @@ use scheduler_core::{NodeAllocation, Scheduler, SchedulerConfig};
 
 use crate::ctld::config::Config;
 
-pub use error::{CtldError, KillRefusal};
+pub use error::{CtldError, KillRefusal, RequeueRefusal};
 pub use select::{Selector, MAX_FILTER_ENTRIES};
 pub use views::natural;
 
@@ -65,6 +65,12 @@ pub const MAX_NICE: u32 = 2_147_483_645;
 enum Kill {
     Cancelled,
     Timeout,
+    /// `scontrol requeue` (with `hold`: `requeuehold`): once its nodes are
+    /// clean, the job waits again for a new run.
+    Requeue {
+        hold: bool,
+        by_operator: bool,
+    },
 }
 
 /// A job's share of one node: the core's allocation without the core's
@@ -363,13 +369,17 @@ impl JobRecord {
         self.open_steps.clear();
     }
 
-    /// Back to pending for a new run (`--requeue` after a node failure).
-    /// The job is queued again; returns the accounting record of the run
-    /// that ended (`REQUEUED`).
-    fn reset_for_requeue(&mut self, now: u64) -> corral_proto::msg::AcctJob {
+    /// Back to pending for a new run (`--requeue` after a node failure, or
+    /// `scontrol requeue`), submitted anew at `now` and not to start
+    /// before `begin` (kept in its spec, so a restarted controller waits
+    /// as long). Returns the accounting record of the run that ended
+    /// (`REQUEUED`).
+    fn reset_for_requeue(&mut self, now: u64, begin: u64) -> corral_proto::msg::AcctJob {
         let mut ended = self.acct(now);
         ended.state = JobState::Requeued;
         ended.end = Some(self.end.unwrap_or(now));
+        self.submit = now;
+        self.spec.begin = Some(begin);
         // Its nodes were released: nothing of the run is left to keep.
         self.run_part = None;
         self.accounted = false;
@@ -491,6 +501,7 @@ impl Controller {
     pub fn new(cfg: Config) -> Result<Controller, Refusal> {
         let mut sched = Scheduler::new(SchedulerConfig {
             policy: cfg.policy,
+            requeue_delay: cfg.requeue_delay,
             ..SchedulerConfig::default()
         });
         for p in &cfg.partitions {

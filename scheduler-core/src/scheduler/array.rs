@@ -294,21 +294,27 @@ impl Scheduler {
     }
 
     /// The slots of the array entry `id` for one pass: the ends of its
-    /// running tasks; `None` for a job that is no array's entry.
+    /// running tasks. A task waiting again (requeued) takes a slot of its
+    /// array's `%N` as the entry does. `None` for a job that is neither,
+    /// or a task of an array without a `%N`.
     pub(super) fn array_slots(&self, id: JobId, now: Secs) -> Option<ArraySlots> {
-        let b = self.arrays.get(&id)?;
-        if !self.jobs.contains_key(&id) {
+        let (array, entry) = match self.jobs.get(&id)?.array.as_deref()? {
+            Role::Entry { id, .. } => (*id, true),
+            Role::Task { array } => (*array, false),
+        };
+        let b = self.arrays.get(&array)?;
+        if !entry && b.throttle == 0 {
             return None;
         }
         // Its tasks are the ids after its own.
-        let last = JobId(id.0 + u64::from(b.tasks));
+        let last = JobId(array.0 + u64::from(b.tasks));
         let ends = if b.throttle == 0 {
             BinaryHeap::new()
         } else {
             self.jobs
-                .range(JobId(id.0 + 1)..=last)
+                .range(JobId(array.0 + 1)..=last)
                 .filter_map(|(_, j)| match j.state {
-                    State::Running { end_by, .. } if j.running_task_of() == Some(id) => {
+                    State::Running { end_by, .. } if j.running_task_of() == Some(array) => {
                         Some(Reverse(end_by.max(now + 1)))
                     }
                     _ => None,

@@ -71,6 +71,10 @@ pub struct SchedulerConfig {
     /// and jobs behind them may take what they would have had (Slurm's
     /// `bf_max_job_array_resv`, 20 by default there).
     pub array_reservations: u32,
+    /// Seconds a requeued job waits before it may start again (its begin
+    /// time becomes the requeue's time plus this), after a node failure
+    /// or [`Scheduler::requeue`]. Slurm waits about two minutes; 0 here.
+    pub requeue_delay: Secs,
 }
 
 impl Default for SchedulerConfig {
@@ -85,6 +89,7 @@ impl Default for SchedulerConfig {
             split_limits_up_to_nodes: 4096,
             verify_search: false,
             array_reservations: 1000,
+            requeue_delay: 0,
         }
     }
 }
@@ -369,6 +374,44 @@ impl Scheduler {
         }
         job.hold = None;
         Ok(())
+    }
+
+    /// A running job goes back to the queue (`scontrol requeue`, once the
+    /// driver has ended its processes): its resources are free, its usage
+    /// is charged, and it may start again after `requeue_delay`, with its
+    /// age counted from now, as a new submission's. With `hold`, it waits
+    /// held as well.
+    pub fn requeue(
+        &mut self,
+        now: Secs,
+        id: JobId,
+        hold: Option<HoldKind>,
+    ) -> Result<(), ControlError> {
+        let job = self.jobs.get(&id).ok_or(ControlError::UnknownJob(id))?;
+        if job.is_pending() {
+            return Err(ControlError::NotRunning(id));
+        }
+        self.release_allocation(now, id);
+        self.queue_again(now, id);
+        if let (Some(kind), Some(job)) = (hold, self.jobs.get_mut(&id)) {
+            job.hold = Some(kind);
+        }
+        Ok(())
+    }
+
+    /// A job whose run ended without finishing it waits again, from now
+    /// and for `requeue_delay`.
+    pub(super) fn queue_again(&mut self, now: Secs, id: JobId) {
+        let delay = self.cfg.requeue_delay;
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.begin = now.saturating_add(delay);
+            j.submit = now;
+            let reason = match delay {
+                0 => PendingReason::None,
+                _ => PendingReason::BeginTime,
+            };
+            j.set_pending(reason, None);
+        }
     }
 
     /// A running job ended. Its resources are free for the next pass and

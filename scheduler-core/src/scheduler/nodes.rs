@@ -8,7 +8,7 @@ use crate::error::ControlError;
 use crate::hostlist;
 use crate::model::{
     JobOutcome, LostJob, NodeAdmin, NodeId, NodeInfo, NodeSpec, NodeState, PartitionId,
-    PartitionSpec, PendingReason, Secs, MAX_GPUS_PER_NODE,
+    PartitionSpec, Secs, MAX_GPUS_PER_NODE,
 };
 use crate::placement::Capacity;
 
@@ -207,9 +207,7 @@ impl Scheduler {
             let requeue = self.jobs.get(&job).is_some_and(|j| j.requeue);
             self.release_allocation(now, job);
             if requeue {
-                if let Some(j) = self.jobs.get_mut(&job) {
-                    j.set_pending(PendingReason::None, None);
-                }
+                self.queue_again(now, job);
                 lost.push(LostJob::Requeued(job));
             } else {
                 self.jobs.remove(&job);

@@ -660,6 +660,10 @@ impl Server {
                 Ok(jobs) => Response::Affected { jobs },
                 Err(e) => Response::Error(e.to_string()),
             },
+            Request::Requeue { ids, hold } => match c.requeue(who, &ids, hold, now) {
+                Ok(jobs) => Response::Affected { jobs },
+                Err(e) => Response::Error(e.to_string()),
+            },
             // Job views never come here: `jobs` builds them in slices,
             // releasing the lock between them.
             Request::Jobs(_) => Response::Error("job views are served in slices".into()),

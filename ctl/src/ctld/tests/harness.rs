@@ -95,8 +95,13 @@ pub struct Sim {
 impl Sim {
     /// `n` nodes `worker-<i>` with 8 CPUs and 4 GPUs each.
     pub fn new(n: usize) -> Self {
+        Sim::with(config(), n)
+    }
+
+    /// Like [`Sim::new`], with this configuration.
+    pub fn with(cfg: Config, n: usize) -> Self {
         let mut sim = Sim {
-            c: Controller::new(config()).expect("the test configuration is valid"),
+            c: Controller::new(cfg).expect("the test configuration is valid"),
             now: 0,
             agents: BTreeMap::new(),
             plans: HashMap::new(),

@@ -33,10 +33,18 @@ fn r0(job: JobId) -> JobRun {
     JobRun { job, run: 0 }
 }
 
+/// The tests' cluster. A requeued job may start again at once (Slurm's
+/// two-minute `requeue_delay` is tested on its own), so stories of node
+/// loss read without the wait.
 fn config() -> Config {
+    config_with("requeue_delay = 0")
+}
+
+/// The tests' cluster with other top-level settings.
+fn config_with(settings: &str) -> Config {
     Config::parse(
         std::path::Path::new("t.toml"),
-        "heartbeat_timeout = 10\nkill_wait = 5\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-3]\"\ndefault = true\n",
+        &format!("heartbeat_timeout = 10\nkill_wait = 5\n{settings}\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-3]\"\ndefault = true\n"),
     )
     .unwrap()
 }

@@ -55,6 +55,59 @@ fn a_requeued_job_runs_again_elsewhere_and_completes() {
     assert_eq!(sim.state(id), JobState::Completed);
 }
 
+/// `scontrol requeue`: the run is ended as a cancel ends it, the job
+/// waits Slurm's two minutes (`BeginTime`), then runs again as run 1;
+/// `requeuehold` also holds it. Refused: another user's job, a pending
+/// one, one submitted with `--no-requeue`.
+#[test]
+fn scontrol_requeue_ends_the_run_and_runs_the_job_again_after_the_delay() {
+    let mut sim = Sim::with(super::config_with("requeue_delay = 120"), 1);
+    let id = sim.submit(job().runs(1_000).requeue());
+    let fixed = sim.submit(job().runs(1_000));
+    sim.run_for(2);
+    assert_eq!(sim.state(id), JobState::Running);
+    let now = sim.now;
+    let refused = |r: Result<Vec<JobId>, CtldError>| r.expect_err("refused").to_string();
+    assert_eq!(
+        refused(sim.c.requeue(BOB, &[id], false, now)),
+        format!("Access/permission denied for job {id}")
+    );
+    assert_eq!(
+        refused(sim.c.requeue(ALICE, &[fixed], false, now)),
+        format!(
+            "Requeue job error on job id {fixed}: Requested operation is presently disabled \
+             (the job was submitted with --no-requeue)"
+        )
+    );
+    assert_eq!(sim.c.requeue(ALICE, &[id, id], false, now), Ok(vec![id]));
+    sim.deliver();
+    let v = sim.view(id);
+    assert_eq!((v.state, v.restarts), (JobState::Pending, 1));
+    assert_eq!(v.reason, JobReason::BeginTime);
+    assert_eq!(
+        refused(sim.c.requeue(ALICE, &[id], false, now)),
+        format!("Requeue job error on job id {id}: Job is pending execution")
+    );
+    sim.run_for(110);
+    assert_eq!(sim.state(id), JobState::Pending, "not before the delay");
+    sim.run_for(15);
+    assert_eq!(sim.state(id), JobState::Running, "its second run");
+    assert_eq!(sim.view(id).restarts, 1);
+    // Held as well: the delay passes and it still waits for a release.
+    let now = sim.now;
+    assert_eq!(sim.c.requeue(ALICE, &[id], true, now), Ok(vec![id]));
+    sim.deliver();
+    sim.run_for(200);
+    let v = sim.view(id);
+    assert_eq!(
+        (v.state, v.reason, v.restarts),
+        (JobState::Pending, JobReason::JobHeldUser, 2)
+    );
+    sim.c.hold(ALICE, &[id], true).expect("released");
+    sim.run_for(2);
+    assert_eq!(sim.state(id), JobState::Running);
+}
+
 #[test]
 fn a_job_over_its_limit_times_out_and_is_cleaned_up() {
     let mut sim = Sim::new(1);
