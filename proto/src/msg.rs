@@ -734,9 +734,14 @@ pub struct StepSpec {
     /// GPUs the step asks for on each of its nodes, from the job's
     /// (`srun --gres=gpu:N` inside a job); `None`: all of the job's.
     pub gpus_per_node: Option<u32>,
-    /// `--overlap`: the step may use GPUs other steps hold, and holds
-    /// none from them.
+    /// `--overlap`: the step may use CPUs and GPUs other steps hold, and
+    /// holds none from them.
     pub overlap: bool,
+    /// `--exact` (or `--exclusive`): the step holds only the CPUs its
+    /// tasks ask for on each node, not all of the job's there.
+    pub exact: bool,
+    /// `-c` of the step (else the job's).
+    pub cpus_per_task: Option<u32>,
     /// `-w`: these of the job's nodes run the step; `-x`: these do not.
     pub nodelist: Vec<String>,
     pub exclude: Vec<String>,

@@ -69,6 +69,9 @@ pub struct Opts {
     pub gpu_model: Option<String>,
     pub heartbeat_timeout: u64,
     pub kill_wait: u64,
+    /// Seconds a requeued job waits (2: Slurm's two minutes would only
+    /// slow the tests).
+    pub requeue_delay: u64,
     /// Agents do not run batch scripts (control-plane benches).
     pub no_exec: bool,
     /// The shared root jobs run in (needs root).
@@ -99,6 +102,7 @@ impl Default for Opts {
             gpu_model: None,
             heartbeat_timeout: 30,
             kill_wait: 1,
+            requeue_delay: 2,
             no_exec: false,
             jail: None,
             jail_submounts: Vec::new(),
@@ -141,6 +145,7 @@ impl Env {
             mem_per_node: 16_000,
             heartbeat_timeout: o.heartbeat_timeout,
             kill_wait: o.kill_wait,
+            requeue_delay: o.requeue_delay,
             no_exec: o.no_exec,
             bin_dir: bin_dir().to_path_buf(),
             dir: tmp.path().join("cluster"),

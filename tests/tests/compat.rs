@@ -156,6 +156,20 @@ const CASES: &[Case] = &[
         "salloc -N1 -n2 printenv SLURM_NTASKS 2> /dev/null",
         "2",
     ),
+    case(
+        "a step holds its job's CPUs: another waits, saying so, unless --exact",
+        "sbatch --wait -n2 -o steps.out --wrap 'srun -n1 sleep 2 & sleep 0.5; srun -n1 true; wait' > /dev/null\n\
+         grep -c 'step creation temporarily disabled, retrying (Requested nodes are busy' steps.out\n\
+         sbatch --wait -n2 -o exact.out --wrap 'srun --exact -n1 sleep 2 & sleep 0.5; srun --exact -n1 true; wait' > /dev/null\n\
+         grep -c 'busy' exact.out || true",
+        "1\n0",
+    ),
+    fails(
+        "scontrol requeue of a pending job is refused",
+        "id=$(sbatch --parsable -H --wrap true); trap \"scancel $id\" EXIT\n\
+         scontrol requeue $id 2> /dev/null",
+        1,
+    ),
     // Arrays.
     case(
         "an array's tasks see their index, count and bounds, in %A_%a files",

@@ -150,10 +150,7 @@ fn a_limit_signal_reaches_the_steps_or_with_b_the_batch_shell() {
 /// Accounting keeps both runs.
 #[test]
 fn a_job_that_traps_its_limit_signal_requeues_itself_and_resumes() {
-    let env = Env::start(Opts {
-        extra_config: "requeue_delay = 2\n".into(),
-        ..Opts::default()
-    });
+    let env = Env::start(Opts::default());
     let script = "#!/bin/bash\n\
         #SBATCH -t 1\n\
         #SBATCH --signal=B:USR1@58\n\

@@ -611,11 +611,13 @@ fn one_gpu_steps_in_a_two_gpu_job_see_one_gpu_each() {
     let env = Env::start(Opts::default());
     // Three one-GPU steps at once: two run, the third waits for a GPU
     // (as Slurm's srun, saying so), while one that overlaps runs at once.
-    let script = "#!/bin/sh\n#SBATCH --gres=gpu:2\n#SBATCH -o fan.out\n\
-        srun --gres=gpu:1 sh -c 'echo one=$CUDA_VISIBLE_DEVICES; sleep 2' &\n\
-        srun --gres=gpu:1 sh -c 'echo one=$CUDA_VISIBLE_DEVICES; sleep 2' &\n\
+    // `--exact`: each holds one of the job's four CPUs, not all of them
+    // (as Slurm 22.05's steps, which otherwise run one after another).
+    let script = "#!/bin/sh\n#SBATCH --gres=gpu:2\n#SBATCH -c 4\n#SBATCH -o fan.out\n\
+        srun --exact --gres=gpu:1 sh -c 'echo one=$CUDA_VISIBLE_DEVICES; sleep 2' &\n\
+        srun --exact --gres=gpu:1 sh -c 'echo one=$CUDA_VISIBLE_DEVICES; sleep 2' &\n\
         sleep 1\n\
-        srun --gres=gpu:1 sh -c 'echo three=$CUDA_VISIBLE_DEVICES' &\n\
+        srun --exact --gres=gpu:1 sh -c 'echo three=$CUDA_VISIBLE_DEVICES' &\n\
         srun --overlap --gres=gpu:1 sh -c 'echo overlap=$CUDA_VISIBLE_DEVICES' &\n\
         wait\n\
         srun sh -c 'echo all=$CUDA_VISIBLE_DEVICES'\n";

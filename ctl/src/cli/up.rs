@@ -52,6 +52,10 @@ pub struct UpArgs {
     /// Seconds between SIGTERM and SIGKILL when a job is ended.
     #[arg(long, default_value_t = 5)]
     pub kill_wait: u64,
+    /// Seconds a requeued job waits before it may run again (Slurm's two
+    /// minutes by default).
+    #[arg(long, default_value_t = 120)]
+    pub requeue_delay: u64,
     /// Seconds between every node's health checks (a fault injected in
     /// DIR/gpus/worker-N.toml drains its node within this).
     #[arg(long, default_value_t = 5)]
@@ -112,6 +116,7 @@ pub struct ClusterSpec {
     pub mem_per_node: u64,
     pub heartbeat_timeout: u64,
     pub kill_wait: u64,
+    pub requeue_delay: u64,
     /// Agents report batch scripts done without running them (benches of
     /// the control plane).
     pub no_exec: bool,
@@ -301,11 +306,12 @@ impl Cluster {
         let (extra_keys, extra_tables) = extra.split_at(split);
         let config = format!(
             "cluster = \"corral-up\"\nlisten = \"127.0.0.1:0\"\ncerts = \"{}\"\nheartbeat_timeout = {}\n\
-             kill_wait = {}\noperators = [{me}]\n{}{extra_keys}\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-{last}]\"\ndefault = true\n\n\
+             kill_wait = {}\nrequeue_delay = {}\noperators = [{me}]\n{}{extra_keys}\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-{last}]\"\ndefault = true\n\n\
              [health]\ninterval = {}\n{}{}",
             certs.display(),
             spec.heartbeat_timeout,
             spec.kill_wait,
+            spec.requeue_delay,
             if spec.durable {
                 let state = dir.join("state").to_string_lossy().into_owned();
                 format!("state_dir = {}\n", toml::Value::String(state))
@@ -752,6 +758,7 @@ pub fn main(args: &[OsString]) -> i32 {
         mem_per_node: a.mem_per_node,
         heartbeat_timeout: a.heartbeat_timeout,
         kill_wait: a.kill_wait,
+        requeue_delay: a.requeue_delay,
         no_exec: false,
         bin_dir,
         dir: dir.clone(),

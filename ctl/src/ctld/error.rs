@@ -87,6 +87,17 @@ pub enum CtldError {
         free: u32,
         job: u32,
     },
+    #[error(
+        "Requested nodes are busy: the step asks {want} CPUs on {node}, where {free} of the job's {job} are free of other steps"
+    )]
+    StepCpus {
+        node: String,
+        want: u32,
+        free: u32,
+        job: u32,
+    },
+    #[error("More processors requested than permitted: the step asks {want} CPUs on {node}, where the job has {job}")]
+    StepCpusOverJob { node: String, want: u32, job: u32 },
     #[error("Invalid node name specified: {0}")]
     UnknownNode(String),
     #[error("Requested node configuration is not available: {0} is not one of the job's nodes")]

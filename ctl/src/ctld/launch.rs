@@ -124,8 +124,11 @@ pub(super) struct OpenStep {
     gpus: Vec<(String, Vec<u32>)>,
     /// The job's nodes that run it (indices into the allocation).
     on: Vec<usize>,
-    /// `--overlap`: its GPUs are not held from other steps.
+    /// `--overlap`: its CPUs and GPUs are not held from other steps.
     overlap: bool,
+    /// The CPUs it holds on each of its nodes (a count: tasks are held to
+    /// the job's CPUs by its cgroup, not bound one by one).
+    cpus: Vec<(String, u32)>,
     /// `-o/-e/-i`.
     files: corral_proto::msg::TaskFiles,
 }
@@ -195,6 +198,68 @@ impl JobRecord {
             what,
             gpus: &[],
         })
+    }
+
+    /// The CPUs a new step holds on each of its nodes (`on`, tasks spread
+    /// as [`JobRecord::step_plan`] spreads them), as Slurm's steps do: all
+    /// of the job's CPUs there, or with `--exact` its tasks' own; none
+    /// with `--overlap`. What other steps hold is not free (an
+    /// interactive job's first step holds all it runs on; a batch script
+    /// holds nothing); too few free is `StepCpus`, which srun waits out.
+    fn step_cpus(
+        &self,
+        s: &StepSpec,
+        on: &[usize],
+        nodes: u32,
+        ntasks: u32,
+    ) -> Result<Vec<(String, u32)>, CtldError> {
+        if s.overlap {
+            return Ok(Vec::new());
+        }
+        // A step's own `-c`, else one: Slurm 22.05's srun no longer takes
+        // the job's `SLURM_CPUS_PER_TASK`.
+        let per_task = s.cpus_per_task.unwrap_or(1).max(1);
+        let (base, extra) = (ntasks / nodes, ntasks % nodes);
+        let first_holds_all = matches!(self.spec.kind, JobKind::Interactive { .. });
+        let mut out = Vec::with_capacity(on.len());
+        for (i, &k) in on.iter().enumerate() {
+            let (node, a) = &self.alloc[k];
+            let here = a.cpus.len() as u32;
+            let tasks = base + u32::from((i as u32) < extra);
+            let want = if s.exact {
+                tasks.saturating_mul(per_task)
+            } else {
+                here
+            };
+            if want > here {
+                return Err(CtldError::StepCpusOverJob {
+                    node: node.clone(),
+                    want,
+                    job: here,
+                });
+            }
+            let held: u32 = if first_holds_all && self.primary_left.contains(node) {
+                here
+            } else {
+                self.open_steps
+                    .iter()
+                    .filter(|o| !o.overlap && o.left.iter().any(|n| n == node))
+                    .flat_map(|o| o.cpus.iter().filter(|(n, _)| n == node))
+                    .map(|(_, c)| *c)
+                    .sum()
+            };
+            let free = here.saturating_sub(held);
+            if want > free {
+                return Err(CtldError::StepCpus {
+                    node: node.clone(),
+                    want,
+                    free,
+                    job: here,
+                });
+            }
+            out.push((node.clone(), want));
+        }
+        Ok(out)
     }
 
     /// A later step's launches.
@@ -396,6 +461,7 @@ impl Controller {
         let nodes = nodes.min(ntasks).max(named.len() as u32);
         let mut on: Vec<usize> = candidates[..nodes as usize].to_vec();
         on.sort_unstable();
+        let cpus = j.step_cpus(&s, &on, nodes, ntasks)?;
         // A step's own GPUs: on each of its nodes, ones of the job's that
         // no open step holds there (an overlapping step takes any, free
         // ones first, and holds them from none).
@@ -450,6 +516,7 @@ impl Controller {
             gpus,
             on,
             overlap: s.overlap,
+            cpus,
             files: s.files,
         };
         let launches = j.step_plan(&open).launches(None);

@@ -67,10 +67,15 @@ pub struct SrunArgs {
     /// Run as a step of this job of one's own (a shell on one's job's node).
     #[arg(long)]
     pub jobid: Option<u64>,
-    /// Inside a job: share GPUs with the job's other steps rather than
-    /// wait for ones they do not hold.
+    /// Inside a job: share CPUs and GPUs with the job's other steps rather
+    /// than wait for ones they do not hold.
     #[arg(long)]
     pub overlap: bool,
+    /// Inside a job: hold only the CPUs the step's tasks ask for on each
+    /// node (`--exclusive` does the same), so steps run side by side;
+    /// without it a step holds all of the job's CPUs on its nodes.
+    #[arg(long)]
+    pub exact: bool,
     /// Each task's standard output to a file on its node (patterns: %t
     /// task, %n node of the step, %N node name, %j job, %s step, %x, %u).
     #[arg(short = 'o', long)]
@@ -401,8 +406,8 @@ async fn run(a: SrunArgs) -> i32 {
         pty: a.pty,
     };
     let (job, step_mode) = if let Some(job) = in_allocation {
-        let (nodes, gpus, nodelist, exclude) = match a.job.to_spec() {
-            Ok(s) => (s.nodes, s.gpus, s.nodelist, s.exclude),
+        let (nodes, gpus, nodelist, exclude, cpus_per_task) = match a.job.to_spec() {
+            Ok(s) => (s.nodes, s.gpus, s.nodelist, s.exclude, s.cpus_per_task),
             Err(e) => return fail(CMD, e),
         };
         // The step's own GPUs on each of its nodes (`--gres=gpu:N`,
@@ -422,6 +427,8 @@ async fn run(a: SrunArgs) -> i32 {
             ntasks: a.job.ntasks,
             gpus_per_node,
             overlap: a.overlap,
+            exact: a.exact || a.job.exclusive,
+            cpus_per_task,
             nodelist,
             exclude,
             files: files.clone(),

@@ -636,8 +636,11 @@ impl Server {
             },
             Request::SubmitStep(step) => match c.submit_step(who, step, now) {
                 Ok((job, step)) => Response::StepCreated { job, step },
-                // The GPUs it asks for are other steps': srun waits.
-                Err(e @ crate::ctld::CtldError::StepGpus { .. }) => Response::Busy(e.to_string()),
+                // The CPUs or GPUs it asks for are other steps': srun waits.
+                Err(
+                    e @ (crate::ctld::CtldError::StepGpus { .. }
+                    | crate::ctld::CtldError::StepCpus { .. }),
+                ) => Response::Busy(e.to_string()),
                 Err(e) => Response::Error(e.to_string()),
             },
             Request::Cancel { filter, signal } => match c.cancel(who, &filter, signal, now) {

@@ -527,6 +527,7 @@ fn concurrent_one_gpu_steps_get_distinct_gpus_of_their_job() {
     let mut c = cluster(1);
     let mut spec = batch("x");
     spec.gpus = corral_proto::msg::GpuAsk::PerNode(2);
+    spec.cpus_per_task = Some(4);
     let id = c.submit(ALICE, spec, 0).unwrap();
     c.schedule(0);
     let job_gpus = launches(&mut c)[0].1.gpus.clone();
@@ -537,6 +538,8 @@ fn concurrent_one_gpu_steps_get_distinct_gpus_of_their_job() {
         ntasks: Some(1),
         gpus_per_node: Some(1),
         overlap: false,
+        exact: true,
+        cpus_per_task: None,
         nodelist: vec![],
         exclude: vec![],
         files: Default::default(),
@@ -587,6 +590,101 @@ fn concurrent_one_gpu_steps_get_distinct_gpus_of_their_job() {
     assert!(c.submit_step(ALICE, step(6), 4).is_err(), "still busy");
 }
 
+/// Steps hold CPUs as Slurm 22.05's do: a plain step all of the job's
+/// CPUs on its nodes, one with `--exact` its tasks' own, one with
+/// `--overlap` none (and it waits for none); a step that finds too few
+/// free is `Busy` for srun to wait out, one that asks more than the job
+/// has is refused. An interactive job's first step holds all it runs on.
+#[test]
+fn steps_hold_the_cpus_they_run_on_unless_they_overlap() {
+    let mut c = cluster(1);
+    let mut spec = batch("x");
+    spec.cpus_per_task = Some(4);
+    let id = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    launches(&mut c);
+    let step = |secret: u8, exact: bool, ntasks: u32, cpus: Option<u32>| StepSpec {
+        job: id,
+        nodes: None,
+        ntasks: Some(ntasks),
+        gpus_per_node: None,
+        overlap: false,
+        exact,
+        cpus_per_task: cpus,
+        nodelist: vec![],
+        exclude: vec![],
+        files: Default::default(),
+        argv: vec!["work".into()],
+        work_dir: "/tmp".into(),
+        env: vec![],
+        io: StepIo {
+            addr: "127.0.0.1:9".parse().unwrap(),
+            cert_sha256: [0; 32],
+            secret: [secret; 32],
+        },
+    };
+    let busy = |r: Result<(JobId, StepId), CtldError>| match r {
+        Err(e @ CtldError::StepCpus { .. }) => e.to_string(),
+        other => panic!("not busy: {other:?}"),
+    };
+    let (_, plain) = c.submit_step(ALICE, step(1, false, 1, None), 1).unwrap();
+    let e = busy(c.submit_step(ALICE, step(2, true, 1, None), 1));
+    assert!(e.starts_with("Requested nodes are busy"), "{e}");
+    let mut shared = step(3, false, 1, None);
+    shared.overlap = true;
+    c.submit_step(ALICE, shared, 1)
+        .expect("an overlapping step runs");
+    let ended = |c: &mut Controller, step| {
+        c.agent_message(
+            "worker-0",
+            AgentMsg::StepExited {
+                job: r0(id),
+                step,
+                exit: ExitStatus::default(),
+                oom: false,
+            },
+            2,
+        )
+    };
+    ended(&mut c, plain);
+    c.submit_step(ALICE, step(2, true, 1, None), 2)
+        .expect("one CPU");
+    c.submit_step(ALICE, step(4, true, 1, Some(2)), 2)
+        .expect("two more");
+    busy(c.submit_step(ALICE, step(5, true, 2, None), 2));
+    c.submit_step(ALICE, step(6, true, 1, None), 2)
+        .expect("the last one");
+    let e = c.submit_step(ALICE, step(7, true, 5, None), 2).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CtldError::StepCpusOverJob {
+                want: 5,
+                job: 4,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // An srun job's own tasks hold its CPUs: a step joining it waits
+    // unless it overlaps.
+    let mut c = cluster(1);
+    let mut spec = batch("x");
+    spec.kind = JobKind::Interactive {
+        argv: vec!["sleep".into()],
+        io: step(0, false, 1, None).io,
+        files: Default::default(),
+    };
+    let srun_job = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    launches(&mut c);
+    let mut join = step(8, true, 1, None);
+    join.job = srun_job;
+    busy(c.submit_step(ALICE, join.clone(), 1));
+    join.overlap = true;
+    c.submit_step(ALICE, join, 1).expect("overlapping");
+}
+
 /// `srun -w`/`-x` inside a job: the step runs on the job's nodes it
 /// names (or not the ones it excludes), and tells its tasks which.
 #[test]
@@ -602,7 +700,9 @@ fn a_step_runs_on_the_nodes_it_names_of_its_job() {
         nodes,
         ntasks: None,
         gpus_per_node: None,
-        overlap: false,
+        overlap: true,
+        exact: false,
+        cpus_per_task: None,
         nodelist: nodelist.iter().map(|s| s.to_string()).collect(),
         exclude: exclude.iter().map(|s| s.to_string()).collect(),
         files: Default::default(),
@@ -757,6 +857,8 @@ fn steps_spread_tasks_over_the_allocation() {
         ntasks: Some(5),
         gpus_per_node: None,
         overlap: false,
+        exact: false,
+        cpus_per_task: None,
         nodelist: vec![],
         exclude: vec![],
         files: Default::default(),
@@ -788,6 +890,8 @@ fn steps_spread_tasks_over_the_allocation() {
         ntasks: None,
         gpus_per_node: None,
         overlap: false,
+        exact: false,
+        cpus_per_task: None,
         nodelist: vec![],
         exclude: vec![],
         files: Default::default(),
@@ -1337,6 +1441,8 @@ fn each_run_that_ends_leaves_one_accounting_record() {
         ntasks: None,
         gpus_per_node: None,
         overlap: false,
+        exact: false,
+        cpus_per_task: None,
         nodelist: vec![],
         exclude: vec![],
         files: Default::default(),
@@ -1557,7 +1663,9 @@ fn a_run_accounts_at_most_max_steps_steps() {
             nodes: None,
             ntasks: Some(1),
             gpus_per_node: None,
-            overlap: false,
+            overlap: true,
+            exact: false,
+            cpus_per_task: None,
             nodelist: vec![],
             exclude: vec![],
             files: Default::default(),

@@ -14,7 +14,8 @@ const IO: StepIo = StepIo {
     secret: [1; 32],
 };
 
-/// A step from its own srun (`argv` makes its secret).
+/// A step from its own srun (`argv` makes its secret), overlapping the
+/// job's others (steps here stay open side by side).
 fn step(job: JobId, nodes: u32, argv: &str) -> StepSpec {
     let mut io = IO;
     io.secret[..argv.len().min(32)].copy_from_slice(&argv.as_bytes()[..argv.len().min(32)]);
@@ -23,7 +24,9 @@ fn step(job: JobId, nodes: u32, argv: &str) -> StepSpec {
         nodes: Some(nodes),
         ntasks: None,
         gpus_per_node: None,
-        overlap: false,
+        overlap: true,
+        exact: false,
+        cpus_per_task: None,
         nodelist: vec![],
         exclude: vec![],
         files: Default::default(),
