@@ -62,6 +62,8 @@ pub enum LaunchError {
     Jail(#[source] shared_root::JailError),
     #[error("joining the step's cgroup")]
     Cgroup(#[source] std::io::Error),
+    #[error("environment variable {key} holds a NUL byte")]
+    Environment { key: String },
 }
 
 /// Where one of a task's standard streams goes.
@@ -220,11 +222,11 @@ impl Launcher for ProcessLauncher {
             None => redirects(&spec.stdin, &spec.stdout, &spec.stderr)?,
         };
         let cwd = c_path(&spec.cwd)?;
+        // The environment is the child's to install (`ChildEnv`): the
+        // command's own is left as it is, so exec takes `environ`.
+        let env = ChildEnv::new(&spec.env)?;
         let mut cmd = tokio::process::Command::new(program);
-        cmd.args(args)
-            .env_clear()
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .kill_on_drop(false);
+        cmd.args(args).kill_on_drop(false);
         match &spec.tty {
             // Its own session (so its own process group, as every task):
             // set up between fork and exec.
@@ -258,6 +260,7 @@ impl Launcher for ProcessLauncher {
             fd_limit: fd_limit(),
             tty: spec.tty.is_some(),
             umask: spec.umask,
+            env,
         };
         child.install(&mut cmd);
         let forking = FORK_LOCK.read();
@@ -356,6 +359,99 @@ fn fd_limit() -> i32 {
         .unwrap_or(1 << 16)
 }
 
+/// The task's environment as exec takes it, built before the fork.
+/// `SLURM_TASK_PID` is the one entry only the child knows: it writes its
+/// own pid into the slot kept for it and points `environ` at the array,
+/// allocating nothing.
+struct ChildEnv {
+    /// Own what the pointers name (never touched once built, except the
+    /// pid slot, through `pid_slot`).
+    _entries: Vec<CString>,
+    _pid: Vec<u8>,
+    /// Where the pid's digits go in `_pid` (after `SLURM_TASK_PID=`).
+    pid_slot: *mut u8,
+    /// Null-terminated, as `environ`.
+    ptrs: Vec<*const nix::libc::c_char>,
+}
+
+// SAFETY: the pointers name heap buffers owned by the same value, which
+// stay where they are when it moves; they are read, and the pid slot
+// written, only in the forked child, where one thread runs.
+#[allow(unsafe_code)]
+unsafe impl Send for ChildEnv {}
+// SAFETY: as for `Send`: the parent never reads or writes through them.
+#[allow(unsafe_code)]
+unsafe impl Sync for ChildEnv {}
+
+const TASK_PID: &[u8] = b"SLURM_TASK_PID=";
+
+impl ChildEnv {
+    /// Each name once (the last value wins), as a command's `envs` would.
+    fn new(env: &[(String, String)]) -> Result<ChildEnv, LaunchError> {
+        let mut seen = std::collections::HashSet::with_capacity(env.len());
+        let mut entries = Vec::with_capacity(env.len());
+        for (k, v) in env.iter().rev() {
+            if k.as_bytes() == &TASK_PID[..TASK_PID.len() - 1] || !seen.insert(k.as_str()) {
+                continue;
+            }
+            let mut e = Vec::with_capacity(k.len() + v.len() + 2);
+            e.extend_from_slice(k.as_bytes());
+            e.push(b'=');
+            e.extend_from_slice(v.as_bytes());
+            let e = CString::new(e).map_err(|_| LaunchError::Environment { key: k.clone() })?;
+            entries.push(e);
+        }
+        entries.reverse();
+        // The name, up to 20 digits and the NUL.
+        let mut pid = vec![0u8; TASK_PID.len() + 21];
+        pid[..TASK_PID.len()].copy_from_slice(TASK_PID);
+        let base = pid.as_mut_ptr();
+        // SAFETY: TASK_PID.len() is within the buffer just made.
+        #[allow(unsafe_code)]
+        let pid_slot = unsafe { base.add(TASK_PID.len()) };
+        let mut ptrs: Vec<*const nix::libc::c_char> = entries.iter().map(|e| e.as_ptr()).collect();
+        ptrs.push(base.cast_const().cast());
+        ptrs.push(std::ptr::null());
+        Ok(ChildEnv {
+            _entries: entries,
+            _pid: pid,
+            pid_slot,
+            ptrs,
+        })
+    }
+
+    /// In the forked child, last before exec: its pid into the slot, and
+    /// the array as `environ`. Async-signal-safe: getpid and writes into
+    /// memory prepared before the fork.
+    ///
+    /// # Safety
+    /// Only in the child between fork and exec (one thread; nothing else
+    /// reads `environ` meanwhile).
+    #[allow(unsafe_code)]
+    unsafe fn install(&mut self) {
+        extern "C" {
+            static mut environ: *const *const nix::libc::c_char;
+        }
+        let mut n = u64::from(nix::libc::getpid().unsigned_abs());
+        let mut digits = [0u8; 20];
+        let mut len = 0;
+        loop {
+            digits[len] = b'0' + (n % 10) as u8;
+            len += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for i in 0..len {
+            // SAFETY: at most 20 digits and the NUL fit the slot's 21 bytes.
+            self.pid_slot.add(i).write(digits[len - 1 - i]);
+        }
+        self.pid_slot.add(len).write(0);
+        environ = self.ptrs.as_ptr();
+    }
+}
+
 /// What the child does between fork and exec, prepared before the fork.
 struct ChildSetup {
     cgroup: Option<Arc<crate::cgroup::Join>>,
@@ -369,6 +465,7 @@ struct ChildSetup {
     /// session.
     tty: bool,
     umask: Option<u32>,
+    env: ChildEnv,
 }
 
 impl ChildSetup {
@@ -397,6 +494,7 @@ impl ChildSetup {
             fd_limit,
             tty,
             umask,
+            mut env,
         } = self;
         let fail = |stage: i32, e: Errno| {
             std::io::Error::from_raw_os_error((stage << stage::SHIFT) | e as i32)
@@ -406,8 +504,9 @@ impl ChildSetup {
         // pivot_root on strings prepared before the fork, setsid and the
         // TIOCSCTTY ioctl on descriptor 0, setgroups, setgid, setuid, umask,
         // chdir, open, fstat, fcntl, dup2, close, sigaction, prctl,
-        // close_range) on data allocated before the fork; it allocates
-        // nothing. Setting SIG_DFL installs no handler, so `signal` has
+        // close_range, getpid) on data allocated before the fork, and last
+        // points `environ` at the environment built before it; it
+        // allocates nothing. Setting SIG_DFL installs no handler, so `signal` has
         // nothing unsafe left to uphold.
         unsafe {
             cmd.pre_exec(move || {
@@ -502,6 +601,7 @@ impl ChildSetup {
                         let _ = nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC);
                     }
                 }
+                env.install();
                 Ok(())
             });
         }
@@ -574,6 +674,46 @@ mod tests {
         assert!(st.success());
         let out = std::fs::read_to_string(data.path().join("out")).unwrap();
         assert_eq!(out, "ID=corral-launch-jail\n/data\nno-host\n");
+    }
+
+    /// A task sees the environment it was given, each name once (the
+    /// last value), nothing of the agent's own, and its pid as
+    /// `SLURM_TASK_PID` (whatever the list said); a NUL in a value is
+    /// refused before anything forks.
+    #[test]
+    fn a_task_sees_its_environment_and_its_own_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("env");
+        let mut spec = task(
+            &[
+                "sh",
+                "-c",
+                "echo \"$SLURM_TASK_PID $$ $WHO ${CARGO:-none}\"",
+            ],
+            dir.path(),
+            Io::Path(out.clone()),
+        );
+        spec.env.extend([
+            ("WHO".to_string(), "first".to_string()),
+            ("SLURM_TASK_PID".to_string(), "1".to_string()),
+            ("WHO".to_string(), "last".to_string()),
+        ]);
+        assert!(spawn_within(spec, 10).unwrap().success());
+        let got = std::fs::read_to_string(&out).unwrap();
+        let words: Vec<&str> = got.split_whitespace().collect();
+        assert_eq!(words.len(), 4, "{got}");
+        assert_eq!(
+            words[0], words[1],
+            "SLURM_TASK_PID is the task's pid: {got}"
+        );
+        assert_ne!(words[0], "1");
+        assert_eq!(&words[2..], ["last", "none"], "{got}");
+        let mut bad = task(&["true"], dir.path(), Io::Null);
+        bad.env.push(("X".into(), "a\0b".into()));
+        assert!(matches!(
+            ProcessLauncher.spawn(bad),
+            Err(LaunchError::Environment { key }) if key == "X"
+        ));
     }
 
     /// `--open-mode`: an output file is truncated by default, appended to

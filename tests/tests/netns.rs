@@ -213,7 +213,7 @@ fn start(tag_salt: usize, agent_extra: &[String], work: Option<&Path>) -> Hosts 
     // Slurm's command names on PATH, as on a real login node.
     let path_dir = dir.join("bin");
     std::fs::create_dir(&path_dir).expect("test setup");
-    for c in ["srun", "sbatch", "squeue"] {
+    for c in ["srun", "sbatch", "squeue", "scontrol"] {
         std::os::unix::fs::symlink(bins.join("corral"), path_dir.join(c)).expect("test setup");
     }
     let path = format!(
@@ -356,7 +356,67 @@ fn srun_and_sbatch_across_network_namespaces() {
         "#!/bin/sh\nsrun -l hostname >/dev/null && srun -l sh -c 'echo $SLURMD_NODENAME'\n",
     );
     assert_eq!(lines, vec!["0: worker-0", "1: worker-1"]);
+    // A launcher as torchrun's wrappers write one: the rendezvous address
+    // from the first node of the job, ranks and counts from SLURM_*, and
+    // every rank meets rank 0 over TCP across the hosts; each task's
+    // SLURM_TASK_PID is its own pid.
+    std::fs::write(hosts.work().join("rdzv.pl"), RENDEZVOUS).expect("test setup");
+    let lines = hosts.batch(
+        &["-N2", "--ntasks-per-node=2"],
+        "#!/bin/sh\n\
+         export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n\
+         export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))\n\
+         srun sh -c 'WORLD_SIZE=$SLURM_NTASKS RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID \\\n\
+           NODE_RANK=$SLURM_NODEID exec perl rdzv.pl'\n",
+    );
+    assert_eq!(
+        lines,
+        vec![
+            "rank 0 local 0 node 0 on worker-0 pid-ok",
+            "rank 1 heard go 4",
+            "rank 1 local 1 node 0 on worker-0 pid-ok",
+            "rank 2 heard go 4",
+            "rank 2 local 0 node 1 on worker-1 pid-ok",
+            "rank 3 heard go 4",
+            "rank 3 local 1 node 1 on worker-1 pid-ok",
+        ]
+    );
 }
+
+/// Every rank tells rank 0 who it is; rank 0 prints them all and answers
+/// each with the world's size (a rendezvous, as torch.distributed's).
+const RENDEZVOUS: &str = r#"use strict; use IO::Socket::INET;
+my ($rank, $local, $node, $world) = @ENV{qw(RANK LOCAL_RANK NODE_RANK WORLD_SIZE)};
+my $pid = ($ENV{SLURM_TASK_PID} // '') eq $$ ? 'pid-ok' : 'pid-bad';
+chomp(my $host = `hostname`);
+my $me = "rank $rank local $local node $node on $host $pid";
+my ($addr, $port) = ($ENV{MASTER_ADDR}, $ENV{MASTER_PORT});
+if ($rank == 0) {
+    my $s = IO::Socket::INET->new(LocalAddr => $addr, LocalPort => $port, Listen => 8, ReuseAddr => 1)
+        or die "listen: $!";
+    my (@peers, @seen);
+    push @seen, $me;
+    for (2 .. $world) {
+        my $c = $s->accept or die "accept: $!";
+        my $l = <$c>;
+        chomp $l;
+        push @seen, $l;
+        push @peers, $c;
+    }
+    print "$_\n" for sort @seen;
+    print {$_} "go $world\n" for @peers;
+} else {
+    my $c;
+    for (1 .. 100) {
+        $c = IO::Socket::INET->new(PeerAddr => $addr, PeerPort => $port) and last;
+        select(undef, undef, undef, 0.1);
+    }
+    $c or die "connect: $!";
+    print $c "$me\n";
+    my $go = <$c>;
+    print "rank $rank heard $go";
+}
+"#;
 
 #[test]
 fn a_two_node_job_in_the_shared_root_talks_over_tcp_by_node_name() {
