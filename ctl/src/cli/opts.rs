@@ -994,6 +994,44 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Indices written as Slurm's `--array` takes them (single ones,
+        /// ranges, stepped ranges, in any order, with or without `%N`)
+        /// parse to exactly those indices, ascending, and that throttle.
+        #[test]
+        fn array_specs_round_trip(
+            runs in proptest::collection::vec((0u32..50, 1u32..20, 1u32..5), 1..6),
+            throttle in proptest::option::of(1u32..100),
+            reversed in proptest::bool::ANY,
+        ) {
+            let mut next = 0u32;
+            let mut parts = Vec::new();
+            let mut want = Vec::new();
+            for (gap, count, step) in runs {
+                let first = next + gap;
+                let last = first + (count - 1) * step;
+                want.extend((0..count).map(|k| first + k * step));
+                parts.push(match (count, step) {
+                    (1, _) => first.to_string(),
+                    (_, 1) => format!("{first}-{last}"),
+                    _ => format!("{first}-{last}:{step}"),
+                });
+                next = last + 1;
+            }
+            if reversed {
+                parts.reverse();
+            }
+            let mut text = parts.join(",");
+            if let Some(t) = throttle {
+                text.push_str(&format!("%{t}"));
+            }
+            let a = parse_array(&text).unwrap();
+            let got: Vec<u32> = (0..a.len()).map(|p| a.index(p).unwrap()).collect();
+            proptest::prop_assert_eq!(got, want);
+            proptest::prop_assert_eq!(a.throttle, throttle.unwrap_or(0));
+        }
+    }
+
     #[test]
     fn array_specs_as_slurm_writes_them() {
         let a = parse_array("0-15:4").unwrap();

@@ -400,6 +400,63 @@ mod tests {
         assert!(a.job.to_spec().is_err());
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// For a name, a partition and a time limit each given by any of
+        /// `#SBATCH`, its input variable and the command line, the job
+        /// gets the command line's, else the variable's, else the
+        /// script's (an empty variable counts as unset).
+        #[test]
+        fn the_command_line_beats_the_environment_which_beats_the_script(
+            given in proptest::collection::vec(
+                (proptest::option::of(1u32..10_000),
+                 proptest::option::of(0u32..10_000),
+                 proptest::option::of(1u32..10_000)),
+                3,
+            ),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("job.sh");
+            // Each field: its flag and its input variable.
+            let fields = [("-J", "SBATCH_JOB_NAME"), ("-p", "SBATCH_PARTITION"), ("-t", "SBATCH_TIMELIMIT")];
+            let mut script = String::from("#!/bin/sh\n");
+            let mut args: Vec<OsString> = vec!["sbatch".into()];
+            let mut env: Vec<(String, String)> = Vec::new();
+            for ((flag, var), (dir_v, env_v, cli_v)) in fields.iter().zip(&given) {
+                if let Some(v) = dir_v {
+                    script.push_str(&format!("#SBATCH {flag} {v}\n"));
+                }
+                if let Some(v) = env_v {
+                    // 0 stands for an empty variable.
+                    let text = if *v == 0 { String::new() } else { v.to_string() };
+                    env.push((var.to_string(), text));
+                }
+                if let Some(v) = cli_v {
+                    args.push(flag.into());
+                    args.push(v.to_string().into());
+                }
+            }
+            script.push_str("true\n");
+            std::fs::write(&p, script).unwrap();
+            args.push(p.clone().into());
+            let (a, _, _) = prepare_with(&args, |v| {
+                env.iter().find(|(k, _)| k == v).map(|(_, x)| x.clone())
+            })
+            .unwrap();
+            let spec = a.job.to_spec().unwrap();
+            let want: Vec<Option<u32>> = given
+                .iter()
+                .map(|(d, e, c)| c.or(e.filter(|&v| v > 0)).or(*d))
+                .collect();
+            proptest::prop_assert_eq!(
+                spec.name,
+                want[0].map_or("job.sh".to_string(), |v| v.to_string())
+            );
+            proptest::prop_assert_eq!(spec.partition, want[1].map(|v| v.to_string()));
+            proptest::prop_assert_eq!(spec.time_limit, want[2].map(|m| u64::from(m) * 60));
+        }
+    }
+
     #[test]
     fn batch_jobs_are_requeueable_unless_told_and_the_last_word_wins() {
         let dir = tempfile::tempdir().unwrap();
