@@ -256,34 +256,17 @@ pub fn action(args: &[String]) -> Result<Action, String> {
             other.unwrap_or("")
         )),
         (Some(h @ ("hold" | "uhold" | "release")), _) => {
-            let ids: Vec<JobId> = args[1..]
-                .iter()
-                .map(|s| parse_ids(s))
-                .collect::<Result<Vec<_>, _>>()?
-                .concat();
-            if ids.is_empty() {
-                return Err(format!("{h} needs job ids"));
-            }
+            let ids = job_ids(h, &args[1..])?;
             Ok(Action::Remote(if h == "release" {
                 Request::Release { ids }
             } else {
                 Request::Hold { ids }
             }))
         }
-        (Some(r @ ("requeue" | "requeuehold")), _) => {
-            let ids: Vec<JobId> = args[1..]
-                .iter()
-                .map(|s| parse_ids(s))
-                .collect::<Result<Vec<_>, _>>()?
-                .concat();
-            if ids.is_empty() {
-                return Err(format!("{r} needs job ids"));
-            }
-            Ok(Action::Remote(Request::Requeue {
-                ids,
-                hold: r == "requeuehold",
-            }))
-        }
+        (Some(r @ ("requeue" | "requeuehold")), _) => Ok(Action::Remote(Request::Requeue {
+            ids: job_ids(r, &args[1..])?,
+            hold: r == "requeuehold",
+        })),
         (Some("update"), _) => {
             let mut names = None;
             let mut state = None;
@@ -328,6 +311,19 @@ pub fn action(args: &[String]) -> Result<Action, String> {
         (Some(other), _) => Err(format!("invalid keyword: {other}")),
         (None, _) => Err("no command given (show, update, hold, release)".into()),
     }
+}
+
+/// The job ids a command names (`3,4 5`): at least one.
+fn job_ids(command: &str, args: &[String]) -> Result<Vec<JobId>, String> {
+    let ids: Vec<JobId> = args
+        .iter()
+        .map(|s| parse_ids(s))
+        .collect::<Result<Vec<_>, _>>()?
+        .concat();
+    if ids.is_empty() {
+        return Err(format!("{command} needs job ids"));
+    }
+    Ok(ids)
 }
 
 async fn remote(req: Request) -> Result<Response, String> {

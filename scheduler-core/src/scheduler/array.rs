@@ -298,6 +298,10 @@ impl Scheduler {
     /// array's `%N` as the entry does. `None` for a job that is neither,
     /// or a task of an array without a `%N`.
     pub(super) fn array_slots(&self, id: JobId, now: Secs) -> Option<ArraySlots> {
+        // Most queues hold no array: no lookup per job then.
+        if self.arrays.is_empty() {
+            return None;
+        }
         let (array, entry) = match self.jobs.get(&id)?.array.as_deref()? {
             Role::Entry { id, .. } => (*id, true),
             Role::Task { array } => (*array, false),
