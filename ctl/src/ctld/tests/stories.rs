@@ -106,6 +106,15 @@ fn scontrol_requeue_ends_the_run_and_runs_the_job_again_after_the_delay() {
     sim.c.hold(ALICE, &[id], true).expect("released");
     sim.run_for(2);
     assert_eq!(sim.state(id), JobState::Running);
+    // A hostile list of ids is refused whole, before any job is looked at.
+    let many: Vec<JobId> = (0..=crate::ctld::MAX_FILTER_ENTRIES as u64)
+        .map(JobId)
+        .collect();
+    let now = sim.now;
+    assert!(matches!(
+        sim.c.requeue(ALICE, &many, false, now),
+        Err(CtldError::FilterTooLarge { .. })
+    ));
 }
 
 #[test]
