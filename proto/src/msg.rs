@@ -740,7 +740,7 @@ pub struct StepSpec {
     /// `--exact` (or `--exclusive`): the step holds only the CPUs its
     /// tasks ask for on each node, not all of the job's there.
     pub exact: bool,
-    /// `-c` of the step (else the job's).
+    /// `-c` of the step (else one: 22.05's srun does not take the job's).
     pub cpus_per_task: Option<u32>,
     /// `-w`: these of the job's nodes run the step; `-x`: these do not.
     pub nodelist: Vec<String>,

@@ -245,7 +245,7 @@ impl Controller {
         j.release_nodes(None, &mut self.outbox);
         let adopted = self.sched.job_status(core_id(id)).is_some();
         if j.spec.requeue && j.state == JobState::Running && !adopted {
-            let ended = j.reset_for_requeue(now, now.saturating_add(self.cfg.requeue_delay));
+            let ended = j.reset_for_requeue(now, self.cfg.requeue_delay);
             let req = j.core_request();
             let submit = j.submit;
             self.account(ended);

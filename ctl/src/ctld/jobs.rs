@@ -162,7 +162,7 @@ impl Controller {
                 });
                 let _ = self.sched.requeue(now, core_id(job), kind);
                 j.spec.hold |= hold;
-                let ended = j.reset_for_requeue(now, now.saturating_add(self.cfg.requeue_delay));
+                let ended = j.reset_for_requeue(now, self.cfg.requeue_delay);
                 self.account(ended);
                 self.dirty = true;
                 return;

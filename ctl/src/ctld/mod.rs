@@ -371,15 +371,16 @@ impl JobRecord {
 
     /// Back to pending for a new run (`--requeue` after a node failure, or
     /// `scontrol requeue`), submitted anew at `now` and not to start
-    /// before `begin` (kept in its spec, so a restarted controller waits
-    /// as long). Returns the accounting record of the run that ended
+    /// before `delay` seconds have passed, as the core waits (the begin
+    /// time is kept in its spec, so a restarted controller waits as
+    /// long). Returns the accounting record of the run that ended
     /// (`REQUEUED`).
-    fn reset_for_requeue(&mut self, now: u64, begin: u64) -> corral_proto::msg::AcctJob {
+    fn reset_for_requeue(&mut self, now: u64, delay: u64) -> corral_proto::msg::AcctJob {
         let mut ended = self.acct(now);
         ended.state = JobState::Requeued;
         ended.end = Some(self.end.unwrap_or(now));
         self.submit = now;
-        self.spec.begin = Some(begin);
+        self.spec.begin = Some(now.saturating_add(delay));
         // Its nodes were released: nothing of the run is left to keep.
         self.run_part = None;
         self.accounted = false;

@@ -236,7 +236,7 @@ impl Controller {
             // The job's other nodes end their part.
             j.release_nodes(Some(name), &mut self.outbox);
             if requeued {
-                let ended = j.reset_for_requeue(now, now.saturating_add(self.cfg.requeue_delay));
+                let ended = j.reset_for_requeue(now, self.cfg.requeue_delay);
                 self.account(ended);
             } else {
                 j.state = JobState::NodeFail;

@@ -94,6 +94,32 @@ fn batch(script: &str) -> JobSpec {
     }
 }
 
+/// A step of `job` from its own srun running `argv`, with srun's
+/// defaults (the job's nodes, no GPUs of its own, holding all of the
+/// job's CPUs there); `secret` tells one srun from another.
+fn step_spec(job: JobId, argv: &str, secret: u8) -> StepSpec {
+    StepSpec {
+        job,
+        nodes: None,
+        ntasks: None,
+        gpus_per_node: None,
+        overlap: false,
+        exact: false,
+        cpus_per_task: None,
+        nodelist: vec![],
+        exclude: vec![],
+        files: Default::default(),
+        argv: vec![argv.into()],
+        work_dir: "/tmp".into(),
+        env: vec![],
+        io: StepIo {
+            addr: "127.0.0.1:9".parse().unwrap(),
+            cert_sha256: [0; 32],
+            secret: [secret; 32],
+        },
+    }
+}
+
 fn launches(c: &mut Controller) -> Vec<(String, Launch)> {
     c.take_outbox()
         .into_iter()
@@ -533,24 +559,10 @@ fn concurrent_one_gpu_steps_get_distinct_gpus_of_their_job() {
     let job_gpus = launches(&mut c)[0].1.gpus.clone();
     assert_eq!(job_gpus.len(), 2);
     let step = |secret: u8| StepSpec {
-        job: id,
-        nodes: None,
         ntasks: Some(1),
         gpus_per_node: Some(1),
-        overlap: false,
         exact: true,
-        cpus_per_task: None,
-        nodelist: vec![],
-        exclude: vec![],
-        files: Default::default(),
-        argv: vec!["train".into()],
-        work_dir: "/tmp".into(),
-        env: vec![],
-        io: StepIo {
-            addr: "127.0.0.1:9".parse().unwrap(),
-            cert_sha256: [0; 32],
-            secret: [secret; 32],
-        },
+        ..step_spec(id, "train", secret)
     };
     let mut seen = Vec::new();
     for secret in [1, 2] {
@@ -604,24 +616,10 @@ fn steps_hold_the_cpus_they_run_on_unless_they_overlap() {
     c.schedule(0);
     launches(&mut c);
     let step = |secret: u8, exact: bool, ntasks: u32, cpus: Option<u32>| StepSpec {
-        job: id,
-        nodes: None,
         ntasks: Some(ntasks),
-        gpus_per_node: None,
-        overlap: false,
         exact,
         cpus_per_task: cpus,
-        nodelist: vec![],
-        exclude: vec![],
-        files: Default::default(),
-        argv: vec!["work".into()],
-        work_dir: "/tmp".into(),
-        env: vec![],
-        io: StepIo {
-            addr: "127.0.0.1:9".parse().unwrap(),
-            cert_sha256: [0; 32],
-            secret: [secret; 32],
-        },
+        ..step_spec(id, "work", secret)
     };
     let busy = |r: Result<(JobId, StepId), CtldError>| match r {
         Err(e @ CtldError::StepCpus { .. }) => e.to_string(),
@@ -696,24 +694,11 @@ fn a_step_runs_on_the_nodes_it_names_of_its_job() {
     c.schedule(0);
     launches(&mut c);
     let step = |secret: u8, nodelist: &[&str], exclude: &[&str], nodes: Option<u32>| StepSpec {
-        job: id,
         nodes,
-        ntasks: None,
-        gpus_per_node: None,
         overlap: true,
-        exact: false,
-        cpus_per_task: None,
         nodelist: nodelist.iter().map(|s| s.to_string()).collect(),
         exclude: exclude.iter().map(|s| s.to_string()).collect(),
-        files: Default::default(),
-        argv: vec!["hostname".into()],
-        work_dir: "/tmp".into(),
-        env: vec![],
-        io: StepIo {
-            addr: "127.0.0.1:9".parse().unwrap(),
-            cert_sha256: [0; 32],
-            secret: [secret; 32],
-        },
+        ..step_spec(id, "hostname", secret)
     };
     let on = |c: &mut Controller| -> Vec<(String, u32, Vec<String>)> {
         let mut v: Vec<_> = launches(c)
@@ -852,20 +837,9 @@ fn steps_spread_tasks_over_the_allocation() {
         secret: [1; 32],
     };
     let step = StepSpec {
-        job: id,
-        nodes: None,
         ntasks: Some(5),
-        gpus_per_node: None,
-        overlap: false,
-        exact: false,
-        cpus_per_task: None,
-        nodelist: vec![],
-        exclude: vec![],
-        files: Default::default(),
-        argv: vec!["hostname".into()],
-        work_dir: "/tmp".into(),
-        env: vec![],
         io,
+        ..step_spec(id, "hostname", 0)
     };
     let e = c
         .submit_step(BOB, step.clone(), 20)
@@ -885,20 +859,8 @@ fn steps_spread_tasks_over_the_allocation() {
     );
     assert_eq!(shape, vec![(0, 0, 3, 2), (1, 3, 2, 2)]);
     let step = StepSpec {
-        job: lid,
-        nodes: None,
-        ntasks: None,
-        gpus_per_node: None,
-        overlap: false,
-        exact: false,
-        cpus_per_task: None,
-        nodelist: vec![],
-        exclude: vec![],
-        files: Default::default(),
-        argv: vec!["true".into()],
-        work_dir: "/tmp".into(),
-        env: vec![],
         io,
+        ..step_spec(lid, "true", 0)
     };
     c.submit_step(ALICE, step, 20).unwrap();
     let l = launches(&mut c);
@@ -1436,24 +1398,8 @@ fn each_run_that_ends_leaves_one_accounting_record() {
     c.schedule(11);
     let (first, _) = launches(&mut c).remove(0);
     let step = StepSpec {
-        job: ok,
-        nodes: None,
-        ntasks: None,
-        gpus_per_node: None,
-        overlap: false,
-        exact: false,
-        cpus_per_task: None,
-        nodelist: vec![],
-        exclude: vec![],
-        files: Default::default(),
         argv: vec!["/usr/bin/python3".into(), "train.py".into()],
-        work_dir: "/tmp".into(),
-        env: vec![],
-        io: StepIo {
-            addr: "127.0.0.1:9".parse().unwrap(),
-            cert_sha256: [0; 32],
-            secret: [1; 32],
-        },
+        ..step_spec(ok, "", 1)
     };
     let (_, s) = c.submit_step(ALICE, step, 12).unwrap();
     assert!(records(&mut c).is_empty(), "nothing ended yet");
@@ -1659,24 +1605,13 @@ fn a_run_accounts_at_most_max_steps_steps() {
         let mut secret = [1; 32];
         secret[..8].copy_from_slice(&(i as u64).to_le_bytes());
         let step = StepSpec {
-            job: id,
-            nodes: None,
             ntasks: Some(1),
-            gpus_per_node: None,
             overlap: true,
-            exact: false,
-            cpus_per_task: None,
-            nodelist: vec![],
-            exclude: vec![],
-            files: Default::default(),
-            argv: vec!["true".into()],
-            work_dir: "/tmp".into(),
-            env: vec![],
             io: StepIo {
-                addr: "127.0.0.1:9".parse().unwrap(),
-                cert_sha256: [0; 32],
                 secret,
+                ..step_spec(id, "", 0).io
             },
+            ..step_spec(id, "true", 0)
         };
         c.submit_step(ALICE, step, 2).unwrap();
     }

@@ -20,20 +20,12 @@ fn step(job: JobId, nodes: u32, argv: &str) -> StepSpec {
     let mut io = IO;
     io.secret[..argv.len().min(32)].copy_from_slice(&argv.as_bytes()[..argv.len().min(32)]);
     StepSpec {
-        job,
         nodes: Some(nodes),
-        ntasks: None,
-        gpus_per_node: None,
         overlap: true,
-        exact: false,
-        cpus_per_task: None,
-        nodelist: vec![],
-        exclude: vec![],
-        files: Default::default(),
-        argv: vec![argv.into()],
         work_dir: "/work".into(),
         env: vec![("STEP_ONLY".into(), "1".into())],
         io,
+        ..super::step_spec(job, argv, 0)
     }
 }
 
