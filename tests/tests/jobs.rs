@@ -260,8 +260,8 @@ fn bad_input_gets_one_line_errors() {
             "sbatch: error: invalid time limit",
         ),
         (
-            vec!["scancel", "999999"],
-            "scancel: error: Kill job error on job id 999999: Invalid job id specified",
+            vec!["squeue", "-j", "999999"],
+            "slurm_load_jobs error: Invalid job id specified",
         ),
         (
             vec!["scontrol", "show", "job", "424242"],

@@ -322,7 +322,27 @@ pub fn main(args: &[OsString]) -> i32 {
             Ok(c) => c,
             Err(e) => return fail(CMD, e),
         };
+        // One job named that the controller does not know at all is an
+        // error, as Slurm's (one it knows that the other filters leave
+        // out is not): `while squeue -j $id` loops end on it.
+        let one = (f.ids.len() == 1 && f.tasks.is_empty()).then(|| f.ids[0]);
         match c.jobs(f).await {
+            Ok(jobs) if jobs.is_empty() && one.is_some() => {
+                let only = JobFilter {
+                    ids: one.into_iter().collect(),
+                    ..JobFilter::default()
+                };
+                match c.jobs(only).await {
+                    Ok(known) if known.is_empty() => {
+                        // Slurm's very line (scripts grep for it).
+                        let line = b"slurm_load_jobs error: Invalid job id specified\n";
+                        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line);
+                        1
+                    }
+                    Ok(_) => super::emit(CMD, &render(&[], &format, !a.noheader, now())),
+                    Err(e) => fail(CMD, e),
+                }
+            }
             Ok(jobs) => {
                 let mut jobs = if a.array { expand_arrays(jobs) } else { jobs };
                 sort(&mut jobs);

@@ -52,9 +52,9 @@ pub struct UpArgs {
     /// Seconds between SIGTERM and SIGKILL when a job is ended.
     #[arg(long, default_value_t = 5)]
     pub kill_wait: u64,
-    /// Seconds a requeued job waits before it may run again (Slurm's two
-    /// minutes by default).
-    #[arg(long, default_value_t = 120)]
+    /// Seconds a requeued job waits before it may run again (Slurm's 121
+    /// by default).
+    #[arg(long, default_value_t = 121)]
     pub requeue_delay: u64,
     /// Seconds between every node's health checks (a fault injected in
     /// DIR/gpus/worker-N.toml drains its node within this).

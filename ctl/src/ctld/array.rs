@@ -95,8 +95,9 @@ impl JobRecord {
 }
 
 impl Controller {
-    /// Checks an `--array` and the dependencies on single tasks of
-    /// arrays, which become dependencies on the tasks' job ids.
+    /// Checks an `--array` and the dependencies: those on jobs nobody
+    /// knows are dropped, and those on single tasks of arrays become
+    /// dependencies on the tasks' job ids.
     pub(super) fn admit_array(&self, spec: &mut JobSpec) -> Result<(), CtldError> {
         if let Some(a) = &spec.array {
             let bad = |why: &str| Err(CtldError::BadArray(why.to_string()));
@@ -124,6 +125,15 @@ impl Controller {
                 return bad("only batch jobs can be arrays");
             }
         }
+        // A condition on a job nobody knows (long forgotten, or never
+        // submitted) counts as met, as Slurm 22.05 counts it (measured:
+        // `-d afterok:999998` and `-d afterok:999998_3` both run).
+        let known = |id: JobId| self.jobs.get(&id).is_some() || self.sched.knows_job(core_id(id));
+        spec.dependencies.retain(|d| match *d {
+            Dep::Task { job, .. } => known(job),
+            Dep::After(j) | Dep::AfterOk(j) | Dep::AfterNotOk(j) | Dep::AfterAny(j) => known(j),
+            Dep::Singleton => true,
+        });
         for d in &mut spec.dependencies {
             let Dep::Task { cond, job, task } = *d else {
                 continue;

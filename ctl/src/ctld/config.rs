@@ -7,7 +7,7 @@
 //! heartbeat_timeout = 30           # seconds of agent silence before DOWN
 //! kill_wait = 30                   # seconds between SIGTERM and SIGKILL
 //! allocation_timeout = 60          # seconds a salloc may go silent before its allocation ends
-//! requeue_delay = 120              # seconds a requeued job waits before it may start again
+//! requeue_delay = 121              # seconds a requeued job waits before it may start again
 //! leave_grace = 300                # seconds a deleted node's jobs get to finish
 //! operators = [1000]               # uids that may act on any job and node
 //! state_dir = "/var/spool/corral/ctld"   # durable state (none: in memory only)
@@ -294,8 +294,10 @@ fn default_heartbeat() -> u64 {
 fn default_kill_wait() -> u64 {
     30
 }
+/// Slurm's: a requeued job's begin time is `cred_expire` (120 s) and one
+/// more second after the requeue (measured on Slurm 22.05).
 fn default_requeue_delay() -> u64 {
-    120
+    121
 }
 
 fn default_allocation_timeout() -> u64 {
@@ -327,8 +329,8 @@ pub struct Config {
     /// Seconds a running `salloc` allocation may go without its salloc
     /// saying it is alive (every 5 s) before it is ended.
     pub allocation_timeout: u64,
-    /// Seconds a requeued job waits before it may start again (Slurm's
-    /// `cred_expire`, two minutes, by default).
+    /// Seconds a requeued job waits before it may start again (121 by
+    /// default, as Slurm's).
     pub requeue_delay: u64,
     /// Seconds a deleted node's running jobs get to finish.
     pub leave_grace: u64,

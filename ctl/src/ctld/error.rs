@@ -39,7 +39,7 @@ pub enum CtldError {
     #[error("Kill job error on job id {job}: {why}")]
     Kill { job: JobId, why: KillRefusal },
     /// `scontrol requeue` naming a job it cannot requeue.
-    #[error("Requeue job error on job id {job}: {why}")]
+    #[error("{why} for job {job}")]
     Requeue { job: JobId, why: RequeueRefusal },
     /// scancel whose filter selected other users' jobs: one line per job.
     #[error("{}", kill_denied(.0))]
@@ -116,12 +116,8 @@ pub enum CtldError {
 /// Why scancel cannot end a job it named.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum KillRefusal {
-    #[error("Invalid job id specified")]
-    UnknownJob,
     #[error("Access/permission denied")]
     AccessDenied,
-    #[error("Job/step already completing or completed")]
-    Finished,
 }
 
 /// Why `scontrol requeue` cannot requeue a job (Slurm's words).
@@ -129,7 +125,7 @@ pub enum KillRefusal {
 pub enum RequeueRefusal {
     #[error("Only batch jobs are accepted or processed")]
     NotBatch,
-    #[error("Requested operation is presently disabled (the job was submitted with --no-requeue)")]
+    #[error("Requested operation is presently disabled")]
     NotRequeueable,
     #[error("Job is pending execution")]
     Pending,
@@ -137,9 +133,7 @@ pub enum RequeueRefusal {
     Completing,
     /// A finished job's script is gone from the store (Slurm 22.05 would
     /// requeue it while it still knows the job).
-    #[error(
-        "Job/step already completing or completed (its script is no longer kept: submit it again)"
-    )]
+    #[error("Job has finished and its script is no longer kept: submit it again")]
     Finished,
 }
 

@@ -556,14 +556,18 @@ impl Controller {
     ) -> Result<Vec<JobId>, Refusal> {
         let mut sel = Selector::new(f.clone())?;
         let privileged = self.privileged(who);
+        // A job that ended, or that the controller no longer knows, is
+        // left alone without a word, as Slurm 22.05's scancel does (exit
+        // 0: clean-up traps under `set -e` rely on it).
         for id in &f.ids {
-            let kill = |why| CtldError::Kill { job: *id, why };
-            let j = self.jobs.get(id).ok_or(kill(KillRefusal::UnknownJob))?;
+            let Some(j) = self.jobs.get(id) else {
+                continue;
+            };
             if j.user.uid != who.uid && !privileged {
-                return Err(kill(KillRefusal::AccessDenied));
-            }
-            if j.state.is_final() {
-                return Err(kill(KillRefusal::Finished));
+                return Err(CtldError::Kill {
+                    job: *id,
+                    why: KillRefusal::AccessDenied,
+                });
             }
         }
         self.resolve_arrays(&mut sel)?;

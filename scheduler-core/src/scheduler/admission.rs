@@ -113,11 +113,7 @@ impl Scheduler {
                 | Dependency::AfterAny(j) => j,
                 Dependency::Singleton => continue,
             };
-            if !self.jobs.contains_key(&target)
-                && !self.finished.contains_key(&target)
-                && !self.arrays.contains_key(&target)
-                && !self.task_waiting(target)
-            {
+            if !self.knows_job(target) {
                 return Err(SubmitError::UnknownDependency(target));
             }
         }

@@ -479,6 +479,15 @@ impl Scheduler {
         self.fairshare.charge(now, user, account, billing * secs);
     }
 
+    /// Whether a dependency may name `id`: a job waiting, running or
+    /// finished, an array, or one of an array's tasks still waiting.
+    pub fn knows_job(&self, id: JobId) -> bool {
+        self.jobs.contains_key(&id)
+            || self.finished.contains_key(&id)
+            || self.arrays.contains_key(&id)
+            || self.task_waiting(id)
+    }
+
     /// Where a job stands now.
     pub fn job_status(&self, id: JobId) -> Option<JobStatus> {
         if let Some(outcome) = self.finished.get(&id) {

@@ -72,8 +72,8 @@ pub struct SrunArgs {
     #[arg(long)]
     pub overlap: bool,
     /// Inside a job: hold only the CPUs the step's tasks ask for on each
-    /// node (`--exclusive` does the same), so steps run side by side;
-    /// without it a step holds all of the job's CPUs on its nodes.
+    /// node (`--exclusive` and `-c` do the same), so steps run side by
+    /// side; without it a step holds all of the job's CPUs on its nodes.
     #[arg(long)]
     pub exact: bool,
     /// Each task's standard output to a file on its node (patterns: %t
@@ -427,7 +427,9 @@ async fn run(a: SrunArgs) -> i32 {
             ntasks: a.job.ntasks,
             gpus_per_node,
             overlap: a.overlap,
-            exact: a.exact || a.job.exclusive,
+            // `-c` on srun's own line implies `--exact`, as 22.05's does
+            // (measured: `srun -n1 -c1` steps of one job run side by side).
+            exact: a.exact || a.job.exclusive || cpus_per_task.is_some(),
             cpus_per_task,
             nodelist,
             exclude,
@@ -441,9 +443,9 @@ async fn run(a: SrunArgs) -> i32 {
         let mut said = false;
         loop {
             match client.ok(Request::SubmitStep(spec.clone())).await {
-                Ok(Response::StepCreated { job, step }) => {
+                Ok(Response::StepCreated { job, .. }) => {
                     if said {
-                        eprintln!("{CMD}: Step created for StepId={job}.{step}");
+                        eprintln!("{CMD}: Step created for job {job}");
                     }
                     break (job, true);
                 }

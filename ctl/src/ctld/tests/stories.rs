@@ -74,10 +74,7 @@ fn scontrol_requeue_ends_the_run_and_runs_the_job_again_after_the_delay() {
     );
     assert_eq!(
         refused(sim.c.requeue(ALICE, &[fixed], false, now)),
-        format!(
-            "Requeue job error on job id {fixed}: Requested operation is presently disabled \
-             (the job was submitted with --no-requeue)"
-        )
+        format!("Requested operation is presently disabled for job {fixed}")
     );
     assert_eq!(sim.c.requeue(ALICE, &[id, id], false, now), Ok(vec![id]));
     sim.deliver();
@@ -86,7 +83,7 @@ fn scontrol_requeue_ends_the_run_and_runs_the_job_again_after_the_delay() {
     assert_eq!(v.reason, JobReason::BeginTime);
     assert_eq!(
         refused(sim.c.requeue(ALICE, &[id], false, now)),
-        format!("Requeue job error on job id {id}: Job is pending execution")
+        format!("Job is pending execution for job {id}")
     );
     sim.run_for(110);
     assert_eq!(sim.state(id), JobState::Pending, "not before the delay");
