@@ -186,7 +186,11 @@ pub fn task_env(
             .join(","),
     );
     set("SLURM_JOB_PARTITION", l.partition.clone());
-    set("SLURM_RESTART_COUNT", l.run.to_string());
+    // Only once requeued, as Slurm's (measured on 22.05: unset in a
+    // job's first run, 1 in its second).
+    if l.run > 0 {
+        set("SLURM_RESTART_COUNT", l.run.to_string());
+    }
     set("SLURM_JOB_UID", l.user.uid.to_string());
     set("SLURM_JOB_GID", l.user.gid.to_string());
     set("SLURM_JOB_USER", user.to_string());
@@ -354,6 +358,11 @@ mod tests {
         assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), "5");
         assert_eq!(get(&env, "SLURM_JOB_GPUS"), "2,3,5,6");
         assert!(env.iter().all(|(k, _)| !k.starts_with("SLURM_ARRAY")));
+        // SLURM_RESTART_COUNT only once the job was requeued.
+        assert!(env.iter().all(|(k, _)| k != "SLURM_RESTART_COUNT"));
+        l.run = 2;
+        let env = task_env(&l, "worker-1", "root", 0, "/run/a.sock", "c");
+        assert_eq!(get(&env, "SLURM_RESTART_COUNT"), "2");
     }
 
     #[test]

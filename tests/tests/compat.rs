@@ -128,6 +128,12 @@ const CASES: &[Case] = &[
         "same",
     ),
     case(
+        "SLURM_RESTART_COUNT is unset in a job's first run",
+        "sbatch --wait -o restarts.out --wrap 'echo ${SLURM_RESTART_COUNT-unset}' > /dev/null\n\
+         cat restarts.out",
+        "unset",
+    ),
+    case(
         "SLURM_CPUS_PER_TASK only with -c",
         "srun -n1 sh -c 'echo ${SLURM_CPUS_PER_TASK:-unset}'\n\
          srun -n1 -c2 sh -c 'echo ${SLURM_CPUS_PER_TASK:-unset}'",

@@ -156,7 +156,7 @@ fn a_job_that_traps_its_limit_signal_requeues_itself_and_resumes() {
         #SBATCH --signal=B:USR1@58\n\
         #SBATCH -o lightning.out\n\
         #SBATCH --open-mode=append\n\
-        echo \"run $SLURM_RESTART_COUNT starts\"\n\
+        echo \"run ${SLURM_RESTART_COUNT:-0} starts\"\n\
         if [ -f ckpt ]; then echo \"resumed from $(cat ckpt)\"; exit 0; fi\n\
         trap 'echo epoch-3 > ckpt; echo saved, requeueing; scontrol requeue $SLURM_JOB_ID; sleep 30' USR1\n\
         sleep 300 & wait $!\n\

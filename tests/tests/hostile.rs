@@ -501,7 +501,7 @@ fn a_stalled_agents_node_returns_and_its_stale_exit_is_ignored() {
     // Run 0 would run for a minute; run 1 (after the requeue) succeeds.
     let id = env.sbatch(
         &["--requeue", "-w", "worker-1", "-o", "/dev/null"],
-        "#!/bin/sh\nif [ \"$SLURM_RESTART_COUNT\" = 0 ]; then sleep 60; exit 3; fi\nsleep 2\n",
+        "#!/bin/sh\nif [ -z \"$SLURM_RESTART_COUNT\" ]; then sleep 60; exit 3; fi\nsleep 2\n",
     );
     env.wait_state(id, &["RUNNING"], 20);
     let pid = Pid::from_raw(env.cluster.agent_pid(1).unwrap() as i32);
