@@ -116,6 +116,8 @@ pub fn task_env(
     if !env.iter().any(|(k, _)| k == "PATH") {
         env.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
     }
+    // In the job's own node order (SLURM_NODEID counts along it), so that
+    // expanding the list names node 0 first.
     let nodelist = hostlist::compress(&l.job_nodes);
     let job = l.job.to_string();
     let batch = matches!(l.what, LaunchKind::Batch { .. });

@@ -325,6 +325,27 @@ fn sinfo_and_scontrol_views() {
         env.ok(&["scontrol", "show", "hostlist", "w-1,w-2,w-3"]),
         "w-[1-3]\n"
     );
+    // Expressions too, in the order given or sorted, or a file of names.
+    assert_eq!(
+        env.ok(&["scontrol", "show", "hostlist", "n[3-4],n[1-2] m1"]),
+        "n[3-4,1-2],m1\n"
+    );
+    assert_eq!(
+        env.ok(&["scontrol", "show", "hostlistsorted", "n[3-4],n[1-2] m1"]),
+        "m1,n[1-4]\n"
+    );
+    let file = env.work.join("hosts.txt");
+    std::fs::write(&file, "n3,n1\nn2\n").unwrap();
+    let file = file.to_str().unwrap();
+    assert_eq!(
+        env.ok(&["scontrol", "show", "hostlist", file]),
+        "n[3,1-2]\n"
+    );
+    let (code, out, err) = env.run(&["scontrol", "show", "hostlist", "n[3-1]"]);
+    assert!(
+        code == 1 && out.is_empty() && err.trim().lines().count() == 1,
+        "{code} {out} {err}"
+    );
     let p = env.ok(&["scontrol", "show", "partition"]);
     assert!(
         p.starts_with("PartitionName=gpu") && p.contains("Nodes=worker-[0-1]"),

@@ -233,7 +233,7 @@ pub fn main(args: &[OsString]) -> i32 {
                     eprintln!(
                         "{CMD}: Job {job} to start at {} using {cpus} processors on nodes {} in partition {partition}",
                         crate::timefmt::timestamp(start),
-                        scheduler_core::hostlist::compress(&nodes)
+                        scheduler_core::hostlist::compress_sorted(&nodes)
                     );
                     0
                 }

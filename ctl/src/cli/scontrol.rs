@@ -26,7 +26,7 @@ pub fn show_job(j: &JobView, now: u64) -> String {
     let nodes = if j.nodes.is_empty() {
         "(null)".to_string()
     } else {
-        hostlist::compress(&j.nodes)
+        hostlist::compress_sorted(&j.nodes)
     };
     let mut s = String::new();
     s.push_str(&format!("JobId={}", j.id));
@@ -186,7 +186,7 @@ pub fn show_partition(p: &PartitionView) -> String {
     let nodes = if p.nodes.is_empty() {
         "(null)".to_string()
     } else {
-        hostlist::compress(&p.nodes)
+        hostlist::compress_sorted(&p.nodes)
     };
     format!(
         "PartitionName={}\n   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL\n   Default={} \
@@ -212,11 +212,39 @@ pub fn show_partition(p: &PartitionView) -> String {
 #[allow(clippy::large_enum_variant)]
 pub enum Action {
     Hostnames(String),
-    Hostlist(String),
+    /// `show hostlist` / `show hostlistsorted`: names, an expression, or
+    /// the absolute path of a file of them.
+    Hostlist {
+        list: String,
+        sorted: bool,
+    },
     Remote(Request),
     ShowJobs(Option<JobId>),
     ShowNodes(Option<String>),
     ShowPartitions(Option<String>),
+}
+
+/// The most a hostlist file may hold.
+const HOSTLIST_FILE_MAX: u64 = 16 << 20;
+
+/// `show hostlist`'s input: the list itself, or, as Slurm takes it, the
+/// names in the file an absolute path names (separated by commas or
+/// lines).
+fn hostlist_input(list: &str) -> Result<String, String> {
+    if !list.starts_with('/') {
+        return Ok(list.to_string());
+    }
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(list)
+        .and_then(|f| f.take(HOSTLIST_FILE_MAX + 1).read_to_string(&mut text))
+        .map_err(|e| format!("cannot read host list {list}: {e}"))?;
+    if text.len() as u64 > HOSTLIST_FILE_MAX {
+        return Err(format!(
+            "host list {list} is over {HOSTLIST_FILE_MAX} bytes"
+        ));
+    }
+    Ok(text)
 }
 
 /// Parses `scontrol` arguments (after the program name).
@@ -233,11 +261,15 @@ pub fn action(args: &[String]) -> Result<Action, String> {
             };
             Ok(Action::Hostnames(expr))
         }
-        (Some("show"), Some("hostlist")) => args
-            .get(2)
-            .cloned()
-            .map(Action::Hostlist)
-            .ok_or_else(|| "show hostlist needs a list of host names".into()),
+        (Some("show"), Some(w @ ("hostlist" | "hostlistsorted"))) => {
+            let list = args
+                .get(2)
+                .ok_or_else(|| format!("show {w} needs a list of host names"))?;
+            Ok(Action::Hostlist {
+                list: list.clone(),
+                sorted: w == "hostlistsorted",
+            })
+        }
         (Some("show"), Some("job" | "jobs")) => Ok(Action::ShowJobs(
             args.get(2)
                 .map(|s| {
@@ -357,11 +389,20 @@ pub fn main(args: &[OsString]) -> i32 {
                 }
                 emit(CMD, &text)
             }
-            Err(e) => fail(CMD, format!("invalid hostlist {expr}: {e}")),
+            Err(e) => fail(CMD, format!("Invalid hostlist: {expr}: {e}")),
         },
-        Action::Hostlist(list) => {
-            let names: Vec<&str> = list.split(',').filter(|s| !s.is_empty()).collect();
-            emit(CMD, &format!("{}\n", hostlist::compress(&names)))
+        Action::Hostlist { list, sorted } => {
+            let list = match hostlist_input(&list) {
+                Ok(l) => l,
+                Err(e) => return fail(CMD, e),
+            };
+            match hostlist::expand(&list) {
+                Ok(names) if sorted => {
+                    emit(CMD, &format!("{}\n", hostlist::compress_sorted(&names)))
+                }
+                Ok(names) => emit(CMD, &format!("{}\n", hostlist::compress(&names))),
+                Err(e) => fail(CMD, format!("Invalid hostlist: {list}: {e}")),
+            }
         }
         other => block_on(CMD, async move {
             let (req, show) = match other {
@@ -375,7 +416,7 @@ pub fn main(args: &[OsString]) -> i32 {
                 Action::ShowNodes(n) => (Request::Nodes, Some(n)),
                 Action::ShowPartitions(p) => (Request::Partitions, Some(p)),
                 Action::Remote(r) => (r, None),
-                Action::Hostnames(_) | Action::Hostlist(_) => return 0,
+                Action::Hostnames(_) | Action::Hostlist { .. } => return 0,
             };
             let resp = match remote(req).await {
                 Ok(r) => r,

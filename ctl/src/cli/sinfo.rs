@@ -83,7 +83,7 @@ pub fn render_summary(parts: &[PartitionView], nodes: &[NodeView], a: &SinfoArgs
                 limit(p.max_time, "infinite"),
                 names.len().to_string(),
                 st,
-                hostlist::compress(&names),
+                hostlist::compress_sorted(&names),
             ]);
         }
     }
@@ -208,7 +208,7 @@ pub fn render_reasons(nodes: &[NodeView], a: &SinfoArgs) -> String {
         line("REASON", "USER", "TIMESTAMP", "NODELIST");
     }
     for (r, u, t, names) in &groups {
-        line(r, u, t, &hostlist::compress(names));
+        line(r, u, t, &hostlist::compress_sorted(names));
     }
     out
 }

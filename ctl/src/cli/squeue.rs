@@ -204,9 +204,9 @@ fn field(j: &JobView, code: char, now: u64) -> String {
         'R' => match j.state {
             JobState::Pending => reason(),
             _ if j.nodes.is_empty() => reason(),
-            _ => hostlist::compress(&j.nodes),
+            _ => hostlist::compress_sorted(&j.nodes),
         },
-        'N' => hostlist::compress(&j.nodes),
+        'N' => hostlist::compress_sorted(&j.nodes),
         'r' => words::job_reason(j.reason).to_string(),
         'S' => j
             .start_time

@@ -167,7 +167,7 @@ impl JobRecord {
                 AcctStep {
                     step: s.id,
                     name: s.name.clone(),
-                    nodelist: scheduler_core::hostlist::compress(&s.nodes),
+                    nodelist: scheduler_core::hostlist::compress_sorted(&s.nodes),
                     nodes: s.nodes.len() as u32,
                     tasks: s.tasks,
                     cpus: s.cpus,
@@ -186,7 +186,7 @@ impl JobRecord {
             user: self.user,
             account: self.spec.account.clone().unwrap_or_default(),
             partition: self.partition.clone(),
-            nodelist: scheduler_core::hostlist::compress(&names),
+            nodelist: scheduler_core::hostlist::compress_sorted(&names),
             alloc_nodes,
             alloc_cpus,
             alloc_gpus,
