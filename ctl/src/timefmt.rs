@@ -84,8 +84,43 @@ pub fn cpu_time(ms: u64) -> String {
 }
 
 /// A Unix time as `YYYY-MM-DDTHH:MM:SS` (UTC; the cluster's clocks are
-/// expected to be in UTC, as in containers).
+/// UTC), or in the format `SLURM_TIME_FORMAT` names where the command
+/// opted in with [`use_env_format`].
 pub fn timestamp(unix: u64) -> String {
+    match DISPLAY.get() {
+        Some(Display::Strftime(f)) => strftime(f, unix),
+        Some(Display::Relative(now)) => relative(unix, *now),
+        _ => iso(unix),
+    }
+}
+
+/// How the CLI prints times: `SLURM_TIME_FORMAT`.
+enum Display {
+    Standard,
+    /// `relative`: today's as a clock, others by day (with the moment the
+    /// command started as "now").
+    Relative(u64),
+    Strftime(String),
+}
+
+static DISPLAY: std::sync::OnceLock<Display> = std::sync::OnceLock::new();
+
+/// Makes [`timestamp`] follow `SLURM_TIME_FORMAT` (`standard`,
+/// `relative`, or a strftime format) for the rest of this process. The
+/// CLI's commands call it; the daemons never do, so what they store is
+/// always the standard form.
+pub fn use_env_format(now: u64) {
+    let d = match std::env::var("SLURM_TIME_FORMAT") {
+        Ok(f) if f == "relative" => Display::Relative(now),
+        Ok(f) if !f.is_empty() && f != "standard" => Display::Strftime(f),
+        _ => Display::Standard,
+    };
+    let _ = DISPLAY.set(d);
+}
+
+/// A Unix time's civil parts (UTC): year, month, day, hour, minute,
+/// second, weekday (0 is Sunday), day of the year (0-based).
+fn civil(unix: u64) -> (i64, u32, u32, u64, u64, u64, u32, u32) {
     let days = (unix / 86400) as i64;
     let rem = unix % 86400;
     // Civil from days (Howard Hinnant's algorithm).
@@ -99,12 +134,84 @@ pub fn timestamp(unix: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+    let weekday = (days + 4).rem_euclid(7) as u32;
+    let yday = (days - days_from_civil(y, 1, 1)) as u32;
+    (
+        y,
+        m as u32,
+        d as u32,
         rem / 3600,
         rem / 60 % 60,
-        rem % 60
+        rem % 60,
+        weekday,
+        yday,
     )
+}
+
+fn iso(unix: u64) -> String {
+    let (y, m, d, hh, mm, ss, _, _) = civil(unix);
+    format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}")
+}
+
+const WEEKDAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
+/// The common strftime conversions, for `SLURM_TIME_FORMAT` and the date
+/// line of `squeue -l` and `sinfo -l` (`%a %b %d %H:%M:%S %Y`). An
+/// unknown conversion is printed as written.
+pub fn strftime(fmt: &str, unix: u64) -> String {
+    let (y, m, d, hh, mm, ss, wd, yd) = civil(unix);
+    let mut out = String::with_capacity(fmt.len() + 16);
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&format!("{y:04}")),
+            Some('y') => out.push_str(&format!("{:02}", y.rem_euclid(100))),
+            Some('m') => out.push_str(&format!("{m:02}")),
+            Some('d') => out.push_str(&format!("{d:02}")),
+            Some('e') => out.push_str(&format!("{d:2}")),
+            Some('H') => out.push_str(&format!("{hh:02}")),
+            Some('I') => out.push_str(&format!("{:02}", (hh + 11) % 12 + 1)),
+            Some('p') => out.push_str(if hh < 12 { "AM" } else { "PM" }),
+            Some('M') => out.push_str(&format!("{mm:02}")),
+            Some('S') => out.push_str(&format!("{ss:02}")),
+            Some('j') => out.push_str(&format!("{:03}", yd + 1)),
+            Some('a') => out.push_str(WEEKDAYS[wd as usize]),
+            Some('b' | 'h') => out.push_str(MONTHS[m as usize - 1]),
+            Some('F') => out.push_str(&format!("{y:04}-{m:02}-{d:02}")),
+            Some('T') => out.push_str(&format!("{hh:02}:{mm:02}:{ss:02}")),
+            Some('R') => out.push_str(&format!("{hh:02}:{mm:02}")),
+            Some('D') => out.push_str(&format!("{m:02}/{d:02}/{:02}", y.rem_euclid(100))),
+            Some('s') => out.push_str(&unix.to_string()),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// Slurm's `relative` form: a clock for today, `Ystday`/`Tomorr` and a
+/// clock for the days beside it, the weekday within a week, else the
+/// date.
+fn relative(unix: u64, now: u64) -> String {
+    let (day, today) = ((unix / 86400) as i64, (now / 86400) as i64);
+    match day - today {
+        0 => strftime("%H:%M:%S", unix),
+        -1 => strftime("Ystday %H:%M", unix),
+        1 => strftime("Tomorr %H:%M", unix),
+        -6..=6 => strftime("%a %H:%M", unix),
+        _ => strftime("%e %b %H:%M", unix),
+    }
 }
 
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {

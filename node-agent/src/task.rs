@@ -4,66 +4,7 @@
 
 use corral_hostlist as hostlist;
 use corral_proto::msg::{Launch, LaunchKind};
-
-/// Values an output file pattern can name.
-#[derive(Debug)]
-pub struct PatternVars<'a> {
-    pub job: u64,
-    pub name: &'a str,
-    pub node: &'a str,
-    pub user: &'a str,
-    pub step: Option<u32>,
-    /// Of a task of an array: the array's id and the task's index.
-    pub array: Option<(u64, u32)>,
-    /// A step's task (its rank) and node (its index among the step's
-    /// nodes); the batch script is task 0 on node 0.
-    pub task: Option<u32>,
-    pub node_index: Option<u32>,
-}
-
-/// Expands Slurm's filename pattern: `%j` job id, `%J` job.step, `%x` job
-/// name, `%N` node, `%u` user, `%A` the array's id (outside an array, the
-/// job's), `%a` the task's index in its array (4294967294, Slurm's value
-/// outside one), `%s` step, `%t` task, `%n` node of the step, `%%`. A
-/// number after `%` zero-pads (`%5j`).
-pub fn expand_pattern(pat: &str, v: &PatternVars<'_>) -> String {
-    let mut out = String::with_capacity(pat.len() + 16);
-    let mut chars = pat.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        let mut width = 0usize;
-        while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
-            width = (width * 10 + d as usize).min(64);
-            chars.next();
-        }
-        let num = |n: u64| format!("{n:0width$}");
-        match chars.next() {
-            Some('%') => out.push('%'),
-            Some('j') => out.push_str(&num(v.job)),
-            Some('A') => out.push_str(&num(v.array.map_or(v.job, |a| a.0))),
-            Some('J') => match v.step {
-                Some(s) => out.push_str(&format!("{}.{s}", num(v.job))),
-                None => out.push_str(&num(v.job)),
-            },
-            Some('a') => out.push_str(&num(v.array.map_or(4_294_967_294, |a| u64::from(a.1)))),
-            Some('t') => out.push_str(&num(u64::from(v.task.unwrap_or(0)))),
-            Some('n') => out.push_str(&num(u64::from(v.node_index.unwrap_or(0)))),
-            Some('s') => out.push_str(&v.step.map_or("batch".to_string(), |s| num(s as u64))),
-            Some('x') => out.push_str(v.name),
-            Some('N') => out.push_str(v.node),
-            Some('u') => out.push_str(v.user),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
-}
+pub use corral_proto::pattern::{expand_pattern, PatternVars};
 
 /// The file mode mask a job's tasks start with: its submitter's, as
 /// `SLURM_UMASK` says (octal); `None` when absent or not a mask.

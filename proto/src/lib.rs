@@ -8,6 +8,8 @@
 //!   configuration (quinn + rustls, TLS 1.3, mutual authentication).
 //! - [`cred`]: short-lived credentials that carry a uid from an agent to
 //!   ctld.
+//! - [`pattern`]: output file patterns (`slurm-%j.out`), expanded by the
+//!   agent and shown by the CLI.
 //!
 //! It owns no sockets and spawns no tasks: the controller, the agent and
 //! the CLI each drive their own.
@@ -16,6 +18,7 @@ pub mod cred;
 pub mod frame;
 pub mod ids;
 pub mod msg;
+pub mod pattern;
 pub mod tls;
 
 pub use frame::{read_frame, write_frame, WireError, MAX_FRAME, PROTOCOL_VERSION};

@@ -655,6 +655,27 @@ pub enum Dep {
     },
 }
 
+impl std::fmt::Display for Dep {
+    /// As `--dependency` takes it and squeue shows it: `afterok:12`,
+    /// `afterany:12_7`, `singleton`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cond = |c: DepCond| match c {
+            DepCond::After => "after",
+            DepCond::AfterOk => "afterok",
+            DepCond::AfterNotOk => "afternotok",
+            DepCond::AfterAny => "afterany",
+        };
+        match *self {
+            Dep::After(j) => write!(f, "after:{j}"),
+            Dep::AfterOk(j) => write!(f, "afterok:{j}"),
+            Dep::AfterNotOk(j) => write!(f, "afternotok:{j}"),
+            Dep::AfterAny(j) => write!(f, "afterany:{j}"),
+            Dep::Singleton => f.write_str("singleton"),
+            Dep::Task { cond: c, job, task } => write!(f, "{}:{job}_{task}", cond(c)),
+        }
+    }
+}
+
 /// What a [`Dep::Task`] waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DepCond {
@@ -1098,6 +1119,57 @@ pub struct JobView {
     /// Of an array: the array's id, and this task's index or, for the
     /// tasks still waiting (one view for all), their indices.
     pub array: Option<ArrayView>,
+    /// What was asked beyond the shape, as squeue and scontrol show it.
+    pub ask: JobAsk,
+    /// The steps running now (squeue `-s`, `scontrol show steps`).
+    pub steps: Vec<StepView>,
+}
+
+/// What a job asked for beyond its shape: the fields squeue's format codes
+/// and `scontrol show job` print.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobAsk {
+    /// `-A`, `--qos`, `--nice`.
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    pub nice: i32,
+    /// The dependency while it still holds the job, as Slurm shows it
+    /// (`afterok:12(unfulfilled)`).
+    pub dependency: Option<String>,
+    /// `-w`, `-x`, `-C` (as written, `&` or `|` joined), `--exclusive`.
+    pub req_nodes: Vec<String>,
+    pub exc_nodes: Vec<String>,
+    pub features: Option<String>,
+    pub exclusive: bool,
+    /// `--mem-per-cpu` (the job's `mem_mb` is then 0).
+    pub mem_per_cpu_mb: Option<u64>,
+    /// `--gres=gpu:TYPE:N`: the model asked for.
+    pub gpu_type: Option<String>,
+    /// GPUs asked per node (`--gres`, `--gpus-per-node`), per task
+    /// (`--gpus-per-task`), or in all (`-G`), as Slurm's TRES fields show.
+    pub gpus_per_node: Option<u32>,
+    pub gpus_per_task: Option<u32>,
+    pub gpus_total: Option<u32>,
+    /// `--begin`.
+    pub begin: Option<UnixSecs>,
+    /// CPUs asked per node (squeue's MIN_CPUS): `-c` times
+    /// `--ntasks-per-node`.
+    pub min_cpus: u32,
+    /// `--ntasks-per-node`.
+    pub ntasks_per_node: Option<u32>,
+    /// Where it was submitted from (`scontrol`'s `AllocNode:Sid`).
+    pub submit_host: Option<String>,
+}
+
+/// A running step as squeue `-s` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepView {
+    pub id: StepId,
+    pub name: String,
+    pub nodes: Vec<String>,
+    pub tasks: u32,
+    pub cpus: u32,
+    pub start: UnixSecs,
 }
 
 /// A job's place in an array, as squeue shows it.

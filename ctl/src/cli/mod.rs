@@ -142,13 +142,25 @@ pub fn user_name(uid: u32) -> String {
     })
 }
 
-/// A group's name, or the gid as text.
+/// A group's name, or the gid as text. Remembered, as user names are.
 pub fn group_name(gid: u32) -> String {
-    nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))
-        .ok()
-        .flatten()
-        .map(|g| g.name)
-        .unwrap_or_else(|| gid.to_string())
+    thread_local! {
+        static NAMES: std::cell::RefCell<std::collections::HashMap<u32, String>> =
+            Default::default();
+    }
+    NAMES.with(|names| {
+        names
+            .borrow_mut()
+            .entry(gid)
+            .or_insert_with(|| {
+                nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))
+                    .ok()
+                    .flatten()
+                    .map(|g| g.name)
+                    .unwrap_or_else(|| gid.to_string())
+            })
+            .clone()
+    })
 }
 
 /// A user given by name or number.

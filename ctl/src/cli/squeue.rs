@@ -1,21 +1,33 @@
-//! `squeue`: the queue, in Slurm's default layout or a `-o` format.
+//! `squeue`: the queue, in Slurm's default layout, a `-o` format of `%`
+//! codes or a `-O` list of field names, sorted as `-S` says; jobs or, with
+//! `-s`, their steps.
 
 use std::ffi::OsString;
 
 use clap::Parser;
-use corral_proto::msg::{format_indices, JobFilter, JobState, JobView};
+use corral_proto::msg::{format_indices, JobFilter, JobState, JobView, StepView};
 use scheduler_core::hostlist;
 
 use super::opts::parse_job_list;
-use super::{block_on, fail, parse, parse_user, user_name, words};
+use super::{block_on, fail, group_name, parse, parse_user, user_name, words};
 use crate::client::Client;
 use crate::ctld::server::now;
-use crate::timefmt::{elapsed, limit, timestamp};
+use crate::timefmt::{elapsed, strftime, timestamp};
 
 const CMD: &str = "squeue";
 
 /// Slurm's default squeue format.
 pub const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
+/// `-l`.
+pub const LONG_FORMAT: &str = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R";
+/// `--start`.
+pub const START_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R";
+/// `-s`.
+pub const STEP_FORMAT: &str = "%.15i %.8j %.9P %.8u %.9M %N";
+/// Slurm's default order: partition, state, priority (highest first).
+pub const DEFAULT_SORT: &str = "P,t,-p";
+/// The width of a `-O` field that names none.
+const FORMAT2_WIDTH: usize = 20;
 
 /// View the job queue.
 #[derive(Debug, Parser)]
@@ -30,6 +42,9 @@ pub struct SqueueArgs {
     /// Only these users' jobs (names or uids, comma separated).
     #[arg(short = 'u', long = "user")]
     pub user: Option<String>,
+    /// Only your own jobs.
+    #[arg(long)]
+    pub me: bool,
     /// Only these jobs.
     #[arg(short = 'j', long = "jobs")]
     pub jobs: Option<String>,
@@ -42,9 +57,30 @@ pub struct SqueueArgs {
     /// Only jobs with these names.
     #[arg(short = 'n', long = "name")]
     pub name: Option<String>,
-    /// Output format (%i %P %j %u %t %T %M %l %D %C %R %N %r %S %V %Q %b).
+    /// Only jobs of these accounts.
+    #[arg(short = 'A', long = "account")]
+    pub account: Option<String>,
+    /// Only jobs of these QOS.
+    #[arg(short = 'q', long = "qos")]
+    pub qos: Option<String>,
+    /// Only jobs on these nodes (a hostlist).
+    #[arg(short = 'w', long = "nodelist")]
+    pub nodelist: Option<String>,
+    /// Output format: `%` codes with optional `.` (right-justify) and width.
     #[arg(short = 'o', long = "format")]
     pub format: Option<String>,
+    /// Output format: field names, each `name[:[.]width]`, comma separated.
+    #[arg(short = 'O', long = "Format")]
+    pub format2: Option<String>,
+    /// Sort by these `%` codes (`-` before one for descending).
+    #[arg(short = 'S', long = "sort", allow_hyphen_values = true)]
+    pub sort: Option<String>,
+    /// The long layout (with the job state spelled out and its time limit).
+    #[arg(short = 'l', long = "long")]
+    pub long: bool,
+    /// Steps instead of jobs (all, or those listed: `12.0,13.batch`).
+    #[arg(short = 's', long = "steps", num_args = 0..=1, default_missing_value = "")]
+    pub steps: Option<String>,
     /// Show expected start times of pending jobs.
     #[arg(long)]
     pub start: bool,
@@ -52,6 +88,38 @@ pub struct SqueueArgs {
     /// as `123_[8-99]`).
     #[arg(short = 'r', long = "array")]
     pub array: bool,
+    /// Print again every so many seconds.
+    #[arg(short = 'i', long = "iterate")]
+    pub iterate: Option<u64>,
+    /// Jobs of hidden partitions too (every partition is shown already).
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+}
+
+/// Fills what the command line left out from Slurm's `SQUEUE_*`
+/// variables.
+pub fn apply_env(a: &mut SqueueArgs, env: &dyn Fn(&str) -> Option<String>) {
+    let fill = |slot: &mut Option<String>, var: &str| {
+        if slot.is_none() {
+            *slot = env(var).filter(|v| !v.is_empty());
+        }
+    };
+    if a.format.is_none() && a.format2.is_none() {
+        fill(&mut a.format, "SQUEUE_FORMAT");
+        if a.format.is_none() {
+            fill(&mut a.format2, "SQUEUE_FORMAT2");
+        }
+    }
+    fill(&mut a.sort, "SQUEUE_SORT");
+    fill(&mut a.account, "SQUEUE_ACCOUNT");
+    fill(&mut a.partition, "SQUEUE_PARTITION");
+    fill(&mut a.qos, "SQUEUE_QOS");
+    fill(&mut a.states, "SQUEUE_STATES");
+    fill(&mut a.user, "SQUEUE_USERS");
+    fill(&mut a.name, "SQUEUE_NAMES");
+    if !a.array && env("SQUEUE_ARRAY").is_some() {
+        a.array = true;
+    }
 }
 
 /// Builds the job filter from the arguments.
@@ -62,6 +130,9 @@ pub fn filter(a: &SqueueArgs) -> Result<JobFilter, String> {
     }
     if let Some(u) = &a.user {
         f.users = u.split(',').map(parse_user).collect::<Result<_, _>>()?;
+    }
+    if a.me {
+        f.users.push(nix::unistd::getuid().as_raw());
     }
     if let Some(p) = &a.partition {
         f.partitions = p.split(',').map(String::from).collect();
@@ -79,6 +150,7 @@ pub fn filter(a: &SqueueArgs) -> Result<JobFilter, String> {
                 })
                 .collect::<Result<_, _>>()?;
         }
+        None if a.start => f.states = vec![JobState::Pending],
         None if f.ids.is_empty() && f.tasks.is_empty() => {
             f.states = vec![JobState::Pending, JobState::Running, JobState::Completing];
         }
@@ -87,19 +159,265 @@ pub fn filter(a: &SqueueArgs) -> Result<JobFilter, String> {
     Ok(f)
 }
 
-/// One field of a format: `%[.][width]X`.
+/// What the controller's filter cannot say: accounts, QOS, nodes.
+#[derive(Debug, Default)]
+pub struct Extra {
+    accounts: Vec<String>,
+    qos: Vec<String>,
+    nodes: Vec<String>,
+}
+
+impl Extra {
+    pub fn of(a: &SqueueArgs) -> Result<Extra, String> {
+        let list = |s: &Option<String>| -> Vec<String> {
+            s.as_deref()
+                .map(|s| {
+                    s.split(',')
+                        .filter(|x| !x.is_empty())
+                        .map(String::from)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let nodes = match &a.nodelist {
+            Some(w) => {
+                hostlist::expand(w).map_err(|e| format!("Invalid node name specified: {e}"))?
+            }
+            None => Vec::new(),
+        };
+        Ok(Extra {
+            accounts: list(&a.account),
+            qos: list(&a.qos),
+            nodes,
+        })
+    }
+
+    pub fn keeps(&self, j: &JobView) -> bool {
+        let account = j.ask.account.as_deref().unwrap_or("");
+        let qos = j.ask.qos.as_deref().unwrap_or("normal");
+        (self.accounts.is_empty()
+            || self
+                .accounts
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(account)))
+            && (self.qos.is_empty() || self.qos.iter().any(|q| q.eq_ignore_ascii_case(qos)))
+            && (self.nodes.is_empty() || j.nodes.iter().any(|n| self.nodes.contains(n)))
+    }
+}
+
+/// A field squeue can print, by `%` code or `-O` name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum F {
+    JobArrayId,
+    JobId,
+    Account,
+    ArrayJobId,
+    ArrayTaskId,
+    Name,
+    User,
+    Uid,
+    Group,
+    Gid,
+    Partition,
+    Qos,
+    StateCompact,
+    State,
+    TimeUsed,
+    TimeLimit,
+    TimeLeft,
+    NumNodes,
+    NumCpus,
+    NumTasks,
+    MinMemory,
+    MinCpus,
+    CpusPerTask,
+    TresPerNode,
+    TresPerJob,
+    TresPerTask,
+    TresAlloc,
+    ReasonList,
+    Reason,
+    NodeList,
+    StartTime,
+    SubmitTime,
+    EndTime,
+    EligibleTime,
+    PendingTime,
+    Dependency,
+    PriorityLong,
+    Priority,
+    Nice,
+    Command,
+    WorkDir,
+    Comment,
+    ReqNodes,
+    ExcNodes,
+    OverSubscribe,
+    Licenses,
+    Features,
+    Contiguous,
+    MinTmpDisk,
+    Sockets,
+    Cores,
+    Threads,
+    Sct,
+    Reservation,
+    Wckey,
+    CoreSpec,
+    SchedNodes,
+    BatchHost,
+    BatchFlag,
+    ExitCode,
+    Requeue,
+    RestartCnt,
+    StdErr,
+    StdIn,
+    StdOut,
+    MinTime,
+    AllocNodes,
+    /// Of a step (`-s`).
+    StepId,
+    StepName,
+}
+
+/// Every field: its `%` code (jobs), its `-O` names, its header.
+const FIELDS: &[(F, Option<char>, &[&str], &str)] = &[
+    (F::JobArrayId, Some('i'), &["jobarrayid"], "JOBID"),
+    (F::JobId, Some('A'), &["jobid"], "JOBID"),
+    (F::Account, Some('a'), &["account"], "ACCOUNT"),
+    (F::ArrayJobId, Some('F'), &["arrayjobid"], "ARRAY_JOB_ID"),
+    (F::ArrayTaskId, Some('K'), &["arraytaskid"], "ARRAY_TASK_ID"),
+    (F::Name, Some('j'), &["name"], "NAME"),
+    (F::User, Some('u'), &["username"], "USER"),
+    (F::Uid, Some('U'), &["userid"], "UID"),
+    (F::Group, Some('g'), &["groupname"], "GROUP"),
+    (F::Gid, Some('G'), &["groupid"], "GROUP"),
+    (F::Partition, Some('P'), &["partition"], "PARTITION"),
+    (F::Qos, Some('q'), &["qos"], "QOS"),
+    (F::StateCompact, Some('t'), &["statecompact"], "ST"),
+    (F::State, Some('T'), &["state"], "STATE"),
+    (F::TimeUsed, Some('M'), &["timeused"], "TIME"),
+    (F::TimeLimit, Some('l'), &["timelimit"], "TIME_LIMIT"),
+    (F::TimeLeft, Some('L'), &["timeleft"], "TIME_LEFT"),
+    (F::NumNodes, Some('D'), &["numnodes"], "NODES"),
+    (F::NumCpus, Some('C'), &["numcpus"], "CPUS"),
+    (F::NumTasks, None, &["numtasks"], "TASKS"),
+    (F::MinMemory, Some('m'), &["minmemory"], "MIN_MEMORY"),
+    (F::MinCpus, Some('c'), &["mincpus"], "MIN_CPUS"),
+    (
+        F::CpusPerTask,
+        None,
+        &["cpus-per-task", "cpuspertask"],
+        "CPUS_PER_TASK",
+    ),
+    (
+        F::TresPerNode,
+        Some('b'),
+        &["tres-per-node"],
+        "TRES_PER_NODE",
+    ),
+    (F::TresPerJob, None, &["tres-per-job"], "TRES_PER_JOB"),
+    (F::TresPerTask, None, &["tres-per-task"], "TRES_PER_TASK"),
+    (F::TresAlloc, None, &["tres-alloc"], "TRES_ALLOC"),
+    (
+        F::ReasonList,
+        Some('R'),
+        &["reasonlist"],
+        "NODELIST(REASON)",
+    ),
+    (F::Reason, Some('r'), &["reason"], "REASON"),
+    (F::NodeList, Some('N'), &["nodelist"], "NODELIST"),
+    (F::StartTime, Some('S'), &["starttime"], "START_TIME"),
+    (F::SubmitTime, Some('V'), &["submittime"], "SUBMIT_TIME"),
+    (F::EndTime, Some('e'), &["endtime"], "END_TIME"),
+    (F::EligibleTime, None, &["eligibletime"], "ELIGIBLE_TIME"),
+    (F::PendingTime, None, &["pendingtime"], "PENDING_TIME"),
+    (F::Dependency, Some('E'), &["dependency"], "DEPENDENCY"),
+    (F::PriorityLong, Some('Q'), &["prioritylong"], "PRIORITY"),
+    (F::Priority, Some('p'), &["priority"], "PRIORITY"),
+    (F::Nice, Some('y'), &["nice"], "NICE"),
+    (F::Command, Some('o'), &["command"], "COMMAND"),
+    (F::WorkDir, Some('Z'), &["workdir"], "WORK_DIR"),
+    (F::Comment, Some('k'), &["comment"], "COMMENT"),
+    (F::ReqNodes, Some('n'), &["reqnodes"], "REQ_NODES"),
+    (F::ExcNodes, Some('x'), &[], "EXC_NODES"),
+    (
+        F::OverSubscribe,
+        Some('h'),
+        &["oversubscribe"],
+        "OVER_SUBSCRIBE",
+    ),
+    (F::Licenses, Some('W'), &["licenses"], "LICENSES"),
+    (F::Features, Some('f'), &["feature"], "FEATURES"),
+    (F::Contiguous, Some('O'), &["contiguous"], "CONTIGUOUS"),
+    (F::MinTmpDisk, Some('d'), &["mintmpdisk"], "MIN_TMP_DISK"),
+    (F::Sockets, Some('H'), &["sockets"], "SOCKETS_PER_NODE"),
+    (F::Cores, Some('I'), &["cores"], "CORES_PER_SOCKET"),
+    (F::Threads, Some('J'), &["threads"], "THREADS_PER_CORE"),
+    (F::Sct, Some('z'), &["sct"], "S:C:T"),
+    (F::Reservation, Some('v'), &["reservation"], "RESERVATION"),
+    (F::Wckey, Some('w'), &["wckey"], "WCKEY"),
+    (F::CoreSpec, Some('X'), &["corespec"], "CORE_SPEC"),
+    (F::SchedNodes, Some('Y'), &["schednodes"], "SCHEDNODES"),
+    (F::BatchHost, Some('B'), &["batchhost"], "EXEC_HOST"),
+    (F::BatchFlag, None, &["batchflag"], "BATCH_FLAG"),
+    (F::ExitCode, None, &["exit_code"], "EXIT_CODE"),
+    (F::Requeue, None, &["requeue"], "REQUEUE"),
+    (F::RestartCnt, None, &["restartcnt"], "RESTART_COUNT"),
+    (F::StdErr, None, &["stderr"], "STDERR"),
+    (F::StdIn, None, &["stdin"], "STDIN"),
+    (F::StdOut, None, &["stdout"], "STDOUT"),
+    (F::MinTime, None, &["mintime"], "TIME_MIN"),
+    (F::AllocNodes, None, &["allocnodes"], "ALLOC_NODES"),
+    (F::StepId, None, &["stepid"], "STEPID"),
+    (F::StepName, None, &["stepname"], "STEP_NAME"),
+];
+
+/// The field a `%` code names, of jobs or (with `-s`) of steps.
+fn by_code(code: char, steps: bool) -> Option<F> {
+    if steps {
+        return Some(match code {
+            'i' => F::StepId,
+            'j' => F::StepName,
+            'A' => F::NumTasks,
+            'C' => F::NumCpus,
+            'l' => F::TimeLimit,
+            'M' => F::TimeUsed,
+            'N' => F::NodeList,
+            'P' => F::Partition,
+            'S' => F::StartTime,
+            'u' => F::User,
+            'U' => F::Uid,
+            'b' => F::TresPerNode,
+            _ => return None,
+        });
+    }
+    FIELDS.iter().find(|e| e.1 == Some(code)).map(|e| e.0)
+}
+
+fn header(f: F, steps: bool) -> &'static str {
+    match (f, steps) {
+        (F::StepName | F::Name, true) => "NAME",
+        (F::NumTasks, true) => "TASKS",
+        _ => FIELDS.iter().find(|e| e.0 == f).map_or("?", |e| e.3),
+    }
+}
+
+/// One column of a layout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
     Text(String),
     Field {
         right: bool,
         width: Option<usize>,
-        code: char,
+        field: F,
     },
+    /// A `%` code squeue does not know: printed as written.
+    Unknown(String),
 }
 
-/// Parses a Slurm-style format string.
-pub fn parse_format(s: &str) -> Vec<Piece> {
+/// Parses a `-o` format of `%[.][width]code` pieces.
+pub fn parse_format(s: &str, steps: bool) -> Vec<Piece> {
     let mut out = Vec::new();
     let mut text = String::new();
     let mut chars = s.chars().peekable();
@@ -111,23 +429,72 @@ pub fn parse_format(s: &str) -> Vec<Piece> {
         let right = chars.next_if_eq(&'.').is_some();
         let mut width = None;
         while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
-            width = Some(width.unwrap_or(0usize) * 10 + d as usize);
+            width = Some((width.unwrap_or(0usize) * 10 + d as usize).min(1024));
             chars.next();
         }
-        match chars.next() {
-            Some(code) => {
-                if !text.is_empty() {
-                    out.push(Piece::Text(std::mem::take(&mut text)));
+        let Some(code) = chars.next() else {
+            text.push('%');
+            break;
+        };
+        if !text.is_empty() {
+            out.push(Piece::Text(std::mem::take(&mut text)));
+        }
+        match by_code(code, steps) {
+            Some(field) => out.push(Piece::Field {
+                right,
+                width,
+                field,
+            }),
+            None => {
+                let mut raw = String::from("%");
+                if right {
+                    raw.push('.');
                 }
-                out.push(Piece::Field { right, width, code });
+                if let Some(w) = width {
+                    raw.push_str(&w.to_string());
+                }
+                raw.push(code);
+                out.push(Piece::Unknown(raw));
             }
-            None => text.push('%'),
         }
     }
     if !text.is_empty() {
         out.push(Piece::Text(text));
     }
     out
+}
+
+/// Parses a `-O` format: `name[:[.][width][suffix]]`, comma separated; a
+/// field without a width is 20 wide, `:0` as wide as its value.
+pub fn parse_format2(s: &str, steps: bool) -> Result<Vec<Piece>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',').filter(|i| !i.is_empty()) {
+        let (name, spec) = item.split_once(':').unwrap_or((item, ""));
+        let lower = name.to_ascii_lowercase();
+        let field = FIELDS
+            .iter()
+            .find(|e| e.2.contains(&lower.as_str()))
+            .map(|e| e.0)
+            .filter(|f| steps || !matches!(f, F::StepId | F::StepName))
+            .ok_or_else(|| format!("Invalid job format specification: {name}"))?;
+        let right = spec.starts_with('.');
+        let spec = spec.trim_start_matches('.');
+        let digits = spec.bytes().take_while(u8::is_ascii_digit).count();
+        let width = match spec[..digits].parse::<usize>() {
+            Ok(0) => None,
+            Ok(w) => Some(w.min(1024)),
+            Err(_) => Some(FORMAT2_WIDTH),
+        };
+        out.push(Piece::Field {
+            right,
+            width,
+            field,
+        });
+        if digits < spec.len() {
+            out.push(Piece::Text(spec[digits..].to_string()));
+        }
+    }
+    Ok(out)
 }
 
 /// Pads or truncates to a width, right- or left-justified.
@@ -145,31 +512,6 @@ pub fn fit(s: &str, width: Option<usize>, right: bool) -> String {
     }
 }
 
-fn header(code: char) -> &'static str {
-    match code {
-        'i' | 'A' | 'F' => "JOBID",
-        'K' => "ARRAY_TASK_ID",
-        'P' => "PARTITION",
-        'j' => "NAME",
-        'u' => "USER",
-        't' => "ST",
-        'T' => "STATE",
-        'M' => "TIME",
-        'l' => "TIME_LIMIT",
-        'D' => "NODES",
-        'C' => "CPUS",
-        'R' => "NODELIST(REASON)",
-        'N' => "NODELIST",
-        'r' => "REASON",
-        'S' => "START_TIME",
-        'V' => "SUBMIT_TIME",
-        'Q' => "PRIORITY",
-        'b' => "TRES_PER_NODE",
-        'k' => "COMMENT",
-        _ => "?",
-    }
-}
-
 /// How long a job has run (or ran): squeue's TIME, scontrol's RunTime.
 pub fn run_secs(j: &JobView, now: u64) -> u64 {
     match (j.start_time, j.state) {
@@ -179,50 +521,202 @@ pub fn run_secs(j: &JobView, now: u64) -> u64 {
     }
 }
 
-fn field(j: &JobView, code: char, now: u64) -> String {
+/// Megabytes as Slurm prints a size: `500M`, `4G`, `2T`.
+pub fn size_mb(mb: u64) -> String {
+    if mb == 0 {
+        "0".into()
+    } else if mb % (1 << 20) == 0 {
+        format!("{}T", mb >> 20)
+    } else if mb % 1024 == 0 {
+        format!("{}G", mb >> 10)
+    } else {
+        format!("{mb}M")
+    }
+}
+
+/// A job's memory ask as squeue's MIN_MEMORY shows it.
+pub fn min_memory(j: &JobView) -> String {
+    size_mb(j.ask.mem_per_cpu_mb.unwrap_or(j.mem_mb))
+}
+
+/// `gres:gpu[:type]:N`, Slurm 22.05's TRES text for a GPU count.
+pub fn gres(j: &JobView, n: Option<u32>) -> String {
+    match (n, &j.ask.gpu_type) {
+        (Some(n), Some(t)) => format!("gres:gpu:{t}:{n}"),
+        (Some(n), None) => format!("gres:gpu:{n}"),
+        (None, _) => "N/A".into(),
+    }
+}
+
+/// The job's TRES as Slurm lists them: `cpu=4,mem=8G,node=2,billing=4`
+/// (and `gres/gpu=N`).
+pub fn tres(j: &JobView) -> String {
+    let mem = match j.ask.mem_per_cpu_mb {
+        Some(per_cpu) => per_cpu * u64::from(j.num_cpus),
+        None => j.mem_mb * u64::from(j.num_nodes),
+    };
+    let mut s = format!("cpu={}", j.num_cpus);
+    if mem > 0 {
+        s.push_str(&format!(",mem={}", size_mb(mem)));
+    }
+    s.push_str(&format!(",node={},billing={}", j.num_nodes, j.num_cpus));
+    if j.gpus > 0 {
+        s.push_str(&format!(",gres/gpu={}", j.gpus));
+    }
+    s
+}
+
+/// An output path as Slurm shows it: the pattern expanded, relative to
+/// the job's work directory.
+pub fn output_path(j: &JobView, pattern: &str) -> String {
+    let user = user_name(j.user.uid);
+    let vars = corral_proto::pattern::PatternVars {
+        job: j.id.0,
+        name: &j.name,
+        node: j.nodes.first().map_or("%N", String::as_str),
+        user: &user,
+        step: None,
+        array: j.array.as_ref().and_then(|a| a.task.map(|t| (a.job.0, t))),
+        task: None,
+        node_index: None,
+    };
+    let path = corral_proto::pattern::expand_pattern(pattern, &vars);
+    if path.starts_with('/') {
+        path
+    } else {
+        format!("{}/{path}", j.work_dir.trim_end_matches('/'))
+    }
+}
+
+fn or_null(v: &Option<String>) -> String {
+    v.clone().unwrap_or_else(|| "(null)".into())
+}
+
+fn value(j: &JobView, f: F, now: u64) -> String {
     let reason = || format!("({})", words::job_reason(j.reason));
-    match code {
-        'i' => job_id(j),
-        'A' => j.id.to_string(),
-        'F' => j.array.as_ref().map_or(j.id, |a| a.job).to_string(),
-        'K' => match &j.array {
+    let pending = j.state == JobState::Pending;
+    match f {
+        F::JobArrayId => job_id(j),
+        F::JobId => j.id.to_string(),
+        F::Account => or_null(&j.ask.account),
+        F::ArrayJobId => j.array.as_ref().map_or(j.id, |a| a.job).to_string(),
+        F::ArrayTaskId => match &j.array {
             None => "N/A".into(),
             Some(a) => match a.task {
                 Some(t) => t.to_string(),
                 None => format_indices(&a.waiting, a.throttle),
             },
         },
-        'P' => j.partition.clone(),
-        'j' => j.name.clone(),
-        'u' => user_name(j.user.uid),
-        't' => j.state.code().to_string(),
-        'T' => j.state.name().to_string(),
-        'M' => elapsed(run_secs(j, now)),
-        'l' => limit(j.time_limit, "UNLIMITED"),
-        'D' => j.num_nodes.to_string(),
-        'C' => j.num_cpus.to_string(),
-        'R' => match j.state {
+        F::Name | F::StepName => j.name.clone(),
+        F::User => user_name(j.user.uid),
+        F::Uid => j.user.uid.to_string(),
+        F::Group => group_name(j.user.gid),
+        F::Gid => j.user.gid.to_string(),
+        F::Partition => j.partition.clone(),
+        F::Qos => j.ask.qos.clone().unwrap_or_else(|| "normal".into()),
+        F::StateCompact => j.state.code().to_string(),
+        F::State => j.state.name().to_string(),
+        F::TimeUsed => elapsed(run_secs(j, now)),
+        F::TimeLimit => j.time_limit.map_or("UNLIMITED".into(), elapsed),
+        F::TimeLeft => j.time_limit.map_or("UNLIMITED".into(), |l| {
+            elapsed(l.saturating_sub(run_secs(j, now)))
+        }),
+        F::NumNodes => j.num_nodes.to_string(),
+        F::NumCpus => j.num_cpus.to_string(),
+        F::NumTasks => j.num_tasks.to_string(),
+        F::MinMemory => min_memory(j),
+        F::MinCpus => j.ask.min_cpus.to_string(),
+        F::CpusPerTask => j.cpus_per_task.to_string(),
+        F::TresPerNode => gres(j, j.ask.gpus_per_node),
+        F::TresPerJob => gres(j, j.ask.gpus_total),
+        F::TresPerTask => gres(j, j.ask.gpus_per_task),
+        F::TresAlloc => tres(j),
+        F::ReasonList => match j.state {
             JobState::Pending => reason(),
             _ if j.nodes.is_empty() => reason(),
             _ => hostlist::compress_sorted(&j.nodes),
         },
-        'N' => hostlist::compress_sorted(&j.nodes),
-        'r' => words::job_reason(j.reason).to_string(),
-        'S' => j
+        F::Reason => words::job_reason(j.reason).to_string(),
+        F::NodeList => hostlist::compress_sorted(&j.nodes),
+        F::StartTime => j
             .start_time
             .or(j.expected_start)
+            .or(j.ask.begin)
             .map_or("N/A".into(), timestamp),
-        'V' => timestamp(j.submit_time),
-        'Q' => j.priority.to_string(),
-        'b' => {
-            if j.gpus == 0 {
-                "N/A".into()
+        F::SubmitTime => timestamp(j.submit_time),
+        F::EndTime => match (j.end_time, pending) {
+            (Some(e), _) => timestamp(e),
+            (None, true) => j
+                .expected_start
+                .zip(j.time_limit)
+                .map_or("N/A".into(), |(s, l)| timestamp(s + l)),
+            (None, false) => "NONE".into(),
+        },
+        F::EligibleTime => timestamp(j.ask.begin.unwrap_or(0).max(j.submit_time)),
+        F::PendingTime => {
+            let eligible = j.ask.begin.unwrap_or(0).max(j.submit_time);
+            let until = if pending {
+                now
             } else {
-                format!("gres/gpu:{}", j.gpus / j.num_nodes.max(1))
-            }
+                j.start_time.unwrap_or(now)
+            };
+            until.saturating_sub(eligible).to_string()
         }
-        'k' => j.comment.clone().unwrap_or_else(|| "(null)".into()),
-        other => format!("%{other}"),
+        F::Dependency => or_null(&j.ask.dependency),
+        F::PriorityLong => j.priority.to_string(),
+        F::Priority => format!("{:.14}", j.priority.max(0) as f64 / f64::from(u32::MAX)),
+        F::Nice => j.ask.nice.to_string(),
+        F::Command => j.command.clone(),
+        F::WorkDir => j.work_dir.clone(),
+        F::Comment => or_null(&j.comment),
+        F::ReqNodes => hostlist::compress_sorted(&j.ask.req_nodes),
+        F::ExcNodes => hostlist::compress_sorted(&j.ask.exc_nodes),
+        F::OverSubscribe => if j.ask.exclusive { "NO" } else { "OK" }.into(),
+        F::Licenses | F::Reservation | F::Wckey | F::SchedNodes => "(null)".into(),
+        F::Features => or_null(&j.ask.features),
+        F::Contiguous | F::MinTmpDisk => "0".into(),
+        F::Sockets | F::Cores | F::Threads => "*".into(),
+        F::Sct => "*:*:*".into(),
+        F::CoreSpec => "N/A".into(),
+        F::BatchHost => match (j.batch, j.nodes.first()) {
+            (true, Some(n)) if !pending => n.clone(),
+            _ => "n/a".into(),
+        },
+        F::BatchFlag => u8::from(j.batch).to_string(),
+        F::ExitCode => match j.exit.signal {
+            Some(s) => format!("0:{s}"),
+            None => j.exit.code.to_string(),
+        },
+        F::Requeue => u8::from(j.requeue).to_string(),
+        F::RestartCnt => j.restarts.to_string(),
+        F::StdOut => j
+            .stdout
+            .as_deref()
+            .map_or("(null)".into(), |p| output_path(j, p)),
+        F::StdErr => match (&j.stderr, &j.stdout) {
+            (Some(p), _) | (None, Some(p)) => output_path(j, p),
+            (None, None) => "(null)".into(),
+        },
+        F::StdIn => "/dev/null".into(),
+        F::MinTime => "0:00".into(),
+        F::AllocNodes => or_null(&j.ask.submit_host),
+        F::StepId => j.id.to_string(),
+    }
+}
+
+/// A step's value of a field (`-s`); fields of the job where the step has
+/// none of its own.
+fn step_value(j: &JobView, s: &StepView, f: F, now: u64) -> String {
+    match f {
+        F::StepId => format!("{}.{}", job_id(j), s.id),
+        F::StepName | F::Name => s.name.clone(),
+        F::NumTasks => s.tasks.to_string(),
+        F::NumCpus => s.cpus.to_string(),
+        F::TimeUsed => elapsed(now.saturating_sub(s.start)),
+        F::TimeLimit => "UNLIMITED".into(),
+        F::NodeList => hostlist::compress_sorted(&s.nodes),
+        F::StartTime => timestamp(s.start),
+        other => value(j, other, now),
     }
 }
 
@@ -264,30 +758,167 @@ pub fn expand_arrays(jobs: Vec<JobView>) -> Vec<JobView> {
     out
 }
 
-/// Renders jobs with a format; `header` adds the title line.
-pub fn render(jobs: &[JobView], format: &str, with_header: bool, now: u64) -> String {
-    let pieces = parse_format(format);
-    let mut out = String::new();
-    let mut line = |get: &dyn Fn(char) -> String| {
-        let mut l = String::new();
-        for p in &pieces {
-            match p {
-                Piece::Text(t) => l.push_str(t),
-                Piece::Field { right, width, code } => {
-                    l.push_str(&fit(&get(*code), *width, *right))
+fn line(pieces: &[Piece], out: &mut String, get: &dyn Fn(F) -> String, head: bool, steps: bool) {
+    for p in pieces {
+        match p {
+            Piece::Text(t) => out.push_str(t),
+            Piece::Unknown(raw) => out.push_str(raw),
+            Piece::Field {
+                right,
+                width,
+                field,
+            } => {
+                let v = if head {
+                    header(*field, steps).to_string()
+                } else {
+                    get(*field)
+                };
+                // Slurm pads a right-justified duration to its width but
+                // never cuts it (`%.9l` of `1-02:04:00` prints all ten).
+                let duration = matches!(field, F::TimeUsed | F::TimeLimit | F::TimeLeft);
+                if *right && duration && !head {
+                    out.push_str(&format!("{v:>w$}", w = width.unwrap_or(0)));
+                } else {
+                    out.push_str(&fit(&v, *width, *right));
                 }
             }
         }
-        out.push_str(l.trim_end());
-        out.push('\n');
-    };
+    }
+    out.push('\n');
+}
+
+/// Renders jobs with a layout; `with_header` adds the title line.
+pub fn render_pieces(jobs: &[JobView], pieces: &[Piece], with_header: bool, now: u64) -> String {
+    let mut out = String::with_capacity(64 * (jobs.len() + 1));
     if with_header {
-        line(&|c| header(c).to_string());
+        line(pieces, &mut out, &|_| String::new(), true, false);
     }
     for j in jobs {
-        line(&|c| field(j, c, now));
+        line(pieces, &mut out, &|f| value(j, f, now), false, false);
     }
     out
+}
+
+/// Renders jobs with a `-o` format.
+pub fn render(jobs: &[JobView], format: &str, with_header: bool, now: u64) -> String {
+    render_pieces(jobs, &parse_format(format, false), with_header, now)
+}
+
+/// Renders the running steps of jobs (`-s`), in job then step order;
+/// `only` keeps the steps listed (`12.0`, `13.batch`).
+pub fn render_steps(
+    jobs: &[JobView],
+    pieces: &[Piece],
+    only: &[String],
+    with_header: bool,
+    now: u64,
+) -> String {
+    let mut out = String::new();
+    if with_header {
+        line(pieces, &mut out, &|_| String::new(), true, true);
+    }
+    let mut steps: Vec<(&JobView, &StepView)> = jobs
+        .iter()
+        .flat_map(|j| j.steps.iter().map(move |s| (j, s)))
+        .filter(|(j, s)| only.is_empty() || only.contains(&format!("{}.{}", job_id(j), s.id)))
+        .collect();
+    steps.sort_by_key(|(j, s)| (j.id, s.id));
+    for (j, s) in steps {
+        line(pieces, &mut out, &|f| step_value(j, s, f, now), false, true);
+    }
+    out
+}
+
+/// One sort key: a field, descending or not.
+type SortKey = (F, bool);
+
+/// Parses `-S`: `%` codes, each with an optional `+` or `-`, commas
+/// between them optional, as Slurm reads it.
+pub fn parse_sort(s: &str) -> Result<Vec<SortKey>, String> {
+    let mut keys = Vec::new();
+    let mut descending = false;
+    for c in s.chars() {
+        match c {
+            ',' | ' ' => {}
+            '-' => descending = true,
+            '+' => descending = false,
+            c => {
+                let f =
+                    by_code(c, false).ok_or_else(|| format!("Invalid sort specification: {c}"))?;
+                keys.push((f, descending));
+                descending = false;
+            }
+        }
+    }
+    Ok(keys)
+}
+
+/// What a field sorts by: numbers as numbers, times as times, text as
+/// text.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum SortVal {
+    Num(i128),
+    Text(String),
+}
+
+fn sort_val(j: &JobView, f: F, now: u64) -> SortVal {
+    let n = |v: i128| SortVal::Num(v);
+    let state_rank = |s: JobState| JobState::ALL.iter().position(|x| *x == s).unwrap_or(0) as i128;
+    match f {
+        F::JobId | F::JobArrayId => n(i128::from(j.id.0)),
+        F::ArrayJobId => n(i128::from(j.array.as_ref().map_or(j.id, |a| a.job).0)),
+        F::ArrayTaskId => n(j.array.as_ref().and_then(|a| a.task).map_or(-1, i128::from)),
+        F::Uid => n(i128::from(j.user.uid)),
+        F::Gid => n(i128::from(j.user.gid)),
+        F::StateCompact | F::State => n(state_rank(j.state)),
+        F::TimeUsed => n(i128::from(run_secs(j, now))),
+        F::TimeLimit | F::TimeLeft => n(j.time_limit.map_or(i128::MAX, i128::from)),
+        F::NumNodes => n(i128::from(j.num_nodes)),
+        F::NumCpus => n(i128::from(j.num_cpus)),
+        F::NumTasks => n(i128::from(j.num_tasks)),
+        F::MinCpus => n(i128::from(j.ask.min_cpus)),
+        F::MinMemory => n(i128::from(j.ask.mem_per_cpu_mb.unwrap_or(j.mem_mb))),
+        F::StartTime => n(j
+            .start_time
+            .or(j.expected_start)
+            .or(j.ask.begin)
+            .map_or(i128::MAX, i128::from)),
+        F::SubmitTime => n(i128::from(j.submit_time)),
+        F::EndTime => n(j.end_time.map_or(i128::MAX, i128::from)),
+        F::PriorityLong | F::Priority => n(i128::from(j.priority)),
+        F::Nice => n(i128::from(j.ask.nice)),
+        other => SortVal::Text(value(j, other, now)),
+    }
+}
+
+/// Sorts jobs by keys (ties by job id).
+pub fn sort_by(jobs: &mut [JobView], keys: &[SortKey], now: u64) {
+    // The default order is common and its keys are cheap: compare in place.
+    if keys == parse_sort(DEFAULT_SORT).unwrap_or_default().as_slice() {
+        return sort(jobs);
+    }
+    let mut keyed: Vec<(Vec<SortVal>, JobView)> = jobs
+        .iter()
+        .map(|j| {
+            (
+                keys.iter().map(|&(f, _)| sort_val(j, f, now)).collect(),
+                j.clone(),
+            )
+        })
+        .collect();
+    keyed.sort_by(|(a, ja), (b, jb)| {
+        for (i, &(_, desc)) in keys.iter().enumerate() {
+            let o = a[i].cmp(&b[i]);
+            let o = if desc { o.reverse() } else { o };
+            if o.is_ne() {
+                return o;
+            }
+        }
+        ja.id.cmp(&jb.id)
+    });
+    for (slot, (_, j)) in jobs.iter_mut().zip(keyed) {
+        *slot = j;
+    }
 }
 
 /// Slurm's default order: partition, then state, then priority (highest
@@ -303,60 +934,140 @@ pub fn sort(jobs: &mut [JobView]) {
     });
 }
 
+/// Everything a run of squeue prints with, settled from the arguments.
+#[derive(Debug)]
+pub struct Layout {
+    pieces: Vec<Piece>,
+    sort: Vec<SortKey>,
+    steps: Option<Vec<String>>,
+    header: bool,
+    /// `-l`: a date line above the header.
+    dated: bool,
+}
+
+impl Layout {
+    pub fn of(a: &SqueueArgs) -> Result<Layout, String> {
+        if a.format.is_some() && a.format2.is_some() {
+            return Err("-O (--Format) is incompatible with -o (--format)".into());
+        }
+        let steps = a.steps.as_ref().map(|s| {
+            s.split(',')
+                .filter(|x| !x.is_empty())
+                .map(String::from)
+                .collect::<Vec<_>>()
+        });
+        let is_steps = steps.is_some();
+        let pieces = match (&a.format, &a.format2) {
+            (Some(f), _) => parse_format(f, is_steps),
+            (None, Some(f)) => parse_format2(f, is_steps)?,
+            (None, None) => parse_format(
+                match (is_steps, a.start, a.long) {
+                    (true, _, _) => STEP_FORMAT,
+                    (false, true, _) => START_FORMAT,
+                    (false, false, true) => LONG_FORMAT,
+                    _ => DEFAULT_FORMAT,
+                },
+                is_steps,
+            ),
+        };
+        let sort = match &a.sort {
+            Some(s) => parse_sort(s)?,
+            None if a.start => vec![(F::StartTime, false)],
+            None => parse_sort(DEFAULT_SORT)?,
+        };
+        Ok(Layout {
+            pieces,
+            sort,
+            steps,
+            header: !a.noheader,
+            dated: a.long && !a.noheader,
+        })
+    }
+
+    /// The whole output for these jobs.
+    pub fn print(&self, jobs: Vec<JobView>, array: bool, now: u64) -> String {
+        let mut jobs = if array { expand_arrays(jobs) } else { jobs };
+        let mut out = String::new();
+        if self.dated {
+            out.push_str(&strftime("%a %b %d %H:%M:%S %Y\n", now));
+        }
+        match &self.steps {
+            Some(only) => out.push_str(&render_steps(&jobs, &self.pieces, only, self.header, now)),
+            None => {
+                sort_by(&mut jobs, &self.sort, now);
+                out.push_str(&render_pieces(&jobs, &self.pieces, self.header, now));
+            }
+        }
+        out
+    }
+}
+
 pub fn main(args: &[OsString]) -> i32 {
-    let a: SqueueArgs = match parse(CMD, args) {
+    let mut a: SqueueArgs = match parse(CMD, args) {
         Ok(a) => a,
         Err(code) => return code,
     };
-    let f = match filter(&a) {
-        Ok(f) => f,
-        Err(e) => return fail(CMD, e),
-    };
-    let format = match (&a.format, a.start) {
-        (Some(f), _) => f.clone(),
-        (None, true) => "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R".to_string(),
-        (None, false) => DEFAULT_FORMAT.to_string(),
+    apply_env(&mut a, &|k| std::env::var(k).ok());
+    crate::timefmt::use_env_format(now());
+    let (f, extra, layout) = match (filter(&a), Extra::of(&a), Layout::of(&a)) {
+        (Ok(f), Ok(e), Ok(l)) => (f, e, l),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return fail(CMD, e),
     };
     block_on(CMD, async move {
         let mut c = match Client::connect().await {
             Ok(c) => c,
             Err(e) => return fail(CMD, e),
         };
-        // One job named that the controller does not know at all is an
-        // error, as Slurm's (one it knows that the other filters leave
-        // out is not): `while squeue -j $id` loops end on it.
-        let one = (f.ids.len() == 1 && f.tasks.is_empty()).then(|| f.ids[0]);
-        match c.jobs(f).await {
-            Ok(jobs) if jobs.is_empty() && one.is_some() => {
-                let only = JobFilter {
-                    ids: one.into_iter().collect(),
-                    ..JobFilter::default()
-                };
-                match c.jobs(only).await {
-                    Ok(known) if known.is_empty() => {
-                        // Slurm's very line (scripts grep for it).
-                        let line = b"slurm_load_jobs error: Invalid job id specified\n";
-                        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line);
-                        1
+        loop {
+            let code = once(&mut c, &f, &extra, &layout, a.array).await;
+            match a.iterate {
+                Some(secs) if code == 0 => {
+                    tokio::time::sleep(std::time::Duration::from_secs(secs.max(1))).await;
+                    if super::emit(CMD, "\n") != 0 {
+                        return 1;
                     }
-                    Ok(_) => super::emit(CMD, &render(&[], &format, !a.noheader, now())),
-                    Err(e) => fail(CMD, e),
                 }
+                _ => return code,
             }
-            Ok(jobs) => {
-                let mut jobs = if a.array { expand_arrays(jobs) } else { jobs };
-                sort(&mut jobs);
-                let text = render(&jobs, &format, !a.noheader, now());
-                super::emit(CMD, &text)
-            }
-            Err(e) => fail(CMD, e),
         }
     })
+}
+
+/// One look at the queue, printed.
+async fn once(c: &mut Client, f: &JobFilter, extra: &Extra, layout: &Layout, array: bool) -> i32 {
+    // One job named that the controller does not know at all is an
+    // error, as Slurm's (one it knows that the other filters leave out is
+    // not): `while squeue -j $id` loops end on it.
+    let one = (f.ids.len() == 1 && f.tasks.is_empty()).then(|| f.ids[0]);
+    match c.jobs(f.clone()).await {
+        Ok(jobs) if jobs.is_empty() && one.is_some() => {
+            let only = JobFilter {
+                ids: one.into_iter().collect(),
+                ..JobFilter::default()
+            };
+            match c.jobs(only).await {
+                Ok(known) if known.is_empty() => {
+                    // Slurm's very line (scripts grep for it).
+                    let line = b"slurm_load_jobs error: Invalid job id specified\n";
+                    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line);
+                    1
+                }
+                Ok(_) => super::emit(CMD, &layout.print(Vec::new(), array, now())),
+                Err(e) => fail(CMD, e),
+            }
+        }
+        Ok(mut jobs) => {
+            jobs.retain(|j| extra.keeps(j));
+            super::emit(CMD, &layout.print(jobs, array, now()))
+        }
+        Err(e) => fail(CMD, e),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corral_proto::msg::StepView;
     use corral_proto::msg::{ExitStatus, Ident, JobId, JobReason};
 
     pub(crate) fn job(id: u64, state: JobState) -> JobView {
@@ -398,6 +1109,8 @@ mod tests {
             mail_type: None,
             mail_user: None,
             array: None,
+            ask: Default::default(),
+            steps: Vec::new(),
         }
     }
 
@@ -466,19 +1179,20 @@ mod tests {
     #[test]
     fn formats_parse_and_truncate() {
         assert_eq!(
-            parse_format("%i|%.5j"),
+            parse_format("%i|%.5j%=", false),
             vec![
                 Piece::Field {
                     right: false,
                     width: None,
-                    code: 'i'
+                    field: F::JobArrayId
                 },
                 Piece::Text("|".into()),
                 Piece::Field {
                     right: true,
                     width: Some(5),
-                    code: 'j'
+                    field: F::Name
                 },
+                Piece::Unknown("%=".into()),
             ]
         );
         assert_eq!(fit("abcdefgh", Some(3), true), "abc");
@@ -498,5 +1212,329 @@ mod tests {
         );
         let a = SqueueArgs::try_parse_from(["squeue", "-t", "bogus"]).unwrap();
         assert!(filter(&a).is_err());
+    }
+
+    /// The three jobs of the field table, as Slurm 22.05 was given them:
+    /// `sbatch -J run1 -t 30 --gres=gpu:1 -c 2 --mem=1000 --comment hi`
+    /// (running on n1), `sbatch -J pend -t 1-02:04 -N 2 --mem-per-cpu=500
+    /// --exclusive` (waiting for resources), `sbatch -J held -H --nice=5
+    /// -w n1 -x n2 -A acct --begin=… -d afterok:1`.
+    fn table_jobs() -> Vec<JobView> {
+        let mut run = job(135, JobState::Running);
+        run.name = "run1".into();
+        run.partition = "p".into();
+        run.nodes = vec!["n1".into()];
+        run.num_nodes = 1;
+        run.num_tasks = 1;
+        run.cpus_per_task = 2;
+        run.num_cpus = 2;
+        run.gpus = 1;
+        run.mem_mb = 1000;
+        run.submit_time = 1_000;
+        run.start_time = Some(1_000);
+        run.time_limit = Some(1800);
+        run.end_time = Some(2_800);
+        run.priority = 4_294_901_683;
+        run.comment = Some("hi".into());
+        run.work_dir = "/tmp/slurm".into();
+        run.stdout = Some("/tmp/slurm/r1.out".into());
+        run.reason = JobReason::None;
+        run.requeue = true;
+        run.ask.min_cpus = 2;
+        run.ask.gpus_per_node = Some(1);
+        let mut pend = job(136, JobState::Pending);
+        pend.name = "pend".into();
+        pend.partition = "p".into();
+        pend.num_cpus = 2;
+        pend.submit_time = 1_000;
+        pend.time_limit = Some(93_840);
+        pend.priority = 4_294_901_682;
+        pend.work_dir = "/tmp/slurm".into();
+        pend.stdout = Some("slurm-%j.out".into());
+        pend.ask.min_cpus = 1;
+        pend.ask.mem_per_cpu_mb = Some(500);
+        pend.ask.exclusive = true;
+        let mut held = job(137, JobState::Pending);
+        held.name = "held".into();
+        held.partition = "p".into();
+        held.num_nodes = 1;
+        held.num_tasks = 1;
+        held.num_cpus = 1;
+        held.submit_time = 1_000;
+        held.priority = 0;
+        held.reason = JobReason::JobHeldUser;
+        held.work_dir = "/tmp/slurm".into();
+        held.ask.min_cpus = 1;
+        held.ask.nice = 5;
+        held.ask.account = Some("acct".into());
+        held.ask.begin = Some(4_600);
+        held.ask.req_nodes = vec!["n1".into()];
+        held.ask.exc_nodes = vec!["n2".into()];
+        held.ask.dependency = Some("afterok:1(unfulfilled)".into());
+        vec![pend, held, run]
+    }
+
+    /// Every `%` code, its header and its value for each of the three jobs,
+    /// 102 s after they were submitted. The values are what Slurm 22.05's
+    /// squeue printed for the same jobs, except where a row says why not.
+    #[test]
+    fn every_format_code_prints_as_slurm_does() {
+        #[rustfmt::skip]
+        let rows: &[(&str, &str, [&str; 3])] = &[
+            ("%i", "JOBID", ["136", "137", "135"]),
+            ("%A", "JOBID", ["136", "137", "135"]),
+            ("%a", "ACCOUNT", ["(null)", "acct", "(null)"]),
+            ("%F", "ARRAY_JOB_ID", ["136", "137", "135"]),
+            ("%K", "ARRAY_TASK_ID", ["N/A", "N/A", "N/A"]),
+            ("%j", "NAME", ["pend", "held", "run1"]),
+            ("%u", "USER", ["root", "root", "root"]),
+            ("%U", "UID", ["0", "0", "0"]),
+            ("%g", "GROUP", ["root", "root", "root"]),
+            ("%G", "GROUP", ["0", "0", "0"]),
+            ("%P", "PARTITION", ["p", "p", "p"]),
+            // Slurm without accounting prints (null); Corral's jobs run
+            // under the normal QOS.
+            ("%q", "QOS", ["normal", "normal", "normal"]),
+            ("%t", "ST", ["PD", "PD", "R"]),
+            ("%T", "STATE", ["PENDING", "PENDING", "RUNNING"]),
+            ("%M", "TIME", ["0:00", "0:00", "1:42"]),
+            ("%l", "TIME_LIMIT", ["1-02:04:00", "UNLIMITED", "30:00"]),
+            ("%L", "TIME_LEFT", ["1-02:04:00", "UNLIMITED", "28:18"]),
+            ("%D", "NODES", ["2", "1", "1"]),
+            ("%C", "CPUS", ["2", "1", "2"]),
+            ("%m", "MIN_MEMORY", ["500M", "0", "1000M"]),
+            ("%c", "MIN_CPUS", ["1", "1", "2"]),
+            ("%b", "TRES_PER_NODE", ["N/A", "N/A", "gres:gpu:1"]),
+            ("%R", "NODELIST(REASON)", ["(Resources)", "(JobHeldUser)", "n1"]),
+            ("%r", "REASON", ["Resources", "JobHeldUser", "None"]),
+            ("%N", "NODELIST", ["", "", "n1"]),
+            ("%S", "START_TIME", ["N/A", "1970-01-01T01:16:40", "1970-01-01T00:16:40"]),
+            ("%V", "SUBMIT_TIME", ["1970-01-01T00:16:40", "1970-01-01T00:16:40", "1970-01-01T00:16:40"]),
+            ("%e", "END_TIME", ["N/A", "N/A", "1970-01-01T00:46:40"]),
+            ("%E", "DEPENDENCY", ["(null)", "afterok:1(unfulfilled)", "(null)"]),
+            ("%Q", "PRIORITY", ["4294901682", "0", "4294901683"]),
+            ("%p", "PRIORITY", ["0.99998472328297", "0.00000000000000", "0.99998472351581"]),
+            ("%y", "NICE", ["0", "5", "0"]),
+            ("%Z", "WORK_DIR", ["/tmp/slurm", "/tmp/slurm", "/tmp/slurm"]),
+            ("%k", "COMMENT", ["(null)", "(null)", "hi"]),
+            ("%n", "REQ_NODES", ["", "n1", ""]),
+            ("%x", "EXC_NODES", ["", "n2", ""]),
+            ("%h", "OVER_SUBSCRIBE", ["NO", "OK", "OK"]),
+            ("%W", "LICENSES", ["(null)", "(null)", "(null)"]),
+            ("%f", "FEATURES", ["(null)", "(null)", "(null)"]),
+            ("%O", "CONTIGUOUS", ["0", "0", "0"]),
+            ("%d", "MIN_TMP_DISK", ["0", "0", "0"]),
+            ("%H", "SOCKETS_PER_NODE", ["*", "*", "*"]),
+            ("%I", "CORES_PER_SOCKET", ["*", "*", "*"]),
+            ("%J", "THREADS_PER_CORE", ["*", "*", "*"]),
+            ("%z", "S:C:T", ["*:*:*", "*:*:*", "*:*:*"]),
+            ("%v", "RESERVATION", ["(null)", "(null)", "(null)"]),
+            ("%w", "WCKEY", ["(null)", "(null)", "(null)"]),
+            ("%X", "CORE_SPEC", ["N/A", "N/A", "N/A"]),
+            ("%Y", "SCHEDNODES", ["(null)", "(null)", "(null)"]),
+            ("%B", "EXEC_HOST", ["n/a", "n/a", "n1"]),
+        ];
+        let jobs = table_jobs();
+        let now = 1_102;
+        for (code, head, values) in rows {
+            let out = render(&jobs, code, true, now);
+            let want = format!("{head}\n{}\n{}\n{}\n", values[0], values[1], values[2]);
+            assert_eq!(out, want, "{code}");
+        }
+        // The -O names of the same fields.
+        for (name, head, value) in [
+            ("JobID", "JOBID", "135"),
+            ("UserName", "USER", "root"),
+            ("StateCompact", "ST", "R"),
+            ("TimeUsed", "TIME", "1:42"),
+            ("tres-per-node", "TRES_PER_NODE", "gres:gpu:1"),
+            ("BatchHost", "EXEC_HOST", "n1"),
+            ("cpus-per-task", "CPUS_PER_TASK", "2"),
+            ("STDOUT", "STDOUT", "/tmp/slurm/r1.out"),
+            ("STDERR", "STDERR", "/tmp/slurm/r1.out"),
+            ("STDIN", "STDIN", "/dev/null"),
+            ("NumTasks", "TASKS", "1"),
+            ("Requeue", "REQUEUE", "1"),
+            ("RestartCnt", "RESTART_COUNT", "0"),
+            ("BatchFlag", "BATCH_FLAG", "1"),
+            ("MinTime", "TIME_MIN", "0:00"),
+            ("PendingTime", "PENDING_TIME", "0"),
+            ("EligibleTime", "ELIGIBLE_TIME", "1970-01-01T00:16:40"),
+        ] {
+            let pieces = parse_format2(&format!("{name}:0"), false).unwrap();
+            let out = render_pieces(&jobs[2..], &pieces, true, now);
+            assert_eq!(out, format!("{head}\n{value}\n"), "{name}");
+        }
+        // A pending job's output file, expanded in its work directory.
+        let pieces = parse_format2("STDOUT:0", false).unwrap();
+        assert_eq!(
+            render_pieces(&jobs[..1], &pieces, false, now),
+            "/tmp/slurm/slurm-136.out\n"
+        );
+    }
+
+    /// Widths and justification in both kinds of format, as Slurm 22.05
+    /// pads them (trailing blanks kept).
+    #[test]
+    fn widths_pad_and_truncate_as_slurm_does() {
+        let jobs = table_jobs();
+        let run = &jobs[2..];
+        assert_eq!(
+            render(run, "%-10i|%10j|%.3j|%5i", true, 1_102),
+            "%-10i|NAME      |NAM|JOBID\n%-10i|run1      |run|135  \n"
+        );
+        let pieces = parse_format2("name:2,jobid:.6,state", false).unwrap();
+        assert_eq!(
+            render_pieces(run, &pieces, true, 1_102),
+            "NA JOBIDSTATE               \nru   135RUNNING             \n"
+        );
+        // Durations right-justified are padded, never cut; left-justified
+        // they are cut as any field.
+        assert_eq!(
+            render(run, "%.3l|%.2M|%3l|%.2Q|%.5R", false, 1_102),
+            "30:00|1:42|30:|42|   n1\n"
+        );
+        assert!(parse_format2("Nodes", false)
+            .unwrap_err()
+            .contains("Invalid job format specification: Nodes"));
+    }
+
+    #[test]
+    fn sort_keys_read_as_slurm_reads_them() {
+        let now = 1_102;
+        let ids = |jobs: &[JobView]| jobs.iter().map(|j| j.id.0).collect::<Vec<_>>();
+        let mut jobs = table_jobs();
+        sort_by(&mut jobs, &parse_sort("-i").unwrap(), now);
+        assert_eq!(ids(&jobs), [137, 136, 135]);
+        sort_by(&mut jobs, &parse_sort("j").unwrap(), now);
+        assert_eq!(ids(&jobs), [137, 136, 135]);
+        sort_by(&mut jobs, &parse_sort("-t,i").unwrap(), now);
+        assert_eq!(ids(&jobs), [135, 136, 137]);
+        sort_by(&mut jobs, &parse_sort(DEFAULT_SORT).unwrap(), now);
+        assert_eq!(ids(&jobs), [136, 137, 135]);
+        assert_eq!(
+            parse_sort("i,=").unwrap_err(),
+            "Invalid sort specification: ="
+        );
+    }
+
+    #[test]
+    fn long_steps_and_start_layouts() {
+        let now = 1_102;
+        let mut jobs = table_jobs();
+        let a = SqueueArgs::try_parse_from(["squeue", "-l"]).unwrap();
+        let out = Layout::of(&a).unwrap().print(jobs.clone(), false, now);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "Thu Jan 01 00:18:22 1970");
+        assert_eq!(
+            lines[1],
+            "             JOBID PARTITION     NAME     USER    STATE       TIME TIME_LIMI  NODES NODELIST(REASON)"
+        );
+        assert_eq!(
+            lines[2],
+            "               136         p     pend     root  PENDING       0:00 1-02:04:00      2 (Resources)"
+        );
+        assert_eq!(
+            lines[4],
+            "               135         p     run1     root  RUNNING       1:42     30:00      1 n1"
+        );
+        jobs[2].steps = vec![
+            StepView {
+                id: corral_proto::msg::StepId::BATCH,
+                name: "batch".into(),
+                nodes: vec!["n1".into()],
+                tasks: 1,
+                cpus: 2,
+                start: 1_000,
+            },
+            StepView {
+                id: corral_proto::msg::StepId(0),
+                name: "sleep".into(),
+                nodes: vec!["n1".into()],
+                tasks: 1,
+                cpus: 2,
+                start: 1_100,
+            },
+        ];
+        let a = SqueueArgs::try_parse_from(["squeue", "-s"]).unwrap();
+        assert_eq!(
+            Layout::of(&a).unwrap().print(jobs.clone(), false, now),
+            [
+                "         STEPID     NAME PARTITION     USER      TIME NODELIST\n",
+                "          135.0    sleep         p     root      0:02 n1\n",
+                "      135.batch    batch         p     root      1:42 n1\n",
+            ]
+            .concat()
+        );
+        let a =
+            SqueueArgs::try_parse_from(["squeue", "-s", "-o", "%i %j %P %u %M %N %A %l"]).unwrap();
+        assert_eq!(
+            Layout::of(&a).unwrap().print(jobs.clone(), false, now),
+            "STEPID NAME PARTITION USER TIME NODELIST TASKS TIME_LIMIT\n\
+             135.0 sleep p root 0:02 n1 1 UNLIMITED\n\
+             135.batch batch p root 1:42 n1 1 UNLIMITED\n"
+        );
+        let a = SqueueArgs::try_parse_from(["squeue", "--start"]).unwrap();
+        let out = Layout::of(&a)
+            .unwrap()
+            .print(jobs[..2].to_vec(), false, now);
+        assert_eq!(
+            out,
+            [
+                "             JOBID PARTITION     NAME     USER ST          START_TIME  NODES SCHEDNODES           NODELIST(REASON)\n",
+                "               137         p     held     root PD 1970-01-01T01:16:40      1 (null)               (JobHeldUser)\n",
+                "               136         p     pend     root PD                 N/A      2 (null)               (Resources)\n",
+            ]
+            .concat()
+        );
+        let a = SqueueArgs::try_parse_from(["squeue", "-o", "%i", "-O", "jobid"]).unwrap();
+        assert_eq!(
+            Layout::of(&a).unwrap_err(),
+            "-O (--Format) is incompatible with -o (--format)"
+        );
+    }
+
+    #[test]
+    fn environment_fills_what_the_command_line_left_out() {
+        let env = |k: &str| match k {
+            "SQUEUE_FORMAT" => Some("%i %j".to_string()),
+            "SQUEUE_SORT" => Some("-i".to_string()),
+            "SQUEUE_USERS" => Some("0".to_string()),
+            _ => None,
+        };
+        let mut a = SqueueArgs::try_parse_from(["squeue"]).unwrap();
+        apply_env(&mut a, &env);
+        assert_eq!(a.format.as_deref(), Some("%i %j"));
+        assert_eq!(a.sort.as_deref(), Some("-i"));
+        assert_eq!(filter(&a).unwrap().users, [0]);
+        // The command line wins, and -O on it keeps SQUEUE_FORMAT out.
+        let mut a = SqueueArgs::try_parse_from(["squeue", "-O", "jobid", "-S", "j"]).unwrap();
+        apply_env(&mut a, &env);
+        assert_eq!(a.format, None);
+        assert_eq!(a.sort.as_deref(), Some("j"));
+        let env2 = |k: &str| (k == "SQUEUE_FORMAT2").then(|| "JobID:6,Name".to_string());
+        let mut a = SqueueArgs::try_parse_from(["squeue"]).unwrap();
+        apply_env(&mut a, &env2);
+        assert_eq!(a.format2.as_deref(), Some("JobID:6,Name"));
+    }
+
+    #[test]
+    fn account_qos_and_node_filters() {
+        let jobs = table_jobs();
+        let keep = |args: &[&str]| {
+            let a = SqueueArgs::try_parse_from([&["squeue"], args].concat()).unwrap();
+            let e = Extra::of(&a).unwrap();
+            jobs.iter()
+                .filter(|j| e.keeps(j))
+                .map(|j| j.id.0)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keep(&["-A", "acct"]), [137]);
+        assert_eq!(keep(&["-q", "normal"]), [136, 137, 135]);
+        assert_eq!(keep(&["-q", "high"]), Vec::<u64>::new());
+        assert_eq!(keep(&["-w", "n[1-2]"]), [135]);
+        assert_eq!(keep(&["-w", "n2"]), Vec::<u64>::new());
+        let a = SqueueArgs::try_parse_from(["squeue", "-w", "n[2-1]"]).unwrap();
+        assert!(Extra::of(&a).is_err());
     }
 }

@@ -6,8 +6,8 @@ use super::{Controller, JobRecord, Selector};
 use std::collections::HashMap;
 
 use corral_proto::msg::{
-    GpuAsk, JobFilter, JobId, JobKind, JobReason, JobState, JobView, NodeView, PartitionView,
-    JOBS_PER_PAGE,
+    GpuAsk, JobAsk, JobFilter, JobId, JobKind, JobReason, JobState, JobView, NodeView,
+    PartitionView, StepView, JOBS_PER_PAGE,
 };
 use scheduler_core::JobStatus;
 
@@ -167,6 +167,20 @@ impl Controller {
             mail_type: j.spec.mail_type.clone(),
             mail_user: j.spec.mail_user.clone(),
             array: j.array_view(self.sched.array_waiting(core_id(j.id))),
+            ask: ask(j, reason),
+            steps: j
+                .steps
+                .iter()
+                .filter(|s| s.end.is_none())
+                .map(|s| StepView {
+                    id: s.id,
+                    name: s.name.clone(),
+                    nodes: s.nodes.clone(),
+                    tasks: s.tasks,
+                    cpus: s.cpus,
+                    start: s.start,
+                })
+                .collect(),
         }
     }
 
@@ -266,6 +280,53 @@ impl Controller {
 }
 
 /// Orders names with numbers by value: worker-2 before worker-10.
+/// What a job asked for beyond its shape, for squeue and scontrol.
+fn ask(j: &JobRecord, reason: JobReason) -> JobAsk {
+    let spec = &j.spec;
+    // Slurm shows a dependency only while it still holds the job.
+    let dependency = (j.state == JobState::Pending && !spec.dependencies.is_empty()).then(|| {
+        let mark = if reason == JobReason::DependencyNeverSatisfied {
+            "(failed)"
+        } else {
+            "(unfulfilled)"
+        };
+        let parts: Vec<String> = spec
+            .dependencies
+            .iter()
+            .map(|d| format!("{d}{mark}"))
+            .collect();
+        parts.join(if spec.dependency_any { "?" } else { "," })
+    });
+    let (per_node, per_task, total) = match spec.gpus {
+        GpuAsk::None => (None, None, None),
+        GpuAsk::PerNode(g) => (Some(g), None, None),
+        GpuAsk::PerTask(g) => (None, Some(g), None),
+        GpuAsk::Total(g) => (None, None, Some(g)),
+    };
+    JobAsk {
+        account: spec.account.clone(),
+        qos: spec.qos.clone(),
+        nice: spec.nice,
+        dependency,
+        req_nodes: spec.nodelist.clone(),
+        exc_nodes: spec.exclude.clone(),
+        features: (!spec.constraint.is_empty()).then(|| {
+            spec.constraint
+                .join(if spec.constraint_any { "|" } else { "&" })
+        }),
+        exclusive: spec.exclusive,
+        mem_per_cpu_mb: spec.mem_per_cpu_mb,
+        gpu_type: spec.gpu_type.clone(),
+        gpus_per_node: per_node,
+        gpus_per_task: per_task,
+        gpus_total: total,
+        begin: spec.begin,
+        min_cpus: j.cpus_per_task() * spec.ntasks_per_node.unwrap_or(1),
+        ntasks_per_node: spec.ntasks_per_node,
+        submit_host: spec.submit_host.clone(),
+    }
+}
+
 pub fn natural(a: &str, b: &str) -> std::cmp::Ordering {
     let split = |s: &str| {
         let t = s.trim_end_matches(|c: char| c.is_ascii_digit());
