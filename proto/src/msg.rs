@@ -888,6 +888,8 @@ pub enum Request {
     },
     Hold {
         ids: Vec<JobId>,
+        /// `uhold`: a user hold even when an operator sets it.
+        user: bool,
     },
     /// `salloc`'s command ended: the allocation ends with its exit.
     /// `salloc` is alive (every 5 s while its allocation runs).
@@ -925,6 +927,8 @@ pub enum Request {
     Ping,
     /// Counts of jobs by state and the scheduler's recent work (`sdiag`).
     Stats,
+    /// `scontrol show config`.
+    Config,
     /// `sacct`: finished jobs from the accounting database, with the
     /// queue's own.
     Accounting(AcctQuery),
@@ -1053,6 +1057,8 @@ pub enum Response {
     Partitions(Vec<PartitionView>),
     Credential(Token),
     Stats(Stats),
+    /// `scontrol show config`: settings under Slurm's names.
+    Config(Vec<(String, String)>),
     Address(std::net::IpAddr),
     /// `--test-only`'s answer: the id it would get, when it would start,
     /// on which nodes with how many CPUs, in which partition.
@@ -1157,6 +1163,8 @@ pub struct JobAsk {
     pub min_cpus: u32,
     /// `--ntasks-per-node`.
     pub ntasks_per_node: Option<u32>,
+    /// `-N` as given (`scontrol`'s `NumNodes=2-2` while pending).
+    pub nodes: Option<u32>,
     /// Where it was submitted from (`scontrol`'s `AllocNode:Sid`).
     pub submit_host: Option<String>,
 }

@@ -265,7 +265,7 @@ fn bad_input_gets_one_line_errors() {
         ),
         (
             vec!["scontrol", "show", "job", "424242"],
-            "scontrol: error: Invalid job id specified",
+            "slurm_load_jobs error: Invalid job id specified",
         ),
         (
             vec!["squeue", "-t", "sideways"],
@@ -307,7 +307,7 @@ fn sinfo_and_scontrol_views() {
     let n = env.ok(&["scontrol", "show", "node", "worker-1"]);
     assert!(
         n.contains("NodeName=worker-1")
-            && n.contains("State=DRAINED")
+            && n.contains("State=IDLE+DRAIN ")
             && n.contains("Reason=fan failure"),
         "{n}"
     );

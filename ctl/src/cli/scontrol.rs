@@ -5,14 +5,15 @@
 use std::ffi::OsString;
 
 use corral_proto::msg::{
-    JobFilter, JobId, JobView, NodeUpdate, NodeView, PartitionView, Request, Response,
+    JobFilter, JobId, JobState, JobView, NodeState, NodeUpdate, NodeView, PartitionView, Request,
+    Response,
 };
 use scheduler_core::hostlist;
 
 use super::{block_on, emit, fail, group_name, parse_ids, user_name, words};
 use crate::client::Client;
 use crate::ctld::server::now;
-use crate::timefmt::{cpu_time, limit, timestamp};
+use crate::timefmt::{limit, timestamp};
 
 const CMD: &str = "scontrol";
 
@@ -20,157 +21,314 @@ fn t(v: Option<u64>) -> String {
     v.map_or("Unknown".into(), timestamp)
 }
 
-/// `scontrol show job` for one job.
+/// `scontrol show job` for one job, as Slurm 22.05 lays it out: one
+/// record of `Key=Value` lines (joined on one line with `oneliner`).
 pub fn show_job(j: &JobView, now: u64) -> String {
-    let run = limit(Some(super::squeue::run_secs(j, now)), "00:00:00");
-    let nodes = if j.nodes.is_empty() {
-        "(null)".to_string()
-    } else {
-        hostlist::compress_sorted(&j.nodes)
+    use super::squeue::{gres, output_path, size_mb, tres};
+    let pending = j.state == JobState::Pending;
+    let null = |v: &Option<String>| v.clone().unwrap_or_else(|| "(null)".into());
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "(null)".to_string()
+        } else {
+            hostlist::compress_sorted(v)
+        }
     };
-    let mut s = String::new();
-    s.push_str(&format!("JobId={}", j.id));
+    let mut lines: Vec<String> = Vec::with_capacity(32);
+    let mut first = format!("JobId={}", j.id);
     if let Some(a) = &j.array {
         let task = match a.task {
             Some(t) => t.to_string(),
             None => corral_proto::msg::format_indices(&a.waiting, a.throttle),
         };
-        s.push_str(&format!(" ArrayJobId={} ArrayTaskId={task}", a.job));
+        first.push_str(&format!(" ArrayJobId={} ArrayTaskId={task}", a.job));
         if a.throttle > 0 && a.task.is_none() {
-            s.push_str(&format!(" ArrayTaskThrottle={}", a.throttle));
+            first.push_str(&format!(" ArrayTaskThrottle={}", a.throttle));
         }
     }
-    s.push_str(&format!(" JobName={}\n", j.name));
-    s.push_str(&format!(
-        "   UserId={}({}) GroupId={}({}) MCS_label=N/A\n",
+    first.push_str(&format!(" JobName={}", j.name));
+    lines.push(first);
+    lines.push(format!(
+        "UserId={}({}) GroupId={}({}) MCS_label=N/A",
         user_name(j.user.uid),
         j.user.uid,
         group_name(j.user.gid),
         j.user.gid
     ));
-    s.push_str(&format!(
-        "   Priority={} Nice=0 Account={} QOS=normal\n",
+    lines.push(format!(
+        "Priority={} Nice={} Account={} QOS={}",
         j.priority,
-        user_name(j.user.uid)
+        j.ask.nice,
+        null(&j.ask.account),
+        j.ask.qos.as_deref().unwrap_or("normal")
     ));
-    s.push_str(&format!(
-        "   JobState={} Reason={} Dependency=(null)\n",
+    lines.push(format!(
+        "JobState={} Reason={} Dependency={}",
         j.state.name(),
-        words::job_reason(j.reason)
+        words::job_reason(j.reason),
+        null(&j.ask.dependency)
     ));
     if let Some(f) = &j.failure {
-        s.push_str(&format!("   FailReason={f}\n"));
+        lines.push(format!("FailReason={f}"));
     }
-    s.push_str(&format!(
-        "   Requeue={} Restarts={} BatchFlag={} Reboot=0 ExitCode={}:{}\n",
+    // A signal's number is the second half; a code the first.
+    let (code, signal) = match j.exit.signal {
+        Some(s) => (0, s),
+        None => (j.exit.code, 0),
+    };
+    lines.push(format!(
+        "Requeue={} Restarts={} BatchFlag={} Reboot=0 ExitCode={code}:{signal}",
         u8::from(j.requeue),
         j.restarts,
         u8::from(j.batch),
-        if j.exit.signal.is_some() {
-            0
-        } else {
-            j.exit.code
-        },
-        j.exit.signal.unwrap_or(0)
     ));
-    s.push_str(&format!(
-        "   RunTime={run} TimeLimit={} TimeMin=N/A\n",
+    lines.push(format!(
+        "RunTime={} TimeLimit={} TimeMin=N/A",
+        limit(Some(super::squeue::run_secs(j, now)), "00:00:00"),
         limit(j.time_limit, "UNLIMITED")
     ));
-    s.push_str(&format!(
-        "   SubmitTime={} EligibleTime={}\n",
+    let eligible = j.ask.begin.unwrap_or(0).max(j.submit_time);
+    lines.push(format!(
+        "SubmitTime={} EligibleTime={}",
         timestamp(j.submit_time),
-        timestamp(j.submit_time)
+        timestamp(eligible)
     ));
-    s.push_str(&format!(
-        "   StartTime={} EndTime={} Deadline=N/A\n",
-        t(j.start_time.or(j.expected_start)),
-        t(j.end_time)
+    lines.push(format!("AccrueTime={}", timestamp(eligible)));
+    let start = j
+        .start_time
+        .or(j.expected_start)
+        .or(pending.then_some(j.ask.begin).flatten());
+    let end = match (j.end_time, pending) {
+        (Some(e), _) => Some(e),
+        (None, true) => j.expected_start.zip(j.time_limit).map(|(s, l)| s + l),
+        (None, false) => None,
+    };
+    lines.push(format!(
+        "StartTime={} EndTime={} Deadline=N/A",
+        t(start),
+        t(end)
     ));
-    s.push_str(&format!("   Partition={} AllocNode:Sid=N/A\n", j.partition));
-    s.push_str(&format!("   NodeList={nodes}\n"));
-    s.push_str(&format!(
-        "   NumNodes={} NumCPUs={} NumTasks={} CPUs/Task={} ReqB:S:C:T=0:0:*:*\n",
-        j.num_nodes, j.num_cpus, j.num_tasks, j.cpus_per_task
+    lines.push(format!(
+        "SuspendTime=None SecsPreSuspend=0 LastSchedEval={} Scheduler=Main",
+        timestamp(j.start_time.unwrap_or(j.submit_time))
     ));
-    let mut tres = format!("cpu={},mem={}M,node={}", j.num_cpus, j.mem_mb, j.num_nodes);
-    if j.gpus > 0 {
-        tres.push_str(&format!(",gres/gpu={}", j.gpus));
+    lines.push(format!(
+        "Partition={} AllocNode:Sid={}:0",
+        j.partition,
+        null(&j.ask.submit_host)
+    ));
+    lines.push(format!(
+        "ReqNodeList={} ExcNodeList={}",
+        list(&j.ask.req_nodes),
+        list(&j.ask.exc_nodes)
+    ));
+    lines.push(format!("NodeList={}", hostlist::compress_sorted(&j.nodes)));
+    if let (true, Some(host)) = (j.batch, j.nodes.first()) {
+        lines.push(format!("BatchHost={host}"));
     }
-    s.push_str(&format!("   TRES={tres}\n"));
+    let num_nodes = match (pending, j.ask.nodes) {
+        (true, Some(n)) => format!("{n}-{n}"),
+        _ => j.num_nodes.to_string(),
+    };
+    lines.push(format!(
+        "NumNodes={num_nodes} NumCPUs={} NumTasks={} CPUs/Task={} ReqB:S:C:T=0:0:*:*",
+        j.num_cpus, j.num_tasks, j.cpus_per_task
+    ));
+    lines.push(format!("TRES={}", tres(j)));
+    lines.push(format!(
+        "Socks/Node=* NtasksPerN:B:S:C={}:0:*:* CoreSpec=*",
+        j.ask.ntasks_per_node.unwrap_or(0)
+    ));
+    let memory = match j.ask.mem_per_cpu_mb {
+        Some(m) => format!("MinMemoryCPU={}", size_mb(m)),
+        None => format!("MinMemoryNode={}", size_mb(j.mem_mb)),
+    };
+    lines.push(format!(
+        "MinCPUsNode={} {memory} MinTmpDiskNode=0",
+        j.ask.min_cpus
+    ));
+    lines.push(format!(
+        "Features={} DelayBoot=00:00:00",
+        null(&j.ask.features)
+    ));
+    lines.push(format!(
+        "OverSubscribe={} Contiguous=0 Licenses=(null) Network=(null)",
+        if j.ask.exclusive { "NO" } else { "OK" }
+    ));
+    // Corral's own: what the job's cgroups measured (Slurm leaves it to
+    // sstat and sacct).
     if let Some(u) = j.usage {
-        s.push_str(&format!(
-            "   TotalCPU={} MaxRSS={}K\n",
-            cpu_time(u.cpu_ms),
+        lines.push(format!(
+            "TotalCPU={} MaxRSS={}K",
+            crate::timefmt::cpu_time(u.cpu_ms),
             u.max_rss_kb
         ));
     }
-    s.push_str(&format!("   Command={}\n", j.command));
-    s.push_str(&format!("   WorkDir={}\n", j.work_dir));
-    if j.batch {
-        let out = j.stdout.clone().unwrap_or_default();
-        s.push_str(&format!(
-            "   StdErr={} StdIn=/dev/null StdOut={}\n",
-            j.stderr.clone().unwrap_or_else(|| out.clone()),
-            out
-        ));
+    lines.push(format!("Command={}", j.command));
+    lines.push(format!("WorkDir={}", j.work_dir));
+    if let Some(c) = &j.comment {
+        // Slurm leaves a blank after the comment.
+        lines.push(format!("Comment={c} "));
     }
-    s
+    if let Some(out) = &j.stdout {
+        let err = j.stderr.as_deref().unwrap_or(out);
+        lines.push(format!("StdErr={}", output_path(j, err)));
+        lines.push("StdIn=/dev/null".into());
+        lines.push(format!("StdOut={}", output_path(j, out)));
+    }
+    lines.push("Power=".into());
+    for (key, n) in [
+        ("TresPerJob", j.ask.gpus_total),
+        ("TresPerNode", j.ask.gpus_per_node),
+        ("TresPerTask", j.ask.gpus_per_task),
+    ] {
+        if n.is_some() {
+            lines.push(format!("{key}={}", gres(j, n)));
+        }
+    }
+    if let (Some(user), Some(kind)) = (&j.mail_user, &j.mail_type) {
+        lines.push(format!("MailUser={user} MailType={kind}"));
+    }
+    lines.join("\n   ")
 }
 
-/// `scontrol show node` for one node.
+/// Records as `scontrol show` prints them: each ends with a line of three
+/// blanks and a blank line; with `oneliner`, each is one line.
+fn records(recs: Vec<String>, oneliner: bool) -> String {
+    let mut out = String::new();
+    for r in recs {
+        if oneliner {
+            out.push_str(&r.replace("\n   ", " "));
+            out.push_str(" \n");
+        } else {
+            out.push_str(&r);
+            out.push_str("\n   \n\n");
+        }
+    }
+    out
+}
+
+/// `scontrol show steps`: each running step of the jobs.
+pub fn show_steps(jobs: &[JobView], only: Option<&str>) -> Vec<String> {
+    let mut out = Vec::new();
+    for j in jobs {
+        for s in &j.steps {
+            let id = format!("{}.{}", super::squeue::job_id(j), s.id);
+            if only.is_some_and(|o| o != id && o != j.id.to_string()) {
+                continue;
+            }
+            out.push(format!(
+                "StepId={id} UserId={} StartTime={} TimeLimit=UNLIMITED\n   \
+                 State=RUNNING Partition={} NodeList={}\n   \
+                 Nodes={} CPUs={} Tasks={} Name={} Network=(null)\n   \
+                 TRES=cpu={}\n   ResvPorts=(null)\n   CPUFreqReq=Default\n   \
+                 SrunHost:Pid=(null):0",
+                j.user.uid,
+                timestamp(s.start),
+                j.partition,
+                hostlist::compress_sorted(&s.nodes),
+                s.nodes.len(),
+                s.cpus,
+                s.tasks,
+                s.name,
+                s.cpus
+            ));
+        }
+    }
+    out
+}
+
+/// A node's state as `scontrol show node` writes it: the base state and
+/// Slurm's flags (`IDLE+DRAIN`, `MIXED+DRAIN`), `*` when not responding.
+pub fn node_state_full(n: &NodeView) -> String {
+    let base = match n.state {
+        NodeState::Idle => "IDLE",
+        NodeState::Mixed => "MIXED",
+        NodeState::Allocated => "ALLOCATED",
+        NodeState::Draining if n.alloc_cpus >= n.cpus => "ALLOCATED+DRAIN",
+        NodeState::Draining => "MIXED+DRAIN",
+        NodeState::Drained => "IDLE+DRAIN",
+        NodeState::Down => "DOWN",
+    };
+    format!("{base}{}", if n.not_responding { "*" } else { "" })
+}
+
+/// `scontrol show node` for one node, in Slurm 22.05's layout.
 pub fn show_node(n: &NodeView) -> String {
-    let mut s = String::new();
-    s.push_str(&format!("NodeName={} CoresPerSocket=1\n", n.name));
-    s.push_str(&format!(
-        "   CPUAlloc={} CPUEfctv={} CPUTot={}\n",
-        n.alloc_cpus, n.cpus, n.cpus
-    ));
     let feats = if n.features.is_empty() {
         "(null)".to_string()
     } else {
         n.features.join(",")
     };
-    s.push_str(&format!(
-        "   AvailableFeatures={feats}\n   ActiveFeatures={feats}\n"
-    ));
-    s.push_str(&format!(
-        "   Gres={}\n",
-        if n.gpus > 0 {
-            match &n.gpu_model {
-                Some(m) => format!("gpu:{m}:{}", n.gpus),
-                None => format!("gpu:{}", n.gpus),
-            }
-        } else {
-            "(null)".into()
-        }
-    ));
-    s.push_str(&format!("   NodeAddr={} NodeHostName={}\n", n.name, n.name));
-    s.push_str(&format!(
-        "   RealMemory={} AllocMem={}\n",
-        n.memory_mb, n.alloc_memory_mb
-    ));
-    s.push_str(&format!(
-        "   State={}{}\n",
-        words::node_state_long(n.state).to_ascii_uppercase(),
-        if n.not_responding { "*" } else { "" }
-    ));
-    let mut cfg = format!("cpu={},mem={}M", n.cpus, n.memory_mb);
+    let gres = match (n.gpus, &n.gpu_model) {
+        (0, _) => "(null)".to_string(),
+        (g, Some(m)) => format!("gpu:{m}:{g}"),
+        (g, None) => format!("gpu:{g}"),
+    };
+    let mut cfg = format!(
+        "cpu={},mem={},billing={}",
+        n.cpus,
+        super::squeue::size_mb(n.memory_mb),
+        n.cpus
+    );
     if n.gpus > 0 {
         cfg.push_str(&format!(",gres/gpu={}", n.gpus));
     }
-    s.push_str(&format!("   CfgTRES={cfg}\n"));
     let mut alloc = String::new();
     if n.alloc_cpus > 0 {
-        alloc = format!("cpu={},mem={}M", n.alloc_cpus, n.alloc_memory_mb);
+        alloc = format!("cpu={}", n.alloc_cpus);
+        if n.alloc_memory_mb > 0 {
+            alloc.push_str(&format!(
+                ",mem={}",
+                super::squeue::size_mb(n.alloc_memory_mb)
+            ));
+        }
         if n.alloc_gpus > 0 {
             alloc.push_str(&format!(",gres/gpu={}", n.alloc_gpus));
         }
     }
-    s.push_str(&format!("   AllocTRES={alloc}\n"));
+    let mut lines = vec![
+        // Slurm leaves a blank at the end of this line and of Partitions.
+        format!(
+            "NodeName={} Arch={} CoresPerSocket=1 ",
+            n.name,
+            std::env::consts::ARCH
+        ),
+        format!(
+            "CPUAlloc={} CPUEfctv={} CPUTot={} CPULoad=N/A",
+            n.alloc_cpus, n.cpus, n.cpus
+        ),
+        format!("AvailableFeatures={feats}"),
+        format!("ActiveFeatures={feats}"),
+        format!("Gres={gres}"),
+        format!(
+            "NodeAddr={} NodeHostName={} Version=22.05.8",
+            n.name, n.name
+        ),
+        format!(
+            "RealMemory={} AllocMem={} FreeMem=N/A Sockets={} Boards=1",
+            n.memory_mb, n.alloc_memory_mb, n.cpus
+        ),
+        format!(
+            "State={} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A",
+            node_state_full(n)
+        ),
+        format!("Partitions={} ", n.partitions.join(",")),
+        format!(
+            "BootTime={} SlurmdStartTime={}",
+            timestamp(n.boot_time),
+            timestamp(n.boot_time)
+        ),
+        format!("LastBusyTime={}", timestamp(n.last_seen)),
+        format!("CfgTRES={cfg}"),
+        format!("AllocTRES={alloc}"),
+        "CapWatts=n/a".into(),
+        "CurrentWatts=0 AveWatts=0".into(),
+        "ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s".into(),
+    ];
     if let Some(r) = &n.reason {
-        s.push_str(&format!(
-            "   Reason={} [{}@{}]\n",
+        lines.push(format!(
+            "Reason={} [{}@{}]",
             r,
             n.reason_user
                 .map(user_name)
@@ -178,33 +336,57 @@ pub fn show_node(n: &NodeView) -> String {
             t(n.reason_time)
         ));
     }
-    s
+    lines.join("\n   ")
 }
 
-/// `scontrol show partition` for one partition.
+/// `scontrol show partition` for one partition, in Slurm 22.05's layout.
 pub fn show_partition(p: &PartitionView) -> String {
     let nodes = if p.nodes.is_empty() {
         "(null)".to_string()
     } else {
         hostlist::compress_sorted(&p.nodes)
     };
-    format!(
-        "PartitionName={}\n   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL\n   Default={} \
-         MaxNodes=UNLIMITED MaxTime={}\n   Nodes={}\n   PriorityTier={} State=UP TotalCPUs={} \
-         TotalNodes={}\n   DefaultTime={} TRES=cpu={},node={},gres/gpu={}\n",
-        p.name,
-        if p.is_default { "YES" } else { "NO" },
-        limit(p.max_time, "UNLIMITED"),
-        nodes,
-        p.priority_tier,
+    let mut tres = format!(
+        "cpu={},node={},billing={}",
         p.total_cpus,
         p.nodes.len(),
-        p.default_time
-            .map_or("NONE".into(), |d| limit(Some(d), "NONE")),
-        p.total_cpus,
-        p.nodes.len(),
-        p.total_gpus
-    )
+        p.total_cpus
+    );
+    if p.total_gpus > 0 {
+        tres.push_str(&format!(",gres/gpu={}", p.total_gpus));
+    }
+    [
+        format!("PartitionName={}", p.name),
+        "AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL".into(),
+        format!(
+            "AllocNodes=ALL Default={} QoS=N/A",
+            if p.is_default { "YES" } else { "NO" }
+        ),
+        format!(
+            "DefaultTime={} DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO",
+            p.default_time
+                .map_or("NONE".into(), |d| limit(Some(d), "NONE"))
+        ),
+        format!(
+            "MaxNodes=UNLIMITED MaxTime={} MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED",
+            limit(p.max_time, "UNLIMITED")
+        ),
+        format!("Nodes={nodes}"),
+        format!(
+            "PriorityJobFactor=1 PriorityTier={} RootOnly=NO ReqResv=NO OverSubscribe=NO",
+            p.priority_tier
+        ),
+        "OverTimeLimit=NONE PreemptMode=OFF".into(),
+        format!(
+            "State=UP TotalCPUs={} TotalNodes={} SelectTypeParameters=NONE",
+            p.total_cpus,
+            p.nodes.len()
+        ),
+        "JobDefaults=(null)".into(),
+        "DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED".into(),
+        format!("TRES={tres}"),
+    ]
+    .join("\n   ")
 }
 
 /// What a command line asks for.
@@ -219,6 +401,12 @@ pub enum Action {
         sorted: bool,
     },
     Remote(Request),
+    /// `ping`.
+    Ping,
+    /// `show config [KEY]`.
+    ShowConfig(Option<String>),
+    /// `show steps [JOB[.STEP]]`.
+    ShowSteps(Option<String>),
     ShowJobs(Option<JobId>),
     ShowNodes(Option<String>),
     ShowPartitions(Option<String>),
@@ -251,7 +439,13 @@ fn hostlist_input(list: &str) -> Result<String, String> {
 pub fn action(args: &[String]) -> Result<Action, String> {
     let lower: Vec<String> = args.iter().map(|a| a.to_ascii_lowercase()).collect();
     let word = |i: usize| lower.get(i).map(String::as_str);
+    if word(0) == Some("show") && args.len() > 3 {
+        return Err("too many arguments for keyword:show".into());
+    }
     match (word(0), word(1)) {
+        (Some("ping"), _) => Ok(Action::Ping),
+        (Some("show"), Some("config")) => Ok(Action::ShowConfig(args.get(2).cloned())),
+        (Some("show"), Some("step" | "steps")) => Ok(Action::ShowSteps(args.get(2).cloned())),
         (Some("show"), Some("hostnames")) => {
             let expr = match args.get(2) {
                 Some(e) => e.clone(),
@@ -284,15 +478,17 @@ pub fn action(args: &[String]) -> Result<Action, String> {
             Ok(Action::ShowPartitions(args.get(2).cloned()))
         }
         (Some("show"), other) => Err(format!(
-            "invalid entity: {} for keyword: show",
+            "invalid entity:{} for keyword:show",
             other.unwrap_or("")
         )),
-        (Some(h @ ("hold" | "uhold" | "release")), _) => {
+        (Some(h @ ("hold" | "uhold" | "holdu" | "release")), _) => {
             let ids = job_ids(h, &args[1..])?;
-            Ok(Action::Remote(if h == "release" {
-                Request::Release { ids }
-            } else {
-                Request::Hold { ids }
+            Ok(Action::Remote(match h {
+                "release" => Request::Release { ids },
+                _ => Request::Hold {
+                    ids,
+                    user: h != "hold",
+                },
             }))
         }
         (Some(r @ ("requeue" | "requeuehold")), _) => Ok(Action::Remote(Request::Requeue {
@@ -363,15 +559,23 @@ async fn remote(req: Request) -> Result<Response, String> {
     c.ok(req).await
 }
 
-fn join(parts: Vec<String>) -> String {
-    parts.join("\n")
-}
-
 pub fn main(args: &[OsString]) -> i32 {
     let rest: Vec<String> = args[1..]
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    // Options before the command: `-o` prints each record on one line;
+    // the others change nothing Corral prints.
+    let mut rest = rest;
+    let mut oneliner = false;
+    while let Some(first) = rest.first() {
+        match first.as_str() {
+            "-o" | "--oneliner" | "oneliner" => oneliner = true,
+            "-d" | "--details" | "-a" | "--all" | "-Q" | "--quiet" | "-v" | "--verbose" => {}
+            _ => break,
+        }
+        rest.remove(0);
+    }
     if rest.first().is_some_and(|a| a == "-h" || a == "--help") {
         return emit(CMD, "usage: scontrol show job|node|partition [NAME] | show hostnames|hostlist LIST\n       scontrol update NodeName=LIST State=DRAIN|RESUME|DOWN [Reason=TEXT]\n       scontrol hold|release|requeue|requeuehold JOBID[,JOBID]\n");
     }
@@ -413,6 +617,87 @@ pub fn main(args: &[OsString]) -> i32 {
                     }),
                     Some(id.map(|i| i.to_string())),
                 ),
+                Action::ShowSteps(which) => {
+                    let job = which
+                        .as_deref()
+                        .and_then(|w| w.split(['.', '_']).next())
+                        .and_then(|j| j.parse::<u64>().ok());
+                    let filter = JobFilter {
+                        ids: job.map(JobId).into_iter().collect(),
+                        states: vec![JobState::Running],
+                        ..Default::default()
+                    };
+                    return match remote(Request::Jobs(filter)).await {
+                        Ok(Response::Jobs(jobs)) => {
+                            let steps = show_steps(&jobs, which.as_deref());
+                            if steps.is_empty() {
+                                return match which {
+                                    Some(w) => fail(CMD, format!("Job step {w} not found")),
+                                    None => emit(CMD, "No job steps in the system\n"),
+                                };
+                            }
+                            let text: String = steps
+                                .into_iter()
+                                .map(|r| {
+                                    if oneliner {
+                                        format!("{}\n", r.replace("\n   ", " "))
+                                    } else {
+                                        format!("{r}\n\n")
+                                    }
+                                })
+                                .collect();
+                            emit(CMD, &text)
+                        }
+                        Ok(other) => fail(CMD, format!("unexpected answer {other:?}")),
+                        Err(e) => fail(CMD, e),
+                    };
+                }
+                Action::ShowConfig(key) => {
+                    return match remote(Request::Config).await {
+                        Ok(Response::Config(kv)) => {
+                            let width = kv.iter().map(|(k, _)| k.len()).max().unwrap_or(0).max(23);
+                            let mut text =
+                                format!("Configuration data as of {}\n", timestamp(now()));
+                            let mut any = false;
+                            for (k, v) in &kv {
+                                if key.as_ref().is_some_and(|w| !k.eq_ignore_ascii_case(w)) {
+                                    continue;
+                                }
+                                any = true;
+                                text.push_str(&format!("{k:<width$} = {v}\n"));
+                            }
+                            if !any {
+                                return fail(
+                                    CMD,
+                                    format!(
+                                        "Invalid configuration parameter {}",
+                                        key.unwrap_or_default()
+                                    ),
+                                );
+                            }
+                            emit(CMD, &text)
+                        }
+                        Ok(other) => fail(CMD, format!("unexpected answer {other:?}")),
+                        Err(e) => fail(CMD, e),
+                    };
+                }
+                Action::Ping => {
+                    // The controller names its own address.
+                    return match remote(Request::Config).await {
+                        Ok(Response::Config(kv)) => {
+                            let host = kv
+                                .iter()
+                                .find(|(k, _)| k == "SlurmctldHost[0]")
+                                .map_or("localhost", |(_, v)| v.as_str());
+                            emit(CMD, &format!("Slurmctld(primary) at {host} is UP\n"))
+                        }
+                        Ok(other) => fail(CMD, format!("unexpected answer {other:?}")),
+                        Err(e) => {
+                            let _ = emit(CMD, "Slurmctld(primary) is DOWN\n");
+                            fail(CMD, e)
+                        }
+                    };
+                }
                 Action::ShowNodes(n) => (Request::Nodes, Some(n)),
                 Action::ShowPartitions(p) => (Request::Partitions, Some(p)),
                 Action::Remote(r) => (r, None),
@@ -423,24 +708,27 @@ pub fn main(args: &[OsString]) -> i32 {
                 Err(e) => return fail(CMD, e),
             };
             let want = show.flatten();
-            let text = match resp {
+            let recs = match resp {
                 Response::Jobs(jobs) => {
                     if jobs.is_empty() {
-                        return fail(
-                            CMD,
-                            match want {
-                                Some(id) => format!("Invalid job id specified: {id}"),
-                                None => "No jobs in the system".into(),
-                            },
-                        );
+                        return match want {
+                            // Slurm's very words, without the usual prefix.
+                            Some(_) => {
+                                let line = b"slurm_load_jobs error: Invalid job id specified\n";
+                                let _ =
+                                    std::io::Write::write_all(&mut std::io::stderr().lock(), line);
+                                1
+                            }
+                            None => emit(CMD, "No jobs in the system\n"),
+                        };
                     }
-                    join(jobs.iter().map(|j| show_job(j, now())).collect())
+                    jobs.iter().map(|j| show_job(j, now())).collect::<Vec<_>>()
                 }
                 Response::Nodes(nodes) => {
                     let names = match &want {
                         Some(w) => match hostlist::expand(w) {
                             Ok(n) => Some(n),
-                            Err(e) => return fail(CMD, format!("invalid hostlist {w}: {e}")),
+                            Err(e) => return fail(CMD, format!("Invalid hostlist: {w}: {e}")),
                         },
                         None => None,
                     };
@@ -452,7 +740,7 @@ pub fn main(args: &[OsString]) -> i32 {
                     if sel.is_empty() {
                         return fail(CMD, format!("Node {} not found", want.unwrap_or_default()));
                     }
-                    join(sel)
+                    sel
                 }
                 Response::Partitions(parts) => {
                     let sel: Vec<String> = parts
@@ -466,12 +754,12 @@ pub fn main(args: &[OsString]) -> i32 {
                             format!("Partition {} not found", want.unwrap_or_default()),
                         );
                     }
-                    join(sel)
+                    sel
                 }
                 Response::Done | Response::Affected { .. } => return 0,
                 other => return fail(CMD, format!("unexpected answer {other:?}")),
             };
-            emit(CMD, &format!("{text}\n"))
+            emit(CMD, &records(recs, oneliner))
         }),
     }
 }
@@ -504,7 +792,7 @@ mod tests {
             }))
         );
         assert!(
-            matches!(action(&words("hold 3,4")), Ok(Action::Remote(Request::Hold { ids })) if ids == vec![JobId(3), JobId(4)])
+            matches!(action(&words("hold 3,4")), Ok(Action::Remote(Request::Hold { ids, user: false })) if ids == vec![JobId(3), JobId(4)])
         );
         assert!(
             matches!(action(&words("requeue 7")), Ok(Action::Remote(Request::Requeue { ids, hold: false })) if ids == vec![JobId(7)])
@@ -528,5 +816,101 @@ mod tests {
             }))
         );
         assert!(action(&words("delete")).is_err());
+    }
+
+    /// `scontrol show job` of the running and the pending job of the
+    /// squeue field table, line for line as Slurm 22.05 printed them for
+    /// the same jobs (times are the fixture's; `QOS=normal` where Slurm
+    /// without accounting says `(null)`; `AllocNode:Sid` has no session).
+    #[test]
+    fn show_job_lays_out_every_key_as_slurm() {
+        let jobs = crate::cli::squeue::tests::table_jobs();
+        let want_run = [
+            "JobId=135 JobName=run1",
+            "   UserId=root(0) GroupId=root(0) MCS_label=N/A",
+            "   Priority=4294901683 Nice=0 Account=(null) QOS=normal",
+            "   JobState=RUNNING Reason=None Dependency=(null)",
+            "   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0",
+            "   RunTime=00:01:42 TimeLimit=00:30:00 TimeMin=N/A",
+            "   SubmitTime=1970-01-01T00:16:40 EligibleTime=1970-01-01T00:16:40",
+            "   AccrueTime=1970-01-01T00:16:40",
+            "   StartTime=1970-01-01T00:16:40 EndTime=1970-01-01T00:46:40 Deadline=N/A",
+            "   SuspendTime=None SecsPreSuspend=0 LastSchedEval=1970-01-01T00:16:40 Scheduler=Main",
+            "   Partition=p AllocNode:Sid=(null):0",
+            "   ReqNodeList=(null) ExcNodeList=(null)",
+            "   NodeList=n1",
+            "   BatchHost=n1",
+            "   NumNodes=1 NumCPUs=2 NumTasks=1 CPUs/Task=2 ReqB:S:C:T=0:0:*:*",
+            "   TRES=cpu=2,mem=1000M,node=1,billing=2,gres/gpu=1",
+            "   Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*",
+            "   MinCPUsNode=2 MinMemoryNode=1000M MinTmpDiskNode=0",
+            "   Features=(null) DelayBoot=00:00:00",
+            "   OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null)",
+            "   Command=x",
+            "   WorkDir=/tmp/slurm",
+            "   Comment=hi ",
+            "   StdErr=/tmp/slurm/r1.out",
+            "   StdIn=/dev/null",
+            "   StdOut=/tmp/slurm/r1.out",
+            "   Power=",
+            "   TresPerNode=gres:gpu:1",
+        ]
+        .join("\n");
+        assert_eq!(show_job(&jobs[2], 1_102), want_run);
+        let pend = show_job(&jobs[0], 1_102);
+        for line in [
+            "   NodeList=\n",
+            "   NumNodes=2 NumCPUs=2",
+            "   MinCPUsNode=1 MinMemoryCPU=500M MinTmpDiskNode=0\n",
+            "   OverSubscribe=NO ",
+            "   StdErr=/tmp/slurm/slurm-136.out\n",
+            "   StartTime=Unknown EndTime=Unknown",
+        ] {
+            assert!(pend.contains(line), "{line:?} not in\n{pend}");
+        }
+        assert!(!pend.contains("BatchHost"), "{pend}");
+        let held = show_job(&jobs[1], 1_102);
+        for line in [
+            "   Priority=0 Nice=5 Account=acct QOS=normal\n",
+            "   JobState=PENDING Reason=JobHeldUser Dependency=afterok:1(unfulfilled)\n",
+            "   SubmitTime=1970-01-01T00:16:40 EligibleTime=1970-01-01T01:16:40\n",
+            "   StartTime=1970-01-01T01:16:40 EndTime=Unknown Deadline=N/A\n",
+            "   ReqNodeList=n1 ExcNodeList=n2\n",
+        ] {
+            assert!(held.contains(line), "{line:?} not in\n{held}");
+        }
+        // -N given shows as a range while pending.
+        let mut two = jobs[0].clone();
+        two.ask.nodes = Some(2);
+        assert!(show_job(&two, 0).contains("   NumNodes=2-2 NumCPUs=2"));
+        // Records: a line of three blanks and a blank line after each; one
+        // line each with -o, a blank before the newline.
+        let recs = records(vec!["A=1\n   B=2".into(), "A=3".into()], false);
+        assert_eq!(recs, "A=1\n   B=2\n   \n\nA=3\n   \n\n");
+        assert_eq!(records(vec!["A=1\n   B=2".into()], true), "A=1 B=2 \n");
+    }
+
+    #[test]
+    fn show_errors_in_slurms_words() {
+        assert_eq!(
+            action(&words("show bogus")),
+            Err("invalid entity:bogus for keyword:show".into())
+        );
+        assert_eq!(
+            action(&words("show job 1 2")),
+            Err("too many arguments for keyword:show".into())
+        );
+        assert_eq!(action(&words("ping")), Ok(Action::Ping));
+        assert_eq!(
+            action(&words("show config MinJobAge")),
+            Ok(Action::ShowConfig(Some("MinJobAge".into())))
+        );
+        assert_eq!(
+            action(&words("show steps 12.0")),
+            Ok(Action::ShowSteps(Some("12.0".into())))
+        );
+        assert!(
+            matches!(action(&words("uhold 3")), Ok(Action::Remote(Request::Hold { ids, user: true })) if ids == vec![JobId(3)])
+        );
     }
 }

@@ -1065,7 +1065,7 @@ async fn once(c: &mut Client, f: &JobFilter, extra: &Extra, layout: &Layout, arr
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use corral_proto::msg::StepView;
     use corral_proto::msg::{ExitStatus, Ident, JobId, JobReason};
@@ -1219,7 +1219,7 @@ mod tests {
     /// (running on n1), `sbatch -J pend -t 1-02:04 -N 2 --mem-per-cpu=500
     /// --exclusive` (waiting for resources), `sbatch -J held -H --nice=5
     /// -w n1 -x n2 -A acct --begin=… -d afterok:1`.
-    fn table_jobs() -> Vec<JobView> {
+    pub(crate) fn table_jobs() -> Vec<JobView> {
         let mut run = job(135, JobState::Running);
         run.name = "run1".into();
         run.partition = "p".into();

@@ -664,8 +664,24 @@ impl Controller {
         ids: &[JobId],
         release: bool,
     ) -> Result<Vec<JobId>, Refusal> {
+        self.hold_as(who, ids, release, false)
+    }
+
+    /// `scontrol uhold`: a hold the job's owner may release, whoever sets
+    /// it (`JobHeldUser`).
+    pub fn user_hold(&mut self, who: Ident, ids: &[JobId]) -> Result<Vec<JobId>, Refusal> {
+        self.hold_as(who, ids, false, true)
+    }
+
+    fn hold_as(
+        &mut self,
+        who: Ident,
+        ids: &[JobId],
+        release: bool,
+        as_user: bool,
+    ) -> Result<Vec<JobId>, Refusal> {
         let privileged = self.privileged(who);
-        let kind = if privileged {
+        let kind = if privileged && !as_user {
             HoldKind::Admin
         } else {
             HoldKind::User

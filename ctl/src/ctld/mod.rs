@@ -585,6 +585,51 @@ impl Controller {
         s
     }
 
+    /// `scontrol show config`: the settings scripts read, under Slurm's
+    /// names, in Slurm's (alphabetical) order.
+    pub fn config_view(&self) -> Vec<(String, String)> {
+        let c = &self.cfg;
+        let secs = |s: u64| format!("{s} sec");
+        let policy = match c.policy {
+            scheduler_core::BackfillPolicy::Conservative => "conservative",
+            _ => "easy",
+        };
+        let mut kv: Vec<(&str, String)> = vec![
+            (
+                "AccountingStorageType",
+                if c.accounting.is_some() {
+                    "accounting_storage/corral".into()
+                } else {
+                    "accounting_storage/none".into()
+                },
+            ),
+            ("ClusterName", c.cluster.clone()),
+            ("KillWait", secs(c.kill_wait)),
+            (
+                "MaxArraySize",
+                (u64::from(c.limits.max_array_size) + 1).to_string(),
+            ),
+            ("MaxJobCount", c.limits.max_job_count.to_string()),
+            ("MinJobAge", secs(c.min_job_age)),
+            ("PriorityType", "priority/multifactor".into()),
+            ("SchedulerParameters", format!("backfill={policy}")),
+            ("SchedulerType", "sched/backfill".into()),
+            ("SelectType", "select/cons_tres".into()),
+            ("SlurmctldHost[0]", c.listen.ip().to_string()),
+            ("SlurmctldPort", c.listen.port().to_string()),
+            ("SlurmdTimeout", secs(c.heartbeat_timeout)),
+            ("SLURM_VERSION", "22.05.8".into()),
+            (
+                "StateSaveLocation",
+                c.state_dir
+                    .as_ref()
+                    .map_or("(null)".into(), |d| d.display().to_string()),
+            ),
+        ];
+        kv.sort_by_key(|(k, _)| k.to_ascii_lowercase());
+        kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
     /// Records how long the last pass took (measured by the driver).
     pub fn record_pass(&mut self, micros: u64) {
         self.stats.passes += 1;

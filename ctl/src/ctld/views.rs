@@ -323,6 +323,7 @@ fn ask(j: &JobRecord, reason: JobReason) -> JobAsk {
         begin: spec.begin,
         min_cpus: j.cpus_per_task() * spec.ntasks_per_node.unwrap_or(1),
         ntasks_per_node: spec.ntasks_per_node,
+        nodes: spec.nodes,
         submit_host: spec.submit_host.clone(),
     }
 }

@@ -655,7 +655,11 @@ impl Server {
                 Ok(()) => Response::Done,
                 Err(e) => Response::Error(e.to_string()),
             },
-            Request::Hold { ids } => match c.hold(who, &ids, false) {
+            Request::Hold { ids, user: true } => match c.user_hold(who, &ids) {
+                Ok(jobs) => Response::Affected { jobs },
+                Err(e) => Response::Error(e.to_string()),
+            },
+            Request::Hold { ids, user: false } => match c.hold(who, &ids, false) {
                 Ok(jobs) => Response::Affected { jobs },
                 Err(e) => Response::Error(e.to_string()),
             },
@@ -687,6 +691,7 @@ impl Server {
             },
             Request::Ping => Response::Done,
             Request::Stats => Response::Stats(c.stats()),
+            Request::Config => Response::Config(c.config_view()),
         };
         let ticket = self.finish(c);
         (resp, ticket)
