@@ -94,7 +94,7 @@ fn known_state(env: &Env) -> Vec<(&'static str, String)> {
         "--wrap",
         "true",
     ]);
-    env.wait_state(c.parse().unwrap(), &["RUNNING"], 20);
+    env.wait_state(c.parse().expect("job id"), &["RUNNING"], 20);
     vec![
         ("A", a),
         ("B", b),
