@@ -190,3 +190,172 @@ fn squeue_options_and_formats() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.matches("JOBID").count() >= 2, "{text}");
 }
+
+/// The `Key=Value` pairs of one `scontrol -o` record.
+fn pairs(line: &str) -> Vec<(String, String)> {
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn scontrol_shows_and_manages_as_slurm_does() {
+    let env = Env::start(Opts {
+        nodes: 3,
+        ..Opts::default()
+    });
+    let vars = known_state(&env);
+    let (a, c) = (vars[0].1.clone(), vars[2].1.clone());
+    // One record per line with -o, every key Slurm prints for a job.
+    let held = env.ok(&["scontrol", "-o", "show", "job", &a]);
+    assert_eq!(held.lines().count(), 1, "{held}");
+    let keys: Vec<String> = pairs(&held).into_iter().map(|(k, _)| k).collect();
+    for key in [
+        "JobId",
+        "JobName",
+        "UserId",
+        "GroupId",
+        "MCS_label",
+        "Priority",
+        "Nice",
+        "Account",
+        "QOS",
+        "JobState",
+        "Reason",
+        "Dependency",
+        "Requeue",
+        "Restarts",
+        "BatchFlag",
+        "Reboot",
+        "ExitCode",
+        "RunTime",
+        "TimeLimit",
+        "TimeMin",
+        "SubmitTime",
+        "EligibleTime",
+        "AccrueTime",
+        "StartTime",
+        "EndTime",
+        "Deadline",
+        "SuspendTime",
+        "SecsPreSuspend",
+        "LastSchedEval",
+        "Scheduler",
+        "Partition",
+        "AllocNode:Sid",
+        "ReqNodeList",
+        "ExcNodeList",
+        "NodeList",
+        "NumNodes",
+        "NumCPUs",
+        "NumTasks",
+        "CPUs/Task",
+        "ReqB:S:C:T",
+        "TRES",
+        "Socks/Node",
+        "NtasksPerN:B:S:C",
+        "CoreSpec",
+        "MinCPUsNode",
+        "MinMemoryNode",
+        "MinTmpDiskNode",
+        "Features",
+        "DelayBoot",
+        "OverSubscribe",
+        "Contiguous",
+        "Licenses",
+        "Network",
+        "Command",
+        "WorkDir",
+        "Comment",
+        "StdErr",
+        "StdIn",
+        "StdOut",
+        "Power",
+    ] {
+        assert!(keys.iter().any(|k| k == key), "{key} missing from {held}");
+    }
+    let get = |rec: &str, key: &str| {
+        pairs(rec)
+            .into_iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v)
+            .unwrap_or_default()
+    };
+    assert_eq!(get(&held, "Nice"), "3");
+    assert_eq!(get(&held, "Account"), "acct1");
+    assert_eq!(get(&held, "TimeLimit"), "00:30:00");
+    assert_eq!(get(&held, "MinMemoryNode"), "2G");
+    assert_eq!(get(&held, "MinCPUsNode"), "2");
+    let work = env.work.to_string_lossy();
+    assert_eq!(get(&held, "StdOut"), format!("{work}/slurm-{a}.out"));
+    // The running job: its batch host and its batch step.
+    let run = env.ok(&["scontrol", "-o", "show", "job", &c]);
+    assert_eq!(get(&run, "BatchHost"), "worker-1");
+    assert_eq!(get(&run, "TresPerNode"), "gres:gpu:2");
+    let steps = env.ok(&["scontrol", "-o", "show", "steps", &c]);
+    assert!(steps.starts_with(&format!("StepId={c}.batch ")), "{steps}");
+    assert_eq!(get(&steps, "NodeList"), "worker-1");
+    // show config: the keys scripts read.
+    let cfg = env.ok(&["scontrol", "show", "config"]);
+    assert!(cfg.starts_with("Configuration data as of "), "{cfg}");
+    for key in [
+        "ClusterName",
+        "MinJobAge",
+        "MaxJobCount",
+        "SlurmctldHost[0]",
+        "SlurmctldPort",
+    ] {
+        assert!(
+            cfg.lines().any(|l| l.starts_with(key) && l.contains(" = ")),
+            "{key} not in {cfg}"
+        );
+    }
+    let one = env.ok(&["scontrol", "show", "config", "MinJobAge"]);
+    assert_eq!(one.lines().count(), 2, "{one}");
+    assert!(env.ok(&["scontrol", "ping"]).ends_with(" is UP\n"));
+    // uhold by root is a user hold; hold by root an admin hold. (Job B
+    // needs worker-1, which the running job keeps busy.)
+    let b = vars[1].1.clone();
+    env.ok(&["scontrol", "release", &b]);
+    env.ok(&["scontrol", "uhold", &b]);
+    assert_eq!(
+        env.ok(&["squeue", "-h", "-j", &b, "-o", "%r"]),
+        "JobHeldUser\n"
+    );
+    env.ok(&["scontrol", "release", &b]);
+    env.ok(&["scontrol", "hold", &b]);
+    assert_eq!(
+        env.ok(&["squeue", "-h", "-j", &b, "-o", "%r"]),
+        "JobHeldAdmin\n"
+    );
+    // Errors: Slurm's words, exit 1.
+    for (args, err) in [
+        (
+            vec!["scontrol", "show", "job", "424242"],
+            "slurm_load_jobs error: Invalid job id specified\n",
+        ),
+        (
+            vec!["scontrol", "show", "bogus"],
+            "scontrol: error: invalid entity:bogus for keyword:show\n",
+        ),
+        (
+            vec!["scontrol", "show", "job", "1", "2"],
+            "scontrol: error: too many arguments for keyword:show\n",
+        ),
+    ] {
+        let (code, out, e) = env.run(&args);
+        assert_eq!((code, out.as_str(), e.as_str()), (1, "", err), "{args:?}");
+    }
+    // A node drained while idle, as Slurm writes it.
+    env.ok(&[
+        "scontrol",
+        "update",
+        "NodeName=worker-2",
+        "State=DRAIN",
+        "Reason=fan",
+    ]);
+    let node = env.ok(&["scontrol", "-o", "show", "node", "worker-2"]);
+    assert_eq!(get(&node, "State"), "IDLE+DRAIN");
+    assert!(node.contains(" Reason=fan [root@"), "{node}");
+}
