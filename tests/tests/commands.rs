@@ -359,3 +359,79 @@ fn scontrol_shows_and_manages_as_slurm_does() {
     assert_eq!(get(&node, "State"), "IDLE+DRAIN");
     assert!(node.contains(" Reason=fan [root@"), "{node}");
 }
+
+#[test]
+fn scancel_selects_as_slurm_does() {
+    use std::io::Write;
+    let env = Env::start(Opts {
+        nodes: 3,
+        ..Opts::default()
+    });
+    let vars = known_state(&env);
+    let (a, b, c, d) = (
+        vars[0].1.clone(),
+        vars[1].1.clone(),
+        vars[2].1.clone(),
+        vars[3].1.clone(),
+    );
+    let state = |id: &str| env.state(id.parse().expect("job id"));
+    // -i: the answer decides, one question per job.
+    let ask = |answer: &str| {
+        let mut child = env
+            .cmd(&["scancel", "-i", &d])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(answer.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let question = ask("n\n");
+    assert_eq!(
+        question,
+        format!("Cancel job_id={d} name=delta partition=gpu [y/n]? ")
+    );
+    assert_eq!(state(&d), "PENDING");
+    ask("y\n");
+    assert_eq!(state(&d), "CANCELLED");
+    // -A: only that account's jobs.
+    env.ok(&["scancel", "-A", "acct1"]);
+    assert_eq!(state(&a), "CANCELLED");
+    assert_eq!(state(&b), "PENDING");
+    // -w: only jobs on those nodes; -v says what it does.
+    let (code, _, err) = env.run(&["scancel", "-v", "-w", "worker-1"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (0, format!("scancel: Terminating job {c}\n").as_str())
+    );
+    env.wait_state(c.parse().unwrap(), &["CANCELLED"], 20);
+    assert_eq!(state(&b), "PENDING");
+    // States as a list; --me.
+    env.ok(&["scancel", "--me", "--state=PD,R"]);
+    assert_eq!(state(&b), "CANCELLED");
+    // An array's tasks by index.
+    let arr = env
+        .ok(&[
+            "sbatch",
+            "--parsable",
+            "-H",
+            "--array=1-4",
+            "--wrap",
+            "true",
+        ])
+        .trim()
+        .to_string();
+    env.ok(&["scancel", &format!("{arr}_[1-2]")]);
+    let left = env.ok(&["squeue", "-h", "-r", "-j", &arr, "-o", "%i"]);
+    assert_eq!(left, format!("{arr}_3\n{arr}_4\n"));
+    // Bad input: one line, exit 1.
+    let (code, _, err) = env.run(&["scancel", "-w", "worker-[3-1]"]);
+    assert!(code == 1 && err.lines().count() == 1, "{code} {err}");
+}

@@ -24,9 +24,30 @@ pub struct ScancelArgs {
     /// Only jobs with this name.
     #[arg(short = 'n', long = "name", alias = "jobname")]
     pub name: Option<String>,
-    /// Only jobs in this state.
-    #[arg(short = 't', long = "state")]
+    /// Only jobs in these states (comma separated).
+    #[arg(short = 't', long = "state", alias = "states")]
     pub state: Option<String>,
+    /// Only your own jobs.
+    #[arg(long)]
+    pub me: bool,
+    /// Only jobs of these accounts.
+    #[arg(short = 'A', long = "account")]
+    pub account: Option<String>,
+    /// Only jobs of these QOS.
+    #[arg(short = 'q', long = "qos")]
+    pub qos: Option<String>,
+    /// Only jobs on these nodes (a hostlist).
+    #[arg(short = 'w', long = "nodelist")]
+    pub nodelist: Option<String>,
+    /// Ask before each job.
+    #[arg(short = 'i', long = "interactive")]
+    pub interactive: bool,
+    /// Say what is done.
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
+    /// Say nothing of jobs that could not be reached.
+    #[arg(short = 'Q', long = "quiet")]
+    pub quiet: bool,
     /// Only jobs in this partition.
     #[arg(short = 'p', long = "partition")]
     pub partition: Option<String>,
@@ -67,18 +88,32 @@ pub fn request(a: &ScancelArgs) -> Result<Request, String> {
         f.ids.extend(ids);
         f.tasks.extend(tasks);
     }
+    let list = |s: &str| -> Vec<String> {
+        s.split(',')
+            .filter(|x| !x.is_empty())
+            .map(String::from)
+            .collect()
+    };
     if let Some(u) = &a.user {
-        f.users = vec![parse_user(u)?];
+        f.users = list(u)
+            .iter()
+            .map(|u| parse_user(u))
+            .collect::<Result<_, _>>()?;
+    }
+    if a.me {
+        f.users.push(nix::unistd::getuid().as_raw());
     }
     if let Some(n) = &a.name {
-        f.names = vec![n.clone()];
+        f.names = list(n);
     }
     if let Some(s) = &a.state {
-        f.states =
-            vec![JobState::parse(s).ok_or_else(|| format!("Invalid job state specified: {s}"))?];
+        f.states = list(s)
+            .iter()
+            .map(|s| JobState::parse(s).ok_or_else(|| format!("Invalid job state specified: {s}")))
+            .collect::<Result<_, _>>()?;
     }
     if let Some(p) = &a.partition {
-        f.partitions = vec![p.clone()];
+        f.partitions = list(p);
     }
     if f.ids.is_empty()
         && f.tasks.is_empty()
@@ -86,6 +121,9 @@ pub fn request(a: &ScancelArgs) -> Result<Request, String> {
         && f.names.is_empty()
         && f.states.is_empty()
         && f.partitions.is_empty()
+        && a.account.is_none()
+        && a.qos.is_none()
+        && a.nodelist.is_none()
     {
         return Err("No job identification provided".into());
     }
@@ -116,17 +154,88 @@ pub fn main(args: &[OsString]) -> i32 {
         Ok(r) => r,
         Err(e) => return fail(CMD, e),
     };
+    // What the controller's filter cannot say (accounts, QOS, nodes) and
+    // -i's question need the jobs first; they are then cancelled by id.
+    let local = a.account.is_some() || a.qos.is_some() || a.nodelist.is_some();
+    let extra = if local {
+        let q = super::squeue::SqueueArgs {
+            account: a.account.clone(),
+            qos: a.qos.clone(),
+            nodelist: a.nodelist.clone(),
+            ..super::squeue::SqueueArgs::parse_from(["squeue"])
+        };
+        match super::squeue::Extra::of(&q) {
+            Ok(e) => Some(e),
+            Err(e) => return fail(CMD, e),
+        }
+    } else {
+        None
+    };
     block_on(CMD, async move {
         let mut c = match Client::connect().await {
             Ok(c) => c,
             Err(e) => return fail(CMD, e),
         };
-        match c.ok(req).await {
+        let Request::Cancel { filter, signal } = req else {
+            return fail(CMD, "not a cancel");
+        };
+        let filter = if extra.is_some() || a.interactive {
+            let jobs = match c.jobs(filter.clone()).await {
+                Ok(j) => j,
+                Err(e) => return fail(CMD, e),
+            };
+            let mut ids = Vec::new();
+            for j in jobs.iter().filter(|j| !j.state.is_final()) {
+                if extra.as_ref().is_some_and(|e| !e.keeps(j)) {
+                    continue;
+                }
+                if a.interactive && !confirm(j) {
+                    continue;
+                }
+                ids.push(j.id);
+            }
+            if ids.is_empty() {
+                return 0;
+            }
+            JobFilter {
+                ids,
+                ..JobFilter::default()
+            }
+        } else {
+            filter
+        };
+        if a.verbose {
+            for id in &filter.ids {
+                let word = if signal.is_some() {
+                    "Signal"
+                } else {
+                    "Terminating"
+                };
+                eprintln!("{CMD}: {word} job {id}");
+            }
+        }
+        match c.ok(Request::Cancel { filter, signal }).await {
             Ok(Response::Affected { .. }) => 0,
             Ok(other) => fail(CMD, format!("unexpected answer {other:?}")),
+            Err(_) if a.quiet => 1,
             Err(e) => fail(CMD, e),
         }
     })
+}
+
+/// `-i`: asks on standard error, reads the answer from standard input.
+fn confirm(j: &corral_proto::msg::JobView) -> bool {
+    use std::io::{BufRead, Write};
+    let id = super::squeue::job_id(j);
+    let _ = write!(
+        std::io::stderr(),
+        "Cancel job_id={id} name={} partition={} [y/n]? ",
+        j.name,
+        j.partition
+    );
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    matches!(answer.trim(), "y" | "Y" | "yes" | "YES")
 }
 
 #[cfg(test)]
