@@ -925,6 +925,11 @@ pub enum Request {
         reason: Option<String>,
     },
     Ping,
+    /// `scontrol update JobId=…`: a pending job's request changes.
+    UpdateJob {
+        id: JobId,
+        changes: JobChanges,
+    },
     /// Counts of jobs by state and the scheduler's recent work (`sdiag`).
     Stats,
     /// `scontrol show config`.
@@ -1167,6 +1172,23 @@ pub struct JobAsk {
     pub nodes: Option<u32>,
     /// Where it was submitted from (`scontrol`'s `AllocNode:Sid`).
     pub submit_host: Option<String>,
+}
+
+/// What `scontrol update JobId=…` changes; `None` leaves a field as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobChanges {
+    /// `TimeLimit=` (`Some(None)`: UNLIMITED).
+    pub time_limit: Option<Option<u64>>,
+    pub nice: Option<i32>,
+    pub name: Option<String>,
+    pub comment: Option<String>,
+    pub partition: Option<String>,
+    /// `NumNodes=`.
+    pub nodes: Option<u32>,
+    /// `Dependency=` (empty: none), joined by `?` when the flag is set.
+    pub dependency: Option<(Vec<Dep>, bool)>,
+    /// `StartTime=` (`--begin`; `Some(None)`: now).
+    pub begin: Option<Option<UnixSecs>>,
 }
 
 /// A running step as squeue `-s` shows it.

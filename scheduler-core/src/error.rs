@@ -32,6 +32,15 @@ pub enum SubmitError {
     UnknownDependency(JobId),
 }
 
+/// Why a pending job's request could not be changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UpdateError {
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+}
+
 /// Why a control call (cancel, hold, node change, ...) was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ControlError {

@@ -80,7 +80,7 @@ mod timeline;
 
 /// Hostlist expressions, from the `corral-hostlist` leaf crate.
 pub use corral_hostlist as hostlist;
-pub use error::{ControlError, SubmitError};
+pub use error::{ControlError, SubmitError, UpdateError};
 pub use model::*;
 pub use placement::Packing;
 pub use priority::PriorityWeights;

@@ -736,3 +736,43 @@ fn nodes_that_register_later_join_their_partition() {
         .handle_node_added(NodeSpec::new("worker-1", 8, 1000))
         .is_err());
 }
+
+#[test]
+fn a_pending_job_updated_keeps_its_age_and_hold_and_is_checked_again() {
+    let mut sim = Sim::new().nodes(1, cpus(4));
+    let busy = sim.submit(job().time(1000));
+    let held = sim.submit(job().held());
+    sim.pass();
+    assert_eq!(sim.start(busy), Some(0));
+    // A lower priority and a partition named: accepted, still held.
+    let mut nicer = job().req;
+    nicer.nice = 100;
+    nicer.partition = Some("batch".into());
+    sim.d.s.update(held, nicer).expect("update");
+    sim.pass();
+    assert_eq!(sim.reason(held), PendingReason::JobHeldUser);
+    // Refused as a submission would be: a partition that does not exist,
+    // a shape no node has; the job stays as it was.
+    let mut nowhere = job().req;
+    nowhere.partition = Some("nowhere".into());
+    assert!(matches!(
+        sim.d.s.update(held, nowhere),
+        Err(UpdateError::Submit(SubmitError::UnknownPartition(_)))
+    ));
+    let mut huge = job().req;
+    huge.ntasks = Some(64);
+    assert!(matches!(
+        sim.d.s.update(held, huge),
+        Err(UpdateError::Submit(_))
+    ));
+    // A running job is not changed this way.
+    assert_eq!(
+        sim.d.s.update(busy, job().req),
+        Err(UpdateError::Control(ControlError::NotPending(busy)))
+    );
+    // Released, it runs with its new shape once the node is free.
+    sim.d.s.release(held, HoldKind::User).expect("release");
+    sim.advance_to(1000);
+    sim.pass();
+    assert_eq!(sim.start(held), Some(1000));
+}

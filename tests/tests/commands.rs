@@ -329,6 +329,33 @@ fn scontrol_shows_and_manages_as_slurm_does() {
         env.ok(&["squeue", "-h", "-j", &b, "-o", "%r"]),
         "JobHeldAdmin\n"
     );
+    // update JobId=: a pending job's request changes.
+    env.ok(&[
+        "scontrol",
+        "update",
+        &format!("JobId={b}"),
+        "TimeLimit=2:00:00",
+        "Name=beta2",
+        "Nice=7",
+        "Comment=moved",
+    ]);
+    assert_eq!(
+        env.ok(&["squeue", "-h", "-j", &b, "-o", "%j|%l|%y|%k|%r"]),
+        "beta2|2:00:00|7|moved|JobHeldAdmin\n"
+    );
+    let (code, _, e) = env.run(&["scontrol", "update", &format!("JobId={c}"), "Nice=1"]);
+    assert_eq!(
+        (code, e.as_str()),
+        (
+            1,
+            format!("scontrol: error: Job is no longer pending execution for job {c}\n").as_str()
+        )
+    );
+    let (code, _, e) = env.run(&["scontrol", "update", &format!("JobId={b}"), "Color=red"]);
+    assert!(
+        code == 1 && e.contains("Update of this parameter is not supported"),
+        "{e}"
+    );
     // Errors: Slurm's words, exit 1.
     for (args, err) in [
         (

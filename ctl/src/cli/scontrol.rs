@@ -401,6 +401,8 @@ pub enum Action {
         sorted: bool,
     },
     Remote(Request),
+    /// `update JobId=…`: the same changes to each job.
+    UpdateJobs(Vec<JobId>, corral_proto::msg::JobChanges),
     /// `ping`.
     Ping,
     /// `show config [KEY]`.
@@ -433,6 +435,69 @@ fn hostlist_input(list: &str) -> Result<String, String> {
         ));
     }
     Ok(text)
+}
+
+/// `scontrol update JobId=ID[,ID] Key=Value...`: what to change in each
+/// job (one request each).
+fn job_update(args: &[String], now: u64) -> Result<Action, String> {
+    let mut ids = Vec::new();
+    let mut ch = corral_proto::msg::JobChanges::default();
+    for kv in args {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("Invalid input: {kv}"))?;
+        match k.to_ascii_lowercase().as_str() {
+            "jobid" => ids = job_ids("update", &[v.to_string()])?,
+            "timelimit" => {
+                ch.time_limit = Some(
+                    if v.eq_ignore_ascii_case("unlimited") || v.eq_ignore_ascii_case("infinite") {
+                        None
+                    } else {
+                        crate::timefmt::parse_job_limit(v)?
+                    },
+                )
+            }
+            "nice" => {
+                ch.nice = Some(
+                    v.parse::<i32>()
+                        .ok()
+                        .filter(|n| n.abs() <= 2_147_483_645)
+                        .ok_or_else(|| format!("Invalid nice value: {v}"))?,
+                )
+            }
+            "name" | "jobname" => ch.name = Some(v.to_string()),
+            "comment" => ch.comment = Some(v.to_string()),
+            "partition" => ch.partition = Some(v.to_string()),
+            "numnodes" | "reqnodes" => {
+                let min = v.split('-').next().unwrap_or(v);
+                ch.nodes = Some(
+                    min.parse::<u32>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| format!("Invalid node count: {v}"))?,
+                );
+            }
+            "dependency" => {
+                ch.dependency = Some(if v.is_empty() || v.eq_ignore_ascii_case("none") {
+                    (Vec::new(), false)
+                } else {
+                    super::opts::parse_dependency(v)?
+                })
+            }
+            "starttime" | "begintime" => {
+                ch.begin = Some(if v.eq_ignore_ascii_case("now") {
+                    None
+                } else {
+                    Some(crate::timefmt::parse_begin(v, now)?)
+                })
+            }
+            _ => return Err(format!("Update of this parameter is not supported: {kv}")),
+        }
+    }
+    match ids.as_slice() {
+        [] => Err("update needs JobId=".into()),
+        _ => Ok(Action::UpdateJobs(ids, ch)),
+    }
 }
 
 /// Parses `scontrol` arguments (after the program name).
@@ -495,6 +560,14 @@ pub fn action(args: &[String]) -> Result<Action, String> {
             ids: job_ids(r, &args[1..])?,
             hold: r == "requeuehold",
         })),
+        (Some("update"), _)
+            if args[1..].iter().any(|kv| {
+                kv.split_once('=')
+                    .is_some_and(|(k, _)| k.eq_ignore_ascii_case("jobid"))
+            }) =>
+        {
+            job_update(&args[1..], crate::ctld::server::now())
+        }
         (Some("update"), _) => {
             let mut names = None;
             let mut state = None;
@@ -697,6 +770,23 @@ pub fn main(args: &[OsString]) -> i32 {
                             fail(CMD, e)
                         }
                     };
+                }
+                Action::UpdateJobs(ids, changes) => {
+                    let mut c = match Client::connect().await {
+                        Ok(c) => c,
+                        Err(e) => return fail(CMD, e),
+                    };
+                    let mut code = 0;
+                    for id in ids {
+                        let req = Request::UpdateJob {
+                            id,
+                            changes: changes.clone(),
+                        };
+                        if let Err(e) = c.ok(req).await {
+                            code = fail(CMD, e);
+                        }
+                    }
+                    return code;
                 }
                 Action::ShowNodes(n) => (Request::Nodes, Some(n)),
                 Action::ShowPartitions(p) => (Request::Partitions, Some(p)),

@@ -31,6 +31,15 @@ pub enum CtldError {
     AccessDenied,
     #[error("Access/permission denied for job {0}")]
     NotYourJob(JobId),
+    /// `scontrol update` of a job that no longer waits.
+    #[error("Job is no longer pending execution for job {0}")]
+    NoLongerPending(JobId),
+    /// `scontrol update` that only an operator may make (a longer time
+    /// limit, a negative nice).
+    #[error("Access/permission denied for job {0}: {1}")]
+    UpdateDenied(JobId, &'static str),
+    #[error("{}", capitalise(&.0.to_string()))]
+    Update(#[from] scheduler_core::UpdateError),
     #[error("Job {0} is not running")]
     NotRunning(JobId),
     #[error("Job {0} is not an allocation of salloc's")]

@@ -7,8 +7,8 @@ use super::{
 };
 
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, ExitStatus, Ident, JobFilter, JobId, JobKind, JobRun, JobSpec, JobState,
-    JobUsage, SendSignal, StepId,
+    AgentMsg, CtldMsg, ExitStatus, Ident, JobChanges, JobFilter, JobId, JobKind, JobRun, JobSpec,
+    JobState, JobUsage, SendSignal, StepId,
 };
 use scheduler_core::{HoldKind, JobOutcome};
 
@@ -665,6 +665,81 @@ impl Controller {
         release: bool,
     ) -> Result<Vec<JobId>, Refusal> {
         self.hold_as(who, ids, release, false)
+    }
+
+    /// `scontrol update JobId=…`: a pending job's request changes, checked
+    /// as a submission is (the core checks the shape and the partition);
+    /// it keeps its id, its age and its hold. Its owner may lower its time
+    /// limit and raise its nice; an operator may do anything.
+    pub fn update_job(&mut self, who: Ident, id: JobId, ch: &JobChanges) -> Result<(), Refusal> {
+        let privileged = self.privileged(who);
+        let j = self.jobs.get(&id).ok_or(CtldError::UnknownJob(id))?;
+        if j.user.uid != who.uid && !privileged {
+            return Err(CtldError::NotYourJob(id));
+        }
+        if j.state != JobState::Pending || j.array.is_some() {
+            return Err(CtldError::NoLongerPending(id));
+        }
+        let mut spec = j.spec.clone();
+        if let Some(limit) = ch.time_limit {
+            let longer = match (limit, spec.time_limit) {
+                (_, None) => false,
+                (None, Some(_)) => true,
+                (Some(new), Some(old)) => new > old,
+            };
+            if longer && !privileged {
+                return Err(CtldError::UpdateDenied(
+                    id,
+                    "only an operator may lengthen a time limit",
+                ));
+            }
+            spec.time_limit = limit;
+        }
+        if let Some(nice) = ch.nice {
+            if nice < 0 && !privileged {
+                return Err(CtldError::UpdateDenied(
+                    id,
+                    "only an operator may set a negative nice",
+                ));
+            }
+            spec.nice = nice;
+        }
+        if let Some(n) = &ch.name {
+            super::admission::printable("job name", n)?;
+            spec.name = n.clone();
+        }
+        if let Some(c) = &ch.comment {
+            super::admission::printable("comment", c)?;
+            spec.comment = (!c.is_empty()).then(|| c.clone());
+        }
+        if let Some(p) = &ch.partition {
+            super::admission::printable("partition, QOS or account name", p)?;
+            spec.partition = Some(p.clone());
+        }
+        if let Some(n) = ch.nodes {
+            spec.nodes = Some(n);
+        }
+        if let Some((deps, any)) = &ch.dependency {
+            spec.dependencies = deps.clone();
+            spec.dependency_any = *any;
+        }
+        if let Some(begin) = ch.begin {
+            spec.begin = begin;
+        }
+        self.admit_array(&mut spec)?;
+        let req = super::wire::job_request(j.user, &spec);
+        self.sched.update(core_id(id), req)?;
+        let partition = self
+            .sched
+            .job_partition(core_id(id))
+            .unwrap_or_default()
+            .to_string();
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.spec = spec;
+            j.partition = partition;
+        }
+        self.dirty = true;
+        Ok(())
     }
 
     /// `scontrol uhold`: a hold the job's owner may release, whoever sets

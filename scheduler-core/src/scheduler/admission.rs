@@ -3,7 +3,7 @@
 
 use super::{Job, Scheduler, State};
 
-use crate::error::SubmitError;
+use crate::error::{ControlError, SubmitError, UpdateError};
 use crate::model::{
     Dependency, GpuRequest, HoldKind, JobId, JobRequest, NodeId, PartitionId, PendingReason, Secs,
     INFINITE,
@@ -27,6 +27,27 @@ impl Scheduler {
         } else if let Some(a) = array_of {
             job.array = Some(self.join_array(a));
         }
+        self.jobs.insert(id, Box::new(job));
+        Ok(())
+    }
+
+    /// A pending job's request changes (`scontrol update JobId=…`): the new
+    /// request is checked as a submission is, and the job keeps its submit
+    /// time (its age), its hold and its id. Tasks of an array and an
+    /// array's waiting tasks are not changed this way.
+    pub fn update(&mut self, id: JobId, req: JobRequest) -> Result<(), UpdateError> {
+        let old = self.jobs.get(&id).ok_or(ControlError::UnknownJob(id))?;
+        if !old.is_pending() {
+            return Err(ControlError::NotPending(id).into());
+        }
+        if old.array.is_some() {
+            return Err(
+                SubmitError::Invalid("a job array's tasks cannot be updated".into()).into(),
+            );
+        }
+        let (submit, hold) = (old.submit, old.hold);
+        let mut job = self.validate(submit, req)?;
+        job.hold = hold.or(job.hold);
         self.jobs.insert(id, Box::new(job));
         Ok(())
     }

@@ -1686,3 +1686,79 @@ fn test_only_says_when_and_where_and_submits_nothing() {
     whole.partition = Some("nope".into());
     assert!(ask(&c, whole).is_err());
 }
+
+#[test]
+fn scontrol_update_changes_a_pending_job_within_the_owners_rights() {
+    use corral_proto::msg::JobChanges;
+    let mut c = cluster(1);
+    let mut s = batch("x");
+    s.hold = true;
+    s.time_limit = Some(3600);
+    let id = c.submit(ALICE, s, 0).unwrap();
+    // The owner shortens the limit, renames, comments, raises nice.
+    let ch = JobChanges {
+        time_limit: Some(Some(600)),
+        nice: Some(10),
+        name: Some("renamed".into()),
+        comment: Some("why".into()),
+        ..JobChanges::default()
+    };
+    c.update_job(ALICE, id, &ch).unwrap();
+    let v = view(&c, id);
+    assert_eq!(
+        (
+            v.time_limit,
+            v.ask.nice,
+            v.name.as_str(),
+            v.comment.as_deref()
+        ),
+        (Some(600), 10, "renamed", Some("why"))
+    );
+    assert_eq!(v.reason, JobReason::JobHeldUser, "still held");
+    // Only an operator lengthens the limit or sets a negative nice.
+    let longer = JobChanges {
+        time_limit: Some(Some(7200)),
+        ..JobChanges::default()
+    };
+    let e = c.update_job(ALICE, id, &longer).unwrap_err().to_string();
+    assert!(e.starts_with("Access/permission denied"), "{e}");
+    let e = c
+        .update_job(
+            ALICE,
+            id,
+            &JobChanges {
+                nice: Some(-5),
+                ..JobChanges::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("Access/permission denied"), "{e}");
+    c.update_job(ROOT, id, &longer).unwrap();
+    assert_eq!(view(&c, id).time_limit, Some(7200));
+    // Not another user's job; not a partition that does not exist (and
+    // the job is left as it was).
+    assert!(c.update_job(BOB, id, &ch).is_err());
+    let e = c
+        .update_job(
+            ALICE,
+            id,
+            &JobChanges {
+                partition: Some("nowhere".into()),
+                ..JobChanges::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nowhere"), "{e}");
+    assert_eq!(view(&c, id).partition, "gpu");
+    // A job that started is no longer updated this way.
+    c.hold(ALICE, &[id], true).unwrap();
+    c.schedule(0);
+    assert_eq!(view(&c, id).state, JobState::Running);
+    let e = c.update_job(ALICE, id, &ch).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!("Job is no longer pending execution for job {id}")
+    );
+}
