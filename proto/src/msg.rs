@@ -866,6 +866,10 @@ pub struct JobFilter {
     pub tasks: Vec<(JobId, u32)>,
     /// Paging for queries: only jobs with ids above this.
     pub after: JobId,
+    /// Views with what each job asked for beyond its shape
+    /// ([`JobView::ask`]) and its running steps; without it those are left
+    /// out, and a plain `squeue` moves half the bytes.
+    pub detail: bool,
 }
 
 /// The most jobs one [`Response::Jobs`] carries; a query whose answer is
@@ -1130,10 +1134,48 @@ pub struct JobView {
     /// Of an array: the array's id, and this task's index or, for the
     /// tasks still waiting (one view for all), their indices.
     pub array: Option<ArrayView>,
-    /// What was asked beyond the shape, as squeue and scontrol show it.
-    pub ask: JobAsk,
-    /// The steps running now (squeue `-s`, `scontrol show steps`).
+    /// What was asked beyond the shape, as squeue and scontrol show it;
+    /// only when the query asked for [`JobFilter::detail`] (read it with
+    /// [`JobView::ask`]).
+    pub ask: Option<Box<JobAsk>>,
+    /// The steps running now (squeue `-s`, `scontrol show steps`); only
+    /// with [`JobFilter::detail`].
     pub steps: Vec<StepView>,
+}
+
+/// What a view without detail asked for: nothing beyond its shape.
+static NO_ASK: JobAsk = JobAsk {
+    account: None,
+    qos: None,
+    nice: 0,
+    dependency: None,
+    req_nodes: Vec::new(),
+    exc_nodes: Vec::new(),
+    features: None,
+    exclusive: false,
+    mem_per_cpu_mb: None,
+    gpu_type: None,
+    gpus_per_node: None,
+    gpus_per_task: None,
+    gpus_total: None,
+    begin: None,
+    ntasks_per_node: None,
+    nodes: None,
+    submit_host: None,
+};
+
+impl JobView {
+    /// What the job asked for beyond its shape (all defaults when the view
+    /// was made without detail).
+    pub fn ask(&self) -> &JobAsk {
+        self.ask.as_deref().unwrap_or(&NO_ASK)
+    }
+
+    /// CPUs asked per node (squeue's MIN_CPUS): `-c` times
+    /// `--ntasks-per-node`.
+    pub fn min_cpus(&self) -> u32 {
+        self.cpus_per_task * self.ask().ntasks_per_node.unwrap_or(1)
+    }
 }
 
 /// What a job asked for beyond its shape: the fields squeue's format codes
@@ -1163,9 +1205,6 @@ pub struct JobAsk {
     pub gpus_total: Option<u32>,
     /// `--begin`.
     pub begin: Option<UnixSecs>,
-    /// CPUs asked per node (squeue's MIN_CPUS): `-c` times
-    /// `--ntasks-per-node`.
-    pub min_cpus: u32,
     /// `--ntasks-per-node`.
     pub ntasks_per_node: Option<u32>,
     /// `-N` as given (`scontrol`'s `NumNodes=2-2` while pending).

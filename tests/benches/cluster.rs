@@ -13,6 +13,7 @@
 //! | tiny_jobs/no_exec (control plane)  | ≥ 5,000 jobs/s          |
 //! | srun/N1_true                       | p50 ≤ 20 ms             |
 //! | squeue/10k_pending                 | ≤ 100 ms                |
+//! | squeue/10k_pending_all_codes       | ≤ 100 ms (every `%` code: views with detail) |
 //! | controller memory, 10k pending     | ≤ 10 KiB per job        |
 //!
 //! Run: `cargo bench -p corral-e2e --bench cluster`. p50/p99 of srun and
@@ -24,6 +25,9 @@ use corral_ctl::client::{pipeline_to, Client};
 use corral_e2e::{tiny_job, Env, Opts};
 use corral_proto::msg::{Request, Response};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+/// Every job `%` code squeue knows, in one format.
+const ALL_CODES: &str = "%i %A %a %F %K %j %u %U %g %G %P %q %t %T %M %l %L %D %C %m %c %b %R %r %N %S %V %e %E %Q %p %y %o %Z %k %n %x %h %W %f %O %d %H %I %J %z %v %w %X %Y %B";
 
 fn submit_all(
     rt: &tokio::runtime::Runtime,
@@ -286,6 +290,16 @@ fn benches(c: &mut Criterion) {
             let o = env.cmd(&["squeue"]).output().expect("squeue");
             assert!(o.status.success());
             assert!(o.stdout.len() > 10_000 * 60);
+        })
+    });
+    g.bench_function("10k_pending_all_codes", |b| {
+        b.iter(|| {
+            let o = env
+                .cmd(&["squeue", "-o", ALL_CODES])
+                .output()
+                .expect("squeue");
+            assert!(o.status.success());
+            assert!(o.stdout.len() > 10_000 * 200);
         })
     });
     g.finish();

@@ -123,22 +123,27 @@ pub fn block_on<F: Future<Output = i32>>(cmd: &str, f: F) -> i32 {
 /// A user's name from the node's passwd, or the uid as text. Remembered:
 /// squeue asks once per job, and each lookup reads the user database.
 pub fn user_name(uid: u32) -> String {
+    let mut name = String::new();
+    with_user_name(uid, |n| name.push_str(n));
+    name
+}
+
+/// Lends a user's name (see [`user_name`]) without copying it.
+pub fn with_user_name(uid: u32, f: impl FnOnce(&str)) {
     thread_local! {
         static NAMES: std::cell::RefCell<std::collections::HashMap<u32, String>> =
             Default::default();
     }
     NAMES.with(|names| {
-        names
-            .borrow_mut()
-            .entry(uid)
-            .or_insert_with(|| {
-                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-                    .ok()
-                    .flatten()
-                    .map(|u| u.name)
-                    .unwrap_or_else(|| uid.to_string())
-            })
-            .clone()
+        let mut names = names.borrow_mut();
+        let name = names.entry(uid).or_insert_with(|| {
+            nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .unwrap_or_else(|| uid.to_string())
+        });
+        f(name)
     })
 }
 

@@ -180,7 +180,11 @@ pub fn main(args: &[OsString]) -> i32 {
             return fail(CMD, "not a cancel");
         };
         let filter = if extra.is_some() || a.interactive {
-            let jobs = match c.jobs(filter.clone()).await {
+            let query = JobFilter {
+                detail: true,
+                ..filter.clone()
+            };
+            let jobs = match c.jobs(query).await {
                 Ok(j) => j,
                 Err(e) => return fail(CMD, e),
             };

@@ -58,15 +58,15 @@ pub fn show_job(j: &JobView, now: u64) -> String {
     lines.push(format!(
         "Priority={} Nice={} Account={} QOS={}",
         j.priority,
-        j.ask.nice,
-        null(&j.ask.account),
-        j.ask.qos.as_deref().unwrap_or("normal")
+        j.ask().nice,
+        null(&j.ask().account),
+        j.ask().qos.as_deref().unwrap_or("normal")
     ));
     lines.push(format!(
         "JobState={} Reason={} Dependency={}",
         j.state.name(),
         words::job_reason(j.reason),
-        null(&j.ask.dependency)
+        null(&j.ask().dependency)
     ));
     if let Some(f) = &j.failure {
         lines.push(format!("FailReason={f}"));
@@ -87,7 +87,7 @@ pub fn show_job(j: &JobView, now: u64) -> String {
         limit(Some(super::squeue::run_secs(j, now)), "00:00:00"),
         limit(j.time_limit, "UNLIMITED")
     ));
-    let eligible = j.ask.begin.unwrap_or(0).max(j.submit_time);
+    let eligible = j.ask().begin.unwrap_or(0).max(j.submit_time);
     lines.push(format!(
         "SubmitTime={} EligibleTime={}",
         timestamp(j.submit_time),
@@ -97,7 +97,7 @@ pub fn show_job(j: &JobView, now: u64) -> String {
     let start = j
         .start_time
         .or(j.expected_start)
-        .or(pending.then_some(j.ask.begin).flatten());
+        .or(pending.then_some(j.ask().begin).flatten());
     let end = match (j.end_time, pending) {
         (Some(e), _) => Some(e),
         (None, true) => j.expected_start.zip(j.time_limit).map(|(s, l)| s + l),
@@ -115,18 +115,18 @@ pub fn show_job(j: &JobView, now: u64) -> String {
     lines.push(format!(
         "Partition={} AllocNode:Sid={}:0",
         j.partition,
-        null(&j.ask.submit_host)
+        null(&j.ask().submit_host)
     ));
     lines.push(format!(
         "ReqNodeList={} ExcNodeList={}",
-        list(&j.ask.req_nodes),
-        list(&j.ask.exc_nodes)
+        list(&j.ask().req_nodes),
+        list(&j.ask().exc_nodes)
     ));
     lines.push(format!("NodeList={}", hostlist::compress_sorted(&j.nodes)));
     if let (true, Some(host)) = (j.batch, j.nodes.first()) {
         lines.push(format!("BatchHost={host}"));
     }
-    let num_nodes = match (pending, j.ask.nodes) {
+    let num_nodes = match (pending, j.ask().nodes) {
         (true, Some(n)) => format!("{n}-{n}"),
         _ => j.num_nodes.to_string(),
     };
@@ -137,23 +137,23 @@ pub fn show_job(j: &JobView, now: u64) -> String {
     lines.push(format!("TRES={}", tres(j)));
     lines.push(format!(
         "Socks/Node=* NtasksPerN:B:S:C={}:0:*:* CoreSpec=*",
-        j.ask.ntasks_per_node.unwrap_or(0)
+        j.ask().ntasks_per_node.unwrap_or(0)
     ));
-    let memory = match j.ask.mem_per_cpu_mb {
+    let memory = match j.ask().mem_per_cpu_mb {
         Some(m) => format!("MinMemoryCPU={}", size_mb(m)),
         None => format!("MinMemoryNode={}", size_mb(j.mem_mb)),
     };
     lines.push(format!(
         "MinCPUsNode={} {memory} MinTmpDiskNode=0",
-        j.ask.min_cpus
+        j.min_cpus()
     ));
     lines.push(format!(
         "Features={} DelayBoot=00:00:00",
-        null(&j.ask.features)
+        null(&j.ask().features)
     ));
     lines.push(format!(
         "OverSubscribe={} Contiguous=0 Licenses=(null) Network=(null)",
-        if j.ask.exclusive { "NO" } else { "OK" }
+        if j.ask().exclusive { "NO" } else { "OK" }
     ));
     // Corral's own: what the job's cgroups measured (Slurm leaves it to
     // sstat and sacct).
@@ -178,9 +178,9 @@ pub fn show_job(j: &JobView, now: u64) -> String {
     }
     lines.push("Power=".into());
     for (key, n) in [
-        ("TresPerJob", j.ask.gpus_total),
-        ("TresPerNode", j.ask.gpus_per_node),
-        ("TresPerTask", j.ask.gpus_per_task),
+        ("TresPerJob", j.ask().gpus_total),
+        ("TresPerNode", j.ask().gpus_per_node),
+        ("TresPerTask", j.ask().gpus_per_task),
     ] {
         if n.is_some() {
             lines.push(format!("{key}={}", gres(j, n)));
@@ -686,6 +686,7 @@ pub fn main(args: &[OsString]) -> i32 {
                 Action::ShowJobs(id) => (
                     Request::Jobs(JobFilter {
                         ids: id.into_iter().collect(),
+                        detail: true,
                         ..Default::default()
                     }),
                     Some(id.map(|i| i.to_string())),
@@ -698,6 +699,7 @@ pub fn main(args: &[OsString]) -> i32 {
                     let filter = JobFilter {
                         ids: job.map(JobId).into_iter().collect(),
                         states: vec![JobState::Running],
+                        detail: true,
                         ..Default::default()
                     };
                     return match remote(Request::Jobs(filter)).await {
@@ -971,7 +973,7 @@ mod tests {
         }
         // -N given shows as a range while pending.
         let mut two = jobs[0].clone();
-        two.ask.nodes = Some(2);
+        two.ask.get_or_insert_with(Default::default).nodes = Some(2);
         assert!(show_job(&two, 0).contains("   NumNodes=2-2 NumCPUs=2"));
         // Records: a line of three blanks and a blank line after each; one
         // line each with -o, a blank before the newline.

@@ -193,8 +193,8 @@ impl Extra {
     }
 
     pub fn keeps(&self, j: &JobView) -> bool {
-        let account = j.ask.account.as_deref().unwrap_or("");
-        let qos = j.ask.qos.as_deref().unwrap_or("normal");
+        let account = j.ask().account.as_deref().unwrap_or("");
+        let qos = j.ask().qos.as_deref().unwrap_or("normal");
         (self.accounts.is_empty()
             || self
                 .accounts
@@ -373,6 +373,35 @@ const FIELDS: &[(F, Option<char>, &[&str], &str)] = &[
     (F::StepName, None, &["stepname"], "STEP_NAME"),
 ];
 
+/// Whether a field reads only a job's shape and state, never what it
+/// asked beyond them ([`JobView::ask`]) or its steps: a layout of such
+/// fields asks the controller for views without detail.
+fn basic(f: F) -> bool {
+    !matches!(
+        f,
+        F::Account
+            | F::Qos
+            | F::Dependency
+            | F::ReqNodes
+            | F::ExcNodes
+            | F::Features
+            | F::OverSubscribe
+            | F::MinMemory
+            | F::MinCpus
+            | F::TresPerNode
+            | F::TresPerJob
+            | F::TresPerTask
+            | F::TresAlloc
+            | F::StartTime
+            | F::EligibleTime
+            | F::PendingTime
+            | F::Nice
+            | F::AllocNodes
+            | F::StepId
+            | F::StepName
+    )
+}
+
 /// The field a `%` code names, of jobs or (with `-s`) of steps.
 fn by_code(code: char, steps: bool) -> Option<F> {
     if steps {
@@ -497,6 +526,28 @@ pub fn parse_format2(s: &str, steps: bool) -> Result<Vec<Piece>, String> {
     Ok(out)
 }
 
+/// Appends `s` padded or cut to a width, right- or left-justified (what
+/// [`fit`] returns, without building it).
+pub fn push_fit(out: &mut String, s: &str, width: Option<usize>, right: bool) {
+    let Some(w) = width else {
+        out.push_str(s);
+        return;
+    };
+    let (cut, n) = match s.char_indices().nth(w) {
+        Some((i, _)) => (&s[..i], w),
+        None if s.is_ascii() => (s, s.len()),
+        None => (s, s.chars().count()),
+    };
+    let pad = w - n;
+    if !right {
+        out.push_str(cut);
+    }
+    out.extend(std::iter::repeat_n(' ', pad));
+    if right {
+        out.push_str(cut);
+    }
+}
+
 /// Pads or truncates to a width, right- or left-justified.
 pub fn fit(s: &str, width: Option<usize>, right: bool) -> String {
     match width {
@@ -536,12 +587,12 @@ pub fn size_mb(mb: u64) -> String {
 
 /// A job's memory ask as squeue's MIN_MEMORY shows it.
 pub fn min_memory(j: &JobView) -> String {
-    size_mb(j.ask.mem_per_cpu_mb.unwrap_or(j.mem_mb))
+    size_mb(j.ask().mem_per_cpu_mb.unwrap_or(j.mem_mb))
 }
 
 /// `gres:gpu[:type]:N`, Slurm 22.05's TRES text for a GPU count.
 pub fn gres(j: &JobView, n: Option<u32>) -> String {
-    match (n, &j.ask.gpu_type) {
+    match (n, &j.ask().gpu_type) {
         (Some(n), Some(t)) => format!("gres:gpu:{t}:{n}"),
         (Some(n), None) => format!("gres:gpu:{n}"),
         (None, _) => "N/A".into(),
@@ -551,7 +602,7 @@ pub fn gres(j: &JobView, n: Option<u32>) -> String {
 /// The job's TRES as Slurm lists them: `cpu=4,mem=8G,node=2,billing=4`
 /// (and `gres/gpu=N`).
 pub fn tres(j: &JobView) -> String {
-    let mem = match j.ask.mem_per_cpu_mb {
+    let mem = match j.ask().mem_per_cpu_mb {
         Some(per_cpu) => per_cpu * u64::from(j.num_cpus),
         None => j.mem_mb * u64::from(j.num_nodes),
     };
@@ -598,7 +649,7 @@ fn value(j: &JobView, f: F, now: u64) -> String {
     match f {
         F::JobArrayId => job_id(j),
         F::JobId => j.id.to_string(),
-        F::Account => or_null(&j.ask.account),
+        F::Account => or_null(&j.ask().account),
         F::ArrayJobId => j.array.as_ref().map_or(j.id, |a| a.job).to_string(),
         F::ArrayTaskId => match &j.array {
             None => "N/A".into(),
@@ -613,7 +664,7 @@ fn value(j: &JobView, f: F, now: u64) -> String {
         F::Group => group_name(j.user.gid),
         F::Gid => j.user.gid.to_string(),
         F::Partition => j.partition.clone(),
-        F::Qos => j.ask.qos.clone().unwrap_or_else(|| "normal".into()),
+        F::Qos => j.ask().qos.clone().unwrap_or_else(|| "normal".into()),
         F::StateCompact => j.state.code().to_string(),
         F::State => j.state.name().to_string(),
         F::TimeUsed => elapsed(run_secs(j, now)),
@@ -625,11 +676,11 @@ fn value(j: &JobView, f: F, now: u64) -> String {
         F::NumCpus => j.num_cpus.to_string(),
         F::NumTasks => j.num_tasks.to_string(),
         F::MinMemory => min_memory(j),
-        F::MinCpus => j.ask.min_cpus.to_string(),
+        F::MinCpus => j.min_cpus().to_string(),
         F::CpusPerTask => j.cpus_per_task.to_string(),
-        F::TresPerNode => gres(j, j.ask.gpus_per_node),
-        F::TresPerJob => gres(j, j.ask.gpus_total),
-        F::TresPerTask => gres(j, j.ask.gpus_per_task),
+        F::TresPerNode => gres(j, j.ask().gpus_per_node),
+        F::TresPerJob => gres(j, j.ask().gpus_total),
+        F::TresPerTask => gres(j, j.ask().gpus_per_task),
         F::TresAlloc => tres(j),
         F::ReasonList => match j.state {
             JobState::Pending => reason(),
@@ -641,7 +692,7 @@ fn value(j: &JobView, f: F, now: u64) -> String {
         F::StartTime => j
             .start_time
             .or(j.expected_start)
-            .or(j.ask.begin)
+            .or(j.ask().begin)
             .map_or("N/A".into(), timestamp),
         F::SubmitTime => timestamp(j.submit_time),
         F::EndTime => match (j.end_time, pending) {
@@ -652,9 +703,9 @@ fn value(j: &JobView, f: F, now: u64) -> String {
                 .map_or("N/A".into(), |(s, l)| timestamp(s + l)),
             (None, false) => "NONE".into(),
         },
-        F::EligibleTime => timestamp(j.ask.begin.unwrap_or(0).max(j.submit_time)),
+        F::EligibleTime => timestamp(j.ask().begin.unwrap_or(0).max(j.submit_time)),
         F::PendingTime => {
-            let eligible = j.ask.begin.unwrap_or(0).max(j.submit_time);
+            let eligible = j.ask().begin.unwrap_or(0).max(j.submit_time);
             let until = if pending {
                 now
             } else {
@@ -662,18 +713,18 @@ fn value(j: &JobView, f: F, now: u64) -> String {
             };
             until.saturating_sub(eligible).to_string()
         }
-        F::Dependency => or_null(&j.ask.dependency),
+        F::Dependency => or_null(&j.ask().dependency),
         F::PriorityLong => j.priority.to_string(),
         F::Priority => format!("{:.14}", j.priority.max(0) as f64 / f64::from(u32::MAX)),
-        F::Nice => j.ask.nice.to_string(),
+        F::Nice => j.ask().nice.to_string(),
         F::Command => j.command.clone(),
         F::WorkDir => j.work_dir.clone(),
         F::Comment => or_null(&j.comment),
-        F::ReqNodes => hostlist::compress_sorted(&j.ask.req_nodes),
-        F::ExcNodes => hostlist::compress_sorted(&j.ask.exc_nodes),
-        F::OverSubscribe => if j.ask.exclusive { "NO" } else { "OK" }.into(),
+        F::ReqNodes => hostlist::compress_sorted(&j.ask().req_nodes),
+        F::ExcNodes => hostlist::compress_sorted(&j.ask().exc_nodes),
+        F::OverSubscribe => if j.ask().exclusive { "NO" } else { "OK" }.into(),
         F::Licenses | F::Reservation | F::Wckey | F::SchedNodes => "(null)".into(),
-        F::Features => or_null(&j.ask.features),
+        F::Features => or_null(&j.ask().features),
         F::Contiguous | F::MinTmpDisk => "0".into(),
         F::Sockets | F::Cores | F::Threads => "*".into(),
         F::Sct => "*:*:*".into(),
@@ -699,9 +750,95 @@ fn value(j: &JobView, f: F, now: u64) -> String {
         },
         F::StdIn => "/dev/null".into(),
         F::MinTime => "0:00".into(),
-        F::AllocNodes => or_null(&j.ask.submit_host),
+        F::AllocNodes => or_null(&j.ask().submit_host),
         F::StepId => j.id.to_string(),
     }
+}
+
+/// Writes a field's value: text the view holds, constants and numbers
+/// straight into `buf` (a squeue of 10,000 jobs prints half a million
+/// fields), the rest through [`value`].
+fn value_into(buf: &mut String, j: &JobView, f: F, now: u64) {
+    use std::fmt::Write as _;
+    let ask = j.ask();
+    fn null(v: &Option<String>) -> &str {
+        v.as_deref().unwrap_or("(null)")
+    }
+    let text: &str = match f {
+        F::Name | F::StepName => &j.name,
+        F::Partition => &j.partition,
+        F::Command => &j.command,
+        F::WorkDir => &j.work_dir,
+        F::StateCompact => j.state.code(),
+        F::State => j.state.name(),
+        F::Reason => words::job_reason(j.reason),
+        F::Qos => ask.qos.as_deref().unwrap_or("normal"),
+        F::Account => null(&ask.account),
+        F::Dependency => null(&ask.dependency),
+        F::Features => null(&ask.features),
+        F::Comment => null(&j.comment),
+        F::AllocNodes => null(&ask.submit_host),
+        F::OverSubscribe if ask.exclusive => "NO",
+        F::OverSubscribe => "OK",
+        F::Licenses | F::Reservation | F::Wckey | F::SchedNodes => "(null)",
+        F::Contiguous | F::MinTmpDisk => "0",
+        F::Sockets | F::Cores | F::Threads => "*",
+        F::Sct => "*:*:*",
+        F::CoreSpec => "N/A",
+        F::StdIn => "/dev/null",
+        F::MinTime => "0:00",
+        F::ReqNodes if ask.req_nodes.is_empty() => "",
+        F::ExcNodes if ask.exc_nodes.is_empty() => "",
+        F::NodeList if j.nodes.is_empty() => "",
+        F::TresPerNode if ask.gpus_per_node.is_none() => "N/A",
+        F::TresPerJob if ask.gpus_total.is_none() => "N/A",
+        F::TresPerTask if ask.gpus_per_task.is_none() => "N/A",
+        F::ArrayTaskId if j.array.is_none() => "N/A",
+        F::JobArrayId if j.array.is_none() => {
+            let _ = write!(buf, "{}", j.id);
+            return;
+        }
+        F::JobId | F::ArrayJobId if j.array.is_none() => {
+            let _ = write!(buf, "{}", j.id);
+            return;
+        }
+        F::Uid | F::Gid | F::NumNodes | F::NumCpus | F::NumTasks | F::MinCpus | F::CpusPerTask => {
+            let n = match f {
+                F::Uid => j.user.uid,
+                F::Gid => j.user.gid,
+                F::NumNodes => j.num_nodes,
+                F::NumCpus => j.num_cpus,
+                F::NumTasks => j.num_tasks,
+                F::MinCpus => j.min_cpus(),
+                _ => j.cpus_per_task,
+            };
+            let _ = write!(buf, "{n}");
+            return;
+        }
+        F::PriorityLong => {
+            let _ = write!(buf, "{}", j.priority);
+            return;
+        }
+        F::ReasonList if j.state == JobState::Pending || j.nodes.is_empty() => {
+            buf.push('(');
+            buf.push_str(words::job_reason(j.reason));
+            buf.push(')');
+            return;
+        }
+        F::User => {
+            super::with_user_name(j.user.uid, |n| buf.push_str(n));
+            return;
+        }
+        F::Nice => {
+            let _ = write!(buf, "{}", ask.nice);
+            return;
+        }
+        _ => {
+            buf.push_str(&value(j, f, now));
+            return;
+        }
+    };
+    buf.push_str(text);
 }
 
 /// A step's value of a field (`-s`); fields of the job where the step has
@@ -758,7 +895,8 @@ pub fn expand_arrays(jobs: Vec<JobView>) -> Vec<JobView> {
     out
 }
 
-fn line(pieces: &[Piece], out: &mut String, get: &dyn Fn(F) -> String, head: bool, steps: bool) {
+fn line(pieces: &[Piece], out: &mut String, get: &dyn Fn(F, &mut String), head: bool, steps: bool) {
+    let mut v = String::with_capacity(64);
     for p in pieces {
         match p {
             Piece::Text(t) => out.push_str(t),
@@ -768,18 +906,21 @@ fn line(pieces: &[Piece], out: &mut String, get: &dyn Fn(F) -> String, head: boo
                 width,
                 field,
             } => {
-                let v = if head {
-                    header(*field, steps).to_string()
+                v.clear();
+                if head {
+                    v.push_str(header(*field, steps));
                 } else {
-                    get(*field)
-                };
+                    get(*field, &mut v);
+                }
                 // Slurm pads a right-justified duration to its width but
                 // never cuts it (`%.9l` of `1-02:04:00` prints all ten).
                 let duration = matches!(field, F::TimeUsed | F::TimeLimit | F::TimeLeft);
                 if *right && duration && !head {
-                    out.push_str(&format!("{v:>w$}", w = width.unwrap_or(0)));
+                    let pad = width.unwrap_or(0).saturating_sub(v.chars().count());
+                    out.extend(std::iter::repeat_n(' ', pad));
+                    out.push_str(&v);
                 } else {
-                    out.push_str(&fit(&v, *width, *right));
+                    push_fit(out, &v, *width, *right);
                 }
             }
         }
@@ -791,10 +932,16 @@ fn line(pieces: &[Piece], out: &mut String, get: &dyn Fn(F) -> String, head: boo
 pub fn render_pieces(jobs: &[JobView], pieces: &[Piece], with_header: bool, now: u64) -> String {
     let mut out = String::with_capacity(64 * (jobs.len() + 1));
     if with_header {
-        line(pieces, &mut out, &|_| String::new(), true, false);
+        line(pieces, &mut out, &|_, _| {}, true, false);
     }
     for j in jobs {
-        line(pieces, &mut out, &|f| value(j, f, now), false, false);
+        line(
+            pieces,
+            &mut out,
+            &|f, buf| value_into(buf, j, f, now),
+            false,
+            false,
+        );
     }
     out
 }
@@ -815,7 +962,7 @@ pub fn render_steps(
 ) -> String {
     let mut out = String::new();
     if with_header {
-        line(pieces, &mut out, &|_| String::new(), true, true);
+        line(pieces, &mut out, &|_, _| {}, true, true);
     }
     let mut steps: Vec<(&JobView, &StepView)> = jobs
         .iter()
@@ -824,7 +971,13 @@ pub fn render_steps(
         .collect();
     steps.sort_by_key(|(j, s)| (j.id, s.id));
     for (j, s) in steps {
-        line(pieces, &mut out, &|f| step_value(j, s, f, now), false, true);
+        line(
+            pieces,
+            &mut out,
+            &|f, buf| buf.push_str(&step_value(j, s, f, now)),
+            false,
+            true,
+        );
     }
     out
 }
@@ -876,17 +1029,17 @@ fn sort_val(j: &JobView, f: F, now: u64) -> SortVal {
         F::NumNodes => n(i128::from(j.num_nodes)),
         F::NumCpus => n(i128::from(j.num_cpus)),
         F::NumTasks => n(i128::from(j.num_tasks)),
-        F::MinCpus => n(i128::from(j.ask.min_cpus)),
-        F::MinMemory => n(i128::from(j.ask.mem_per_cpu_mb.unwrap_or(j.mem_mb))),
+        F::MinCpus => n(i128::from(j.min_cpus())),
+        F::MinMemory => n(i128::from(j.ask().mem_per_cpu_mb.unwrap_or(j.mem_mb))),
         F::StartTime => n(j
             .start_time
             .or(j.expected_start)
-            .or(j.ask.begin)
+            .or(j.ask().begin)
             .map_or(i128::MAX, i128::from)),
         F::SubmitTime => n(i128::from(j.submit_time)),
         F::EndTime => n(j.end_time.map_or(i128::MAX, i128::from)),
         F::PriorityLong | F::Priority => n(i128::from(j.priority)),
-        F::Nice => n(i128::from(j.ask.nice)),
+        F::Nice => n(i128::from(j.ask().nice)),
         other => SortVal::Text(value(j, other, now)),
     }
 }
@@ -943,6 +1096,8 @@ pub struct Layout {
     header: bool,
     /// `-l`: a date line above the header.
     dated: bool,
+    /// Some field or sort key needs what jobs asked, or their steps.
+    pub detail: bool,
 }
 
 impl Layout {
@@ -975,12 +1130,20 @@ impl Layout {
             None if a.start => vec![(F::StartTime, false)],
             None => parse_sort(DEFAULT_SORT)?,
         };
+        let detail = is_steps
+            || a.account.is_some()
+            || a.qos.is_some()
+            || sort.iter().any(|&(f, _)| !basic(f))
+            || pieces
+                .iter()
+                .any(|p| matches!(p, Piece::Field { field, .. } if !basic(*field)));
         Ok(Layout {
             pieces,
             sort,
             steps,
             header: !a.noheader,
             dated: a.long && !a.noheader,
+            detail,
         })
     }
 
@@ -1009,10 +1172,11 @@ pub fn main(args: &[OsString]) -> i32 {
     };
     apply_env(&mut a, &|k| std::env::var(k).ok());
     crate::timefmt::use_env_format(now());
-    let (f, extra, layout) = match (filter(&a), Extra::of(&a), Layout::of(&a)) {
+    let (mut f, extra, layout) = match (filter(&a), Extra::of(&a), Layout::of(&a)) {
         (Ok(f), Ok(e), Ok(l)) => (f, e, l),
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return fail(CMD, e),
     };
+    f.detail = layout.detail;
     block_on(CMD, async move {
         let mut c = match Client::connect().await {
             Ok(c) => c,
@@ -1240,8 +1404,7 @@ pub(crate) mod tests {
         run.stdout = Some("/tmp/slurm/r1.out".into());
         run.reason = JobReason::None;
         run.requeue = true;
-        run.ask.min_cpus = 2;
-        run.ask.gpus_per_node = Some(1);
+        run.ask.get_or_insert_with(Default::default).gpus_per_node = Some(1);
         let mut pend = job(136, JobState::Pending);
         pend.name = "pend".into();
         pend.partition = "p".into();
@@ -1251,9 +1414,8 @@ pub(crate) mod tests {
         pend.priority = 4_294_901_682;
         pend.work_dir = "/tmp/slurm".into();
         pend.stdout = Some("slurm-%j.out".into());
-        pend.ask.min_cpus = 1;
-        pend.ask.mem_per_cpu_mb = Some(500);
-        pend.ask.exclusive = true;
+        pend.ask.get_or_insert_with(Default::default).mem_per_cpu_mb = Some(500);
+        pend.ask.get_or_insert_with(Default::default).exclusive = true;
         let mut held = job(137, JobState::Pending);
         held.name = "held".into();
         held.partition = "p".into();
@@ -1264,13 +1426,13 @@ pub(crate) mod tests {
         held.priority = 0;
         held.reason = JobReason::JobHeldUser;
         held.work_dir = "/tmp/slurm".into();
-        held.ask.min_cpus = 1;
-        held.ask.nice = 5;
-        held.ask.account = Some("acct".into());
-        held.ask.begin = Some(4_600);
-        held.ask.req_nodes = vec!["n1".into()];
-        held.ask.exc_nodes = vec!["n2".into()];
-        held.ask.dependency = Some("afterok:1(unfulfilled)".into());
+        held.ask.get_or_insert_with(Default::default).nice = 5;
+        held.ask.get_or_insert_with(Default::default).account = Some("acct".into());
+        held.ask.get_or_insert_with(Default::default).begin = Some(4_600);
+        held.ask.get_or_insert_with(Default::default).req_nodes = vec!["n1".into()];
+        held.ask.get_or_insert_with(Default::default).exc_nodes = vec!["n2".into()];
+        held.ask.get_or_insert_with(Default::default).dependency =
+            Some("afterok:1(unfulfilled)".into());
         vec![pend, held, run]
     }
 

@@ -359,7 +359,7 @@ impl Controller {
             .map(|j| {
                 let mut a = j.acct(now);
                 if j.state == JobState::Pending {
-                    a.reason = self.view(j, now).reason;
+                    a.reason = self.view(j, false, now).reason;
                 }
                 a
             })

@@ -29,6 +29,8 @@ pub struct Selector {
     pub only: std::collections::HashMap<JobId, Vec<u32>>,
     /// Paging: only jobs with ids above this.
     pub after: JobId,
+    /// Views with what jobs asked and their steps.
+    pub detail: bool,
 }
 
 fn state_bit(s: JobState) -> u16 {
@@ -63,6 +65,7 @@ impl Selector {
             partitions: set(f.partitions),
             names: set(f.names),
             tasks: f.tasks,
+            detail: f.detail,
             only: Default::default(),
             after: f.after,
         })

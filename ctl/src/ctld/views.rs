@@ -61,7 +61,7 @@ impl Controller {
                 continue;
             }
             if sel.matches(j.id, j.user.uid, j.state, &j.partition, &j.spec.name) {
-                let mut v = self.view(j, now);
+                let mut v = self.view(j, sel.detail, now);
                 if let (Some(only), Some(spec), Some(a)) =
                     (sel.only.get(&j.id), &j.spec.array, v.array.as_mut())
                 {
@@ -73,7 +73,7 @@ impl Controller {
         (views, None)
     }
 
-    pub(super) fn view(&self, j: &JobRecord, _now: u64) -> JobView {
+    pub(super) fn view(&self, j: &JobRecord, detail: bool, _now: u64) -> JobView {
         // Only a pending job has anything to ask the scheduler (a running
         // one's status would clone its allocation for nothing).
         let status = (j.state == JobState::Pending)
@@ -167,11 +167,11 @@ impl Controller {
             mail_type: j.spec.mail_type.clone(),
             mail_user: j.spec.mail_user.clone(),
             array: j.array_view(self.sched.array_waiting(core_id(j.id))),
-            ask: ask(j, reason),
+            ask: detail.then(|| Box::new(ask(j, reason))),
             steps: j
                 .steps
                 .iter()
-                .filter(|s| s.end.is_none())
+                .filter(|s| detail && s.end.is_none())
                 .map(|s| StepView {
                     id: s.id,
                     name: s.name.clone(),
@@ -321,7 +321,6 @@ fn ask(j: &JobRecord, reason: JobReason) -> JobAsk {
         gpus_per_task: per_task,
         gpus_total: total,
         begin: spec.begin,
-        min_cpus: j.cpus_per_task() * spec.ntasks_per_node.unwrap_or(1),
         ntasks_per_node: spec.ntasks_per_node,
         nodes: spec.nodes,
         submit_host: spec.submit_host.clone(),

@@ -964,6 +964,7 @@ fn view(c: &Controller, id: JobId) -> JobView {
     c.job_views(
         &JobFilter {
             ids: vec![id],
+            detail: true,
             ..Default::default()
         },
         0,
@@ -1708,7 +1709,7 @@ fn scontrol_update_changes_a_pending_job_within_the_owners_rights() {
     assert_eq!(
         (
             v.time_limit,
-            v.ask.nice,
+            v.ask().nice,
             v.name.as_str(),
             v.comment.as_deref()
         ),
