@@ -178,6 +178,17 @@ fn squeue_options_and_formats() {
     let v = String::from_utf8_lossy(&out.stdout);
     let (year, secs) = v.trim().split_once('/').expect("YEAR/SECS");
     assert!(year.len() == 4 && secs.parse::<u64>().is_ok(), "{v}");
+    // A finished job named by id: the header alone, unless -t says.
+    let done = env
+        .ok(&["sbatch", "--parsable", "--wrap", "true"])
+        .trim()
+        .to_string();
+    env.wait_state(done.parse().expect("job id"), &["COMPLETED"], 20);
+    assert_eq!(env.ok(&["squeue", "-j", &done, "-o", "%i"]), "JOBID\n");
+    assert_eq!(
+        env.ok(&["squeue", "-h", "-j", &done, "-t", "all", "-o", "%T"]),
+        "COMPLETED\n"
+    );
     // -i prints again and again until stopped.
     let mut child = env
         .cmd(&["squeue", "-i", "1", "-o", "%i"])

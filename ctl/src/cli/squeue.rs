@@ -151,10 +151,10 @@ pub fn filter(a: &SqueueArgs) -> Result<JobFilter, String> {
                 .collect::<Result<_, _>>()?;
         }
         None if a.start => f.states = vec![JobState::Pending],
-        None if f.ids.is_empty() && f.tasks.is_empty() => {
-            f.states = vec![JobState::Pending, JobState::Running, JobState::Completing];
-        }
-        None => {}
+        // Named by id or not, a finished job shows only with -t (Slurm
+        // 22.05: `squeue -j` of a job that just completed prints the
+        // header alone).
+        None => f.states = vec![JobState::Pending, JobState::Running, JobState::Completing],
     }
     Ok(f)
 }
@@ -1337,7 +1337,7 @@ pub(crate) mod tests {
         let a = SqueueArgs::try_parse_from(["squeue", "-j", "40_7", "-r"]).unwrap();
         let f = filter(&a).unwrap();
         assert_eq!(f.tasks, [(JobId(40), 7)]);
-        assert!(f.states.is_empty(), "a job named by id shows in any state");
+        assert_eq!(f.states.len(), 3, "a finished job shows only with -t");
     }
 
     #[test]
