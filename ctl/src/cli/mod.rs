@@ -10,6 +10,7 @@ use corral_proto::msg::JobId;
 use std::future::Future;
 
 pub mod certs;
+pub mod format;
 pub mod jail;
 pub mod jail_shell;
 pub mod opts;

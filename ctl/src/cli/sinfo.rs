@@ -10,6 +10,7 @@ use clap::Parser;
 use corral_proto::msg::{NodeState, NodeView, PartitionView, Request, Response};
 use scheduler_core::hostlist;
 
+use super::format::Token;
 use super::squeue::fit;
 use super::{block_on, fail, parse, user_name, words};
 use crate::client::Client;
@@ -234,72 +235,47 @@ const KNOWN: &str = "aAbBcCdDeEfFgGhHlLmnNoOpPrRsStTuUvVwXYZz";
 
 /// Parses a `-o` format.
 pub fn parse_format(s: &str) -> Result<Vec<Piece>, String> {
-    let mut out = Vec::new();
-    let mut text = String::new();
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            text.push(c);
-            continue;
-        }
-        let right = chars.next_if_eq(&'.').is_some();
-        let widest = chars.next_if_eq(&'#').is_some();
-        let mut width = None;
-        while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
-            width = Some((width.unwrap_or(0usize) * 10 + d as usize).min(1024));
-            chars.next();
-        }
-        let Some(code) = chars.next() else {
-            text.push('%');
-            break;
-        };
-        if !KNOWN.contains(code) {
-            return Err(format!("Invalid node format specification: {code}"));
-        }
-        if !text.is_empty() {
-            out.push(Piece::Text(std::mem::take(&mut text)));
-        }
-        out.push(Piece::Field {
-            right,
-            width,
-            widest,
-            code,
-        });
-    }
-    if !text.is_empty() {
-        out.push(Piece::Text(text));
-    }
-    Ok(out)
+    super::format::tokens(s)
+        .into_iter()
+        .map(|t| match t {
+            Token::Text(t) => Ok(Piece::Text(t)),
+            Token::Code { code, .. } if !KNOWN.contains(code) => {
+                Err(format!("Invalid node format specification: {code}"))
+            }
+            Token::Code {
+                right,
+                widest,
+                width,
+                code,
+            } => Ok(Piece::Field {
+                right,
+                width,
+                widest,
+                code,
+            }),
+        })
+        .collect()
 }
 
-/// Parses a `-O` format: `name[:[.][width]]`, comma separated; 20 wide
-/// unless a width is given, `:0` as wide as the value.
+/// Parses a `-O` format: `name[:[.][width][suffix]]`, comma separated; 20
+/// wide unless a width is given, `:0` as wide as the value.
 pub fn parse_format2(s: &str) -> Result<Vec<Piece>, String> {
     let mut out = Vec::new();
-    for item in s.split(',').filter(|i| !i.is_empty()) {
-        let (name, spec) = item.split_once(':').unwrap_or((item, ""));
-        let lower = name.to_ascii_lowercase();
+    for item in super::format::items(s, FORMAT2_WIDTH) {
+        let lower = item.name.to_ascii_lowercase();
         let code = NAMES
             .iter()
             .find(|(n, _)| *n == lower)
             .map(|(_, c)| *c)
-            .ok_or_else(|| format!("Invalid node format specification: {name}"))?;
-        let right = spec.starts_with('.');
-        let spec = spec.trim_start_matches('.');
-        let digits = spec.bytes().take_while(u8::is_ascii_digit).count();
-        let width = match spec[..digits].parse::<usize>() {
-            Ok(0) => None,
-            Ok(w) => Some(w.min(1024)),
-            Err(_) => Some(FORMAT2_WIDTH),
-        };
+            .ok_or_else(|| format!("Invalid node format specification: {}", item.name))?;
         out.push(Piece::Field {
-            right,
-            width,
+            right: item.right,
+            width: item.width,
             widest: false,
             code,
         });
-        if digits < spec.len() {
-            out.push(Piece::Text(spec[digits..].to_string()));
+        if !item.suffix.is_empty() {
+            out.push(Piece::Text(item.suffix.to_string()));
         }
     }
     Ok(out)

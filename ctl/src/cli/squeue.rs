@@ -8,6 +8,7 @@ use clap::Parser;
 use corral_proto::msg::{format_indices, JobFilter, JobState, JobView, StepView};
 use scheduler_core::hostlist;
 
+use super::format::Token;
 use super::opts::parse_job_list;
 use super::{block_on, fail, group_name, parse, parse_user, user_name, words};
 use crate::client::Client;
@@ -447,80 +448,60 @@ pub enum Piece {
 
 /// Parses a `-o` format of `%[.][width]code` pieces.
 pub fn parse_format(s: &str, steps: bool) -> Vec<Piece> {
-    let mut out = Vec::new();
-    let mut text = String::new();
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            text.push(c);
-            continue;
-        }
-        let right = chars.next_if_eq(&'.').is_some();
-        let mut width = None;
-        while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
-            width = Some((width.unwrap_or(0usize) * 10 + d as usize).min(1024));
-            chars.next();
-        }
-        let Some(code) = chars.next() else {
-            text.push('%');
-            break;
-        };
-        if !text.is_empty() {
-            out.push(Piece::Text(std::mem::take(&mut text)));
-        }
-        match by_code(code, steps) {
-            Some(field) => out.push(Piece::Field {
+    super::format::tokens(s)
+        .into_iter()
+        .map(|t| match t {
+            Token::Text(t) => Piece::Text(t),
+            Token::Code {
                 right,
+                widest,
                 width,
-                field,
-            }),
-            None => {
-                let mut raw = String::from("%");
-                if right {
-                    raw.push('.');
+                code,
+            } => match by_code(code, steps) {
+                Some(field) if !widest => Piece::Field {
+                    right,
+                    width,
+                    field,
+                },
+                // A code squeue does not know is printed as written.
+                _ => {
+                    let mut raw = String::from("%");
+                    if right {
+                        raw.push('.');
+                    }
+                    if widest {
+                        raw.push('#');
+                    }
+                    if let Some(w) = width {
+                        raw.push_str(&w.to_string());
+                    }
+                    raw.push(code);
+                    Piece::Unknown(raw)
                 }
-                if let Some(w) = width {
-                    raw.push_str(&w.to_string());
-                }
-                raw.push(code);
-                out.push(Piece::Unknown(raw));
-            }
-        }
-    }
-    if !text.is_empty() {
-        out.push(Piece::Text(text));
-    }
-    out
+            },
+        })
+        .collect()
 }
 
 /// Parses a `-O` format: `name[:[.][width][suffix]]`, comma separated; a
 /// field without a width is 20 wide, `:0` as wide as its value.
 pub fn parse_format2(s: &str, steps: bool) -> Result<Vec<Piece>, String> {
     let mut out = Vec::new();
-    for item in s.split(',').filter(|i| !i.is_empty()) {
-        let (name, spec) = item.split_once(':').unwrap_or((item, ""));
-        let lower = name.to_ascii_lowercase();
+    for item in super::format::items(s, FORMAT2_WIDTH) {
+        let lower = item.name.to_ascii_lowercase();
         let field = FIELDS
             .iter()
             .find(|e| e.2.contains(&lower.as_str()))
             .map(|e| e.0)
             .filter(|f| steps || !matches!(f, F::StepId | F::StepName))
-            .ok_or_else(|| format!("Invalid job format specification: {name}"))?;
-        let right = spec.starts_with('.');
-        let spec = spec.trim_start_matches('.');
-        let digits = spec.bytes().take_while(u8::is_ascii_digit).count();
-        let width = match spec[..digits].parse::<usize>() {
-            Ok(0) => None,
-            Ok(w) => Some(w.min(1024)),
-            Err(_) => Some(FORMAT2_WIDTH),
-        };
+            .ok_or_else(|| format!("Invalid job format specification: {}", item.name))?;
         out.push(Piece::Field {
-            right,
-            width,
+            right: item.right,
+            width: item.width,
             field,
         });
-        if digits < spec.len() {
-            out.push(Piece::Text(spec[digits..].to_string()));
+        if !item.suffix.is_empty() {
+            out.push(Piece::Text(item.suffix.to_string()));
         }
     }
     Ok(out)
