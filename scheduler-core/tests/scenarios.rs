@@ -776,3 +776,28 @@ fn a_pending_job_updated_keeps_its_age_and_hold_and_is_checked_again() {
     sim.pass();
     assert_eq!(sim.start(held), Some(1000));
 }
+
+#[test]
+fn a_running_jobs_new_limit_moves_the_plans_behind_it() {
+    let mut sim = Sim::new().nodes(1, cpus(4));
+    let mut whole = job().time(1000);
+    whole.req.ntasks = Some(4);
+    let running = sim.submit(whole);
+    sim.pass();
+    assert_eq!(sim.start(running), Some(0));
+    let mut next = job().time(100);
+    next.req.ntasks = Some(4);
+    let waiting = sim.submit(next);
+    sim.pass();
+    assert_eq!(sim.d.s.reservation(waiting).map(|r| r.start), Some(1000));
+    // Shortened: the waiting job's plan moves up; the job is overdue at
+    // its new end.
+    assert_eq!(sim.d.s.set_running_limit(running, Some(400)), Ok(400));
+    sim.pass();
+    assert_eq!(sim.d.s.reservation(waiting).map(|r| r.start), Some(400));
+    assert_eq!(sim.d.s.overdue_jobs(400), [running]);
+    assert_eq!(
+        sim.d.s.set_running_limit(waiting, Some(10)),
+        Err(ControlError::NotRunning(waiting))
+    );
+}

@@ -362,6 +362,9 @@ fn scontrol_shows_and_manages_as_slurm_does() {
             format!("scontrol: error: Job is no longer pending execution for job {c}\n").as_str()
         )
     );
+    // A running job's limit: shorter by anyone who owns it.
+    env.ok(&["scontrol", "update", &format!("JobId={c}"), "TimeLimit=5"]);
+    assert_eq!(env.ok(&["squeue", "-h", "-j", &c, "-o", "%l"]), "5:00\n");
     let (code, _, e) = env.run(&["scontrol", "update", &format!("JobId={b}"), "Color=red"]);
     assert!(
         code == 1 && e.contains("Update of this parameter is not supported"),

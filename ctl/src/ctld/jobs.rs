@@ -677,6 +677,15 @@ impl Controller {
         if j.user.uid != who.uid && !privileged {
             return Err(CtldError::NotYourJob(id));
         }
+        let only_limit = ch.time_limit.is_some()
+            && *ch
+                == JobChanges {
+                    time_limit: ch.time_limit,
+                    ..JobChanges::default()
+                };
+        if j.state == JobState::Running && only_limit {
+            return self.update_running_limit(who, id, ch.time_limit.flatten());
+        }
         if j.state != JobState::Pending || j.array.is_some() {
             return Err(CtldError::NoLongerPending(id));
         }
@@ -737,6 +746,44 @@ impl Controller {
         if let Some(j) = self.jobs.get_mut(&id) {
             j.spec = spec;
             j.partition = partition;
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// A running job's time limit changes: its owner may shorten it, an
+    /// operator also lengthen it; its end moves (a limit already passed
+    /// ends it at the next tick, as TIMEOUT), and a `--signal` before the
+    /// new end is sent again.
+    fn update_running_limit(
+        &mut self,
+        who: Ident,
+        id: JobId,
+        limit: Option<u64>,
+    ) -> Result<(), Refusal> {
+        let privileged = self.privileged(who);
+        let j = self.jobs.get(&id).ok_or(CtldError::UnknownJob(id))?;
+        let longer = match (limit, j.spec.time_limit) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(new), Some(old)) => new > old,
+        };
+        if longer && !privileged {
+            return Err(CtldError::UpdateDenied(
+                id,
+                "only an operator may lengthen a time limit",
+            ));
+        }
+        let end = self
+            .sched
+            .set_running_limit(core_id(id), limit)
+            .map_err(CtldError::Control)?;
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.spec.time_limit = limit;
+            j.end_by = (end < scheduler_core::INFINITE).then_some(end);
+            if longer {
+                j.limit_signalled = false;
+            }
         }
         self.dirty = true;
         Ok(())

@@ -52,6 +52,25 @@ impl Scheduler {
         Ok(())
     }
 
+    /// A running job's time limit changes (`scontrol update JobId=…
+    /// TimeLimit=`): its end moves to its start plus the new limit (`None`:
+    /// no limit), which the next pass plans around; a limit already passed
+    /// makes it overdue at once. Returns the new end.
+    pub fn set_running_limit(
+        &mut self,
+        id: JobId,
+        limit: Option<Secs>,
+    ) -> Result<Secs, ControlError> {
+        let job = self.jobs.get_mut(&id).ok_or(ControlError::UnknownJob(id))?;
+        let State::Running { start, end_by, .. } = &mut job.state else {
+            return Err(ControlError::NotRunning(id));
+        };
+        let end = limit.map_or(INFINITE, |l| start.saturating_add(l).min(INFINITE - 1));
+        *end_by = end;
+        job.limit = limit.unwrap_or(INFINITE);
+        Ok(end)
+    }
+
     pub(super) fn validate(&self, now: Secs, req: JobRequest) -> Result<Job, SubmitError> {
         let invalid = |s: &str| Err(SubmitError::Invalid(s.to_string()));
         let pid = match &req.partition {

@@ -1763,3 +1763,44 @@ fn scontrol_update_changes_a_pending_job_within_the_owners_rights() {
         format!("Job is no longer pending execution for job {id}")
     );
 }
+
+#[test]
+fn a_running_jobs_limit_moves_its_end_within_the_owners_rights() {
+    use corral_proto::msg::JobChanges;
+    let mut c = cluster(1);
+    let mut s = batch("x");
+    s.time_limit = Some(3600);
+    let id = c.submit(ALICE, s, 0).unwrap();
+    c.schedule(0);
+    let (node, _) = launches(&mut c).remove(0);
+    assert_eq!(state(&c, id), JobState::Running);
+    let limit = |l: u64| JobChanges {
+        time_limit: Some(Some(l)),
+        ..JobChanges::default()
+    };
+    // Shorter: the owner may; the end moves.
+    c.update_job(ALICE, id, &limit(600)).unwrap();
+    assert_eq!(view(&c, id).time_limit, Some(600));
+    assert_eq!(view(&c, id).end_time, Some(600));
+    // Longer: only an operator.
+    assert!(c.update_job(ALICE, id, &limit(1200)).is_err());
+    c.update_job(ROOT, id, &limit(1200)).unwrap();
+    assert_eq!(view(&c, id).end_time, Some(1200));
+    // Anything else of a running job is refused.
+    let renamed = JobChanges {
+        name: Some("x".into()),
+        ..JobChanges::default()
+    };
+    assert!(c.update_job(ALICE, id, &renamed).is_err());
+    // A limit already passed ends it at the next tick, as TIMEOUT would.
+    c.update_job(ALICE, id, &limit(60)).unwrap();
+    c.agent_message(
+        &node,
+        AgentMsg::Heartbeat {
+            running: vec![r0(id)],
+        },
+        100,
+    );
+    c.tick(100);
+    assert_eq!(state(&c, id), JobState::Completing);
+}
