@@ -1162,6 +1162,7 @@ static NO_ASK: JobAsk = JobAsk {
     ntasks_per_node: None,
     nodes: None,
     submit_host: None,
+    sched_nodes: Vec::new(),
 };
 
 impl JobView {
@@ -1211,6 +1212,9 @@ pub struct JobAsk {
     pub nodes: Option<u32>,
     /// Where it was submitted from (`scontrol`'s `AllocNode:Sid`).
     pub submit_host: Option<String>,
+    /// Where a pending job's reservation would start it (squeue's
+    /// SCHEDNODES, scontrol's `SchedNodeList`).
+    pub sched_nodes: Vec<String>,
 }
 
 /// What `scontrol update JobId=…` changes; `None` leaves a field as it is.

@@ -122,7 +122,14 @@ pub fn show_job(j: &JobView, now: u64) -> String {
         list(&j.ask().req_nodes),
         list(&j.ask().exc_nodes)
     ));
-    lines.push(format!("NodeList={}", hostlist::compress_sorted(&j.nodes)));
+    let mut nodelist = format!("NodeList={}", hostlist::compress_sorted(&j.nodes));
+    if pending && !j.ask().sched_nodes.is_empty() {
+        nodelist.push_str(&format!(
+            " SchedNodeList={}",
+            hostlist::compress_sorted(&j.ask().sched_nodes)
+        ));
+    }
+    lines.push(nodelist);
     if let (true, Some(host)) = (j.batch, j.nodes.first()) {
         lines.push(format!("BatchHost={host}"));
     }

@@ -398,6 +398,7 @@ fn basic(f: F) -> bool {
             | F::PendingTime
             | F::Nice
             | F::AllocNodes
+            | F::SchedNodes
             | F::StepId
             | F::StepName
     )
@@ -704,6 +705,9 @@ fn value(j: &JobView, f: F, now: u64) -> String {
         F::ReqNodes => hostlist::compress_sorted(&j.ask().req_nodes),
         F::ExcNodes => hostlist::compress_sorted(&j.ask().exc_nodes),
         F::OverSubscribe => if j.ask().exclusive { "NO" } else { "OK" }.into(),
+        F::SchedNodes if !j.ask().sched_nodes.is_empty() => {
+            hostlist::compress_sorted(&j.ask().sched_nodes)
+        }
         F::Licenses | F::Reservation | F::Wckey | F::SchedNodes => "(null)".into(),
         F::Features => or_null(&j.ask().features),
         F::Contiguous | F::MinTmpDisk => "0".into(),
@@ -761,7 +765,8 @@ fn value_into(buf: &mut String, j: &JobView, f: F, now: u64) {
         F::AllocNodes => null(&ask.submit_host),
         F::OverSubscribe if ask.exclusive => "NO",
         F::OverSubscribe => "OK",
-        F::Licenses | F::Reservation | F::Wckey | F::SchedNodes => "(null)",
+        F::SchedNodes if ask.sched_nodes.is_empty() => "(null)",
+        F::Licenses | F::Reservation | F::Wckey => "(null)",
         F::Contiguous | F::MinTmpDisk => "0",
         F::Sockets | F::Cores | F::Threads => "*",
         F::Sct => "*:*:*",

@@ -167,7 +167,15 @@ impl Controller {
             mail_type: j.spec.mail_type.clone(),
             mail_user: j.spec.mail_user.clone(),
             array: j.array_view(self.sched.array_waiting(core_id(j.id))),
-            ask: detail.then(|| Box::new(ask(j, reason))),
+            ask: detail.then(|| {
+                let mut a = ask(j, reason);
+                if j.state == JobState::Pending {
+                    if let Some(r) = self.sched.reservation(core_id(j.id)) {
+                        a.sched_nodes = r.nodes.iter().map(|p| self.node_name(p.node)).collect();
+                    }
+                }
+                Box::new(a)
+            }),
             steps: j
                 .steps
                 .iter()
@@ -324,6 +332,7 @@ fn ask(j: &JobRecord, reason: JobReason) -> JobAsk {
         ntasks_per_node: spec.ntasks_per_node,
         nodes: spec.nodes,
         submit_host: spec.submit_host.clone(),
+        sched_nodes: Vec::new(),
     }
 }
 

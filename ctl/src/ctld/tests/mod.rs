@@ -1804,3 +1804,25 @@ fn a_running_jobs_limit_moves_its_end_within_the_owners_rights() {
     c.tick(100);
     assert_eq!(state(&c, id), JobState::Completing);
 }
+
+#[test]
+fn a_waiting_job_shows_where_its_reservation_would_start_it() {
+    let mut c = cluster(2);
+    let mut whole = batch("x");
+    whole.nodes = Some(2);
+    whole.exclusive = true;
+    whole.time_limit = Some(600);
+    let running = c.submit(ALICE, whole.clone(), 0).unwrap();
+    c.schedule(0);
+    assert_eq!(state(&c, running), JobState::Running);
+    let waiting = c.submit(ALICE, whole, 1).unwrap();
+    c.schedule(1);
+    let v = view(&c, waiting);
+    assert_eq!(v.expected_start, Some(600));
+    assert_eq!(v.ask().sched_nodes.len(), 2, "{:?}", v.ask().sched_nodes);
+    let show = crate::cli::scontrol::show_job(&v, 1);
+    assert!(
+        show.contains("   NodeList= SchedNodeList=worker-[0-1]\n"),
+        "{show}"
+    );
+}
