@@ -929,6 +929,10 @@ pub enum Request {
         reason: Option<String>,
     },
     Ping,
+    /// `scontrol top`: these jobs first among their owner's.
+    Top {
+        ids: Vec<JobId>,
+    },
     /// `scontrol update JobId=…`: a pending job's request changes.
     UpdateJob {
         id: JobId,

@@ -563,6 +563,9 @@ pub fn action(args: &[String]) -> Result<Action, String> {
                 },
             }))
         }
+        (Some("top"), _) => Ok(Action::Remote(Request::Top {
+            ids: job_ids("top", &args[1..])?,
+        })),
         (Some(r @ ("requeue" | "requeuehold")), _) => Ok(Action::Remote(Request::Requeue {
             ids: job_ids(r, &args[1..])?,
             hold: r == "requeuehold",
@@ -1010,6 +1013,9 @@ mod tests {
         );
         assert!(
             matches!(action(&words("uhold 3")), Ok(Action::Remote(Request::Hold { ids, user: true })) if ids == vec![JobId(3)])
+        );
+        assert!(
+            matches!(action(&words("top 4,3")), Ok(Action::Remote(Request::Top { ids })) if ids == vec![JobId(4), JobId(3)])
         );
     }
 }

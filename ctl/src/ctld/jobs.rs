@@ -789,6 +789,78 @@ impl Controller {
         Ok(())
     }
 
+    /// `scontrol top`: the jobs named go first among their owner's waiting
+    /// jobs of the same partition, account and QOS, in the order named, by
+    /// nice values alone: each named job's nice drops until its priority
+    /// (as the last pass ranked it) is above every such peer's and below
+    /// the named job before it. The peers are left as they are. Operators
+    /// only, as Slurm's default (`enable_user_top` unset).
+    pub fn top(&mut self, who: Ident, ids: &[JobId]) -> Result<Vec<JobId>, Refusal> {
+        if !self.privileged(who) {
+            return Err(CtldError::AccessDenied);
+        }
+        let priority = |c: &Controller, id: JobId| match c.sched.job_status(core_id(id)) {
+            Some(scheduler_core::JobStatus::Pending { priority, .. }) => Some(priority),
+            _ => None,
+        };
+        for &id in ids {
+            let j = self.jobs.get(&id).ok_or(CtldError::UnknownJob(id))?;
+            if j.state != JobState::Pending || j.array.is_some() {
+                return Err(CtldError::NoLongerPending(id));
+            }
+        }
+        let Some(first) = ids.first().and_then(|id| self.jobs.get(id)) else {
+            return Ok(Vec::new());
+        };
+        let key = (
+            first.user.uid,
+            first.partition.clone(),
+            first.spec.account.clone(),
+            first.spec.qos.clone(),
+        );
+        let same = |j: &JobRecord| {
+            (
+                j.user.uid,
+                j.partition.clone(),
+                j.spec.account.clone(),
+                j.spec.qos.clone(),
+            ) == key
+        };
+        let peers_max = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Pending && same(j) && !ids.contains(&j.id))
+            .filter_map(|j| priority(self, j.id))
+            .max()
+            .unwrap_or(i64::MIN / 2);
+        let mut moved = Vec::new();
+        let n = ids.len() as i64;
+        for (i, &id) in ids.iter().enumerate() {
+            let Some(j) = self.jobs.get(&id) else {
+                continue;
+            };
+            if !same(j) {
+                continue;
+            }
+            let now_priority = priority(self, id).unwrap_or(0);
+            let target = peers_max.saturating_add(n - i as i64);
+            if now_priority >= target {
+                continue;
+            }
+            let mut spec = j.spec.clone();
+            let lower = (target - now_priority).min(i64::from(i32::MAX));
+            spec.nice = (i64::from(spec.nice) - lower).max(-i64::from(i32::MAX)) as i32;
+            let req = super::wire::job_request(j.user, &spec);
+            self.sched.update(core_id(id), req)?;
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.spec = spec;
+            }
+            moved.push(id);
+        }
+        self.dirty = true;
+        Ok(moved)
+    }
+
     /// `scontrol uhold`: a hold the job's owner may release, whoever sets
     /// it (`JobHeldUser`).
     pub fn user_hold(&mut self, who: Ident, ids: &[JobId]) -> Result<Vec<JobId>, Refusal> {

@@ -692,6 +692,10 @@ impl Server {
             Request::Ping => Response::Done,
             Request::Stats => Response::Stats(c.stats()),
             Request::Config => Response::Config(c.config_view()),
+            Request::Top { ids } => match c.top(who, &ids) {
+                Ok(jobs) => Response::Affected { jobs },
+                Err(e) => Response::Error(e.to_string()),
+            },
             Request::UpdateJob { id, changes } => match c.update_job(who, id, &changes) {
                 Ok(()) => Response::Done,
                 Err(e) => Response::Error(e.to_string()),

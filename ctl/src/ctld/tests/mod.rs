@@ -1826,3 +1826,35 @@ fn a_waiting_job_shows_where_its_reservation_would_start_it() {
         "{show}"
     );
 }
+
+#[test]
+fn scontrol_top_puts_the_named_jobs_first_among_their_owners() {
+    let mut c = cluster(1);
+    let mut whole = batch("x");
+    whole.nodes = Some(1);
+    whole.exclusive = true;
+    whole.time_limit = Some(600);
+    let busy = c.submit(ALICE, whole.clone(), 0).unwrap();
+    c.schedule(0);
+    assert_eq!(state(&c, busy), JobState::Running);
+    let a = c.submit(ALICE, whole.clone(), 1).unwrap();
+    let b = c.submit(ALICE, whole.clone(), 2).unwrap();
+    let d = c.submit(ALICE, whole, 3).unwrap();
+    c.schedule(10);
+    let prio = |c: &Controller, id| view(c, id).priority;
+    assert!(prio(&c, a) >= prio(&c, b) && prio(&c, b) >= prio(&c, d));
+    // Only an operator (Slurm's default).
+    assert!(c.top(ALICE, &[d]).is_err());
+    c.top(ROOT, &[d, b]).unwrap();
+    c.schedule(11);
+    assert!(
+        prio(&c, d) > prio(&c, b) && prio(&c, b) > prio(&c, a),
+        "{} {} {}",
+        prio(&c, d),
+        prio(&c, b),
+        prio(&c, a)
+    );
+    assert!(view(&c, d).ask().nice < 0);
+    // A started job is not moved.
+    assert!(c.top(ROOT, &[busy]).is_err());
+}
