@@ -929,6 +929,8 @@ pub enum Request {
         reason: Option<String>,
     },
     Ping,
+    /// `scontrol reconfigure`: read `corral.toml` again.
+    Reconfigure,
     /// `scontrol top`: these jobs first among their owner's.
     Top {
         ids: Vec<JobId>,

@@ -388,6 +388,27 @@ fn scontrol_shows_and_manages_as_slurm_does() {
         let (code, out, e) = env.run(&args);
         assert_eq!((code, out.as_str(), e.as_str()), (1, "", err), "{args:?}");
     }
+    // reconfigure: corral.toml read again, applied without a restart.
+    let toml = env.cluster.spec.dir.join("corral.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    let kill_wait = text
+        .lines()
+        .find(|l| l.starts_with("kill_wait"))
+        .expect("kill_wait in corral.toml")
+        .to_string();
+    std::fs::write(&toml, text.replace(&kill_wait, "kill_wait = 7")).unwrap();
+    env.ok(&["scontrol", "reconfigure"]);
+    assert!(
+        env.ok(&["scontrol", "show", "config", "KillWait"])
+            .ends_with("= 7 sec\n"),
+        "kill_wait not applied"
+    );
+    assert!(env.state(b.parse().unwrap()) == "PENDING", "jobs are kept");
+    // A broken file changes nothing and says why, in one line.
+    std::fs::write(&toml, "this is = = not toml").unwrap();
+    let (code, _, e) = env.run(&["scontrol", "reconfigure"]);
+    assert!(code == 1 && e.lines().count() == 1, "{code} {e}");
+    std::fs::write(&toml, text.replace(&kill_wait, "kill_wait = 7")).unwrap();
     // A node drained while idle, as Slurm writes it.
     env.ok(&[
         "scontrol",

@@ -30,6 +30,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let listen = args.listen.unwrap_or(cfg.listen);
     let server = Server::new(cfg)?;
+    server.set_config_path(args.config.clone());
     server.run(listen, args.addr_file).await?;
     Ok(())
 }

@@ -563,6 +563,7 @@ pub fn action(args: &[String]) -> Result<Action, String> {
                 },
             }))
         }
+        (Some("reconfigure"), _) => Ok(Action::Remote(Request::Reconfigure)),
         (Some("top"), _) => Ok(Action::Remote(Request::Top {
             ids: job_ids("top", &args[1..])?,
         })),

@@ -31,6 +31,9 @@ pub enum CtldError {
     AccessDenied,
     #[error("Access/permission denied for job {0}")]
     NotYourJob(JobId),
+    /// `scontrol reconfigure` of a setting only a restart changes.
+    #[error("Reconfiguration refused: {0} changes only with a restart of corral-ctld")]
+    Reconfigure(&'static str),
     /// `scontrol update` of a job that no longer waits.
     #[error("Job is no longer pending execution for job {0}")]
     NoLongerPending(JobId),

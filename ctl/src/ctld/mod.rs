@@ -585,6 +585,86 @@ impl Controller {
         s
     }
 
+    /// `scontrol reconfigure`: the settings of a `corral.toml` read again
+    /// take effect without a restart and without losing a job: timeouts,
+    /// operators, `min_job_age`, the limits, and each partition's time
+    /// limits and tier. What only a restart can change (the cluster's
+    /// name, address, certificates, state, accounting, jail, policy,
+    /// requeue delay, health checks, which partitions exist and their
+    /// nodes) must be as it is, or nothing changes. Returns what changed.
+    pub fn reconfigure(&mut self, who: Ident, new: Config) -> Result<Vec<String>, Refusal> {
+        if !self.privileged(who) {
+            return Err(CtldError::AccessDenied);
+        }
+        let old = &self.cfg;
+        let same =
+            |a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| format!("{a:?}") == format!("{b:?}");
+        let parts_shape = |c: &Config| -> Vec<(String, String, bool)> {
+            c.partitions
+                .iter()
+                .map(|p| (p.name.clone(), p.nodes.clone(), p.is_default))
+                .collect()
+        };
+        for (key, fixed) in [
+            ("cluster", same(&old.cluster, &new.cluster)),
+            ("listen", same(&old.listen, &new.listen)),
+            ("certs", same(&old.certs, &new.certs)),
+            ("state_dir", same(&old.state_dir, &new.state_dir)),
+            ("accounting", same(&old.accounting, &new.accounting)),
+            ("jail", same(&old.jail, &new.jail)),
+            ("policy", same(&old.policy, &new.policy)),
+            ("requeue_delay", old.requeue_delay == new.requeue_delay),
+            ("health", same(&old.health, &new.health)),
+            (
+                "active checks",
+                same(&old.active_checks, &new.active_checks),
+            ),
+            ("partitions", parts_shape(old) == parts_shape(&new)),
+        ] {
+            if !fixed {
+                return Err(CtldError::Reconfigure(key));
+            }
+        }
+        let mut changed = Vec::new();
+        for (p, q) in old.partitions.iter().zip(&new.partitions) {
+            if (p.default_time, p.max_time, p.priority_tier)
+                != (q.default_time, q.max_time, q.priority_tier)
+            {
+                changed.push(format!("partition {}", q.name));
+            }
+        }
+        for q in new.partitions.iter() {
+            if changed.contains(&format!("partition {}", q.name)) {
+                self.sched
+                    .update_partition_limits(&q.name, q.default_time, q.max_time, q.priority_tier)
+                    .map_err(CtldError::Control)?;
+            }
+        }
+        for (key, differs) in [
+            (
+                "heartbeat_timeout",
+                old.heartbeat_timeout != new.heartbeat_timeout,
+            ),
+            ("kill_wait", old.kill_wait != new.kill_wait),
+            (
+                "allocation_timeout",
+                old.allocation_timeout != new.allocation_timeout,
+            ),
+            ("leave_grace", old.leave_grace != new.leave_grace),
+            ("operators", old.operators != new.operators),
+            ("min_job_age", old.min_job_age != new.min_job_age),
+            ("limits", !same(&old.limits, &new.limits)),
+        ] {
+            if differs {
+                changed.push(key.to_string());
+            }
+        }
+        let check_user = self.cfg.check_user;
+        self.cfg = Config { check_user, ..new };
+        self.dirty = true;
+        Ok(changed)
+    }
+
     /// `scontrol show config`: the settings scripts read, under Slurm's
     /// names, in Slurm's (alphabetical) order.
     pub fn config_view(&self) -> Vec<(String, String)> {

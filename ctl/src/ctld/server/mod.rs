@@ -142,6 +142,9 @@ pub struct Server {
     turns: Mutex<HashMap<u32, Arc<Semaphore>>>,
     /// The accounting database, where accounting is on.
     acct: Option<Arc<accounting::Accounting>>,
+    /// The file the configuration came from (`scontrol reconfigure` reads
+    /// it again); none when the server was built from a value.
+    config_path: std::sync::OnceLock<std::path::PathBuf>,
 }
 
 impl Server {
@@ -171,7 +174,13 @@ impl Server {
             agents: Mutex::new(HashMap::new()),
             turns: Mutex::new(HashMap::new()),
             acct,
+            config_path: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Where `scontrol reconfigure` reads the configuration again.
+    pub fn set_config_path(&self, path: std::path::PathBuf) {
+        let _ = self.config_path.set(path);
     }
 
     /// Binds, then serves until the process ends. Writes the bound address
@@ -560,7 +569,12 @@ impl Server {
             // Operators' requests other than job views are served in the
             // same hold of the lock (the path of pipelined submissions).
             let privileged = c.privileged(who);
-            if privileged && !matches!(request, Request::Jobs(_) | Request::Accounting(_)) {
+            if privileged
+                && !matches!(
+                    request,
+                    Request::Jobs(_) | Request::Accounting(_) | Request::Reconfigure
+                )
+            {
                 Err(self.serve(c, who, request, now))
             } else {
                 Ok((who, privileged, request))
@@ -587,6 +601,26 @@ impl Server {
         let request = match request {
             Request::Jobs(f) => return Phase::Answer(self.jobs(f).await),
             Request::Accounting(q) => return Phase::Answer(self.accounting(who, q).await),
+            Request::Reconfigure => {
+                // Read (and checked) before the controller's lock is taken.
+                let loaded = match self.config_path.get() {
+                    Some(path) => Config::load(path).map_err(|e| e.to_string()),
+                    None => Err("this controller was not started from a file".into()),
+                };
+                let mut c = self.ctl.lock();
+                let resp = match loaded {
+                    Ok(cfg) => match c.reconfigure(who, cfg) {
+                        Ok(changed) => {
+                            tracing::info!(uid = who.uid, ?changed, "reconfigured");
+                            Response::Done
+                        }
+                        Err(e) => Response::Error(e.to_string()),
+                    },
+                    Err(e) => Response::Error(format!("Reconfiguration refused: {e}")),
+                };
+                let ticket = self.finish(c);
+                return Phase::Commit(resp, ticket, turn);
+            }
             other => other,
         };
         let (resp, ticket) = self.serve(self.ctl.lock(), who, request, now);
@@ -692,6 +726,7 @@ impl Server {
             Request::Ping => Response::Done,
             Request::Stats => Response::Stats(c.stats()),
             Request::Config => Response::Config(c.config_view()),
+            Request::Reconfigure => Response::Error("reconfigure is served apart".into()),
             Request::Top { ids } => match c.top(who, &ids) {
                 Ok(jobs) => Response::Affected { jobs },
                 Err(e) => Response::Error(e.to_string()),

@@ -1858,3 +1858,47 @@ fn scontrol_top_puts_the_named_jobs_first_among_their_owners() {
     // A started job is not moved.
     assert!(c.top(ROOT, &[busy]).is_err());
 }
+
+#[test]
+fn reconfigure_applies_what_needs_no_restart_and_refuses_the_rest() {
+    let mut c = cluster(1);
+    let mut s = batch("x");
+    s.hold = true;
+    let id = c.submit(ALICE, s, 0).unwrap();
+    let with = |top: &str, partition: &str| {
+        Config::parse(
+            std::path::Path::new("t.toml"),
+            &format!(
+                "heartbeat_timeout = 10\nrequeue_delay = 0\n{top}\n[[partition]]\nname = \"gpu\"\nnodes = \"worker-[0-3]\"\ndefault = true\n{partition}\n"
+            ),
+        )
+        .unwrap()
+    };
+    // Only an operator.
+    assert!(c.reconfigure(ALICE, with("kill_wait = 9", "")).is_err());
+    // Timeouts and a partition's limits change live; the job stays.
+    let changed = c
+        .reconfigure(ROOT, with("kill_wait = 9", "max_time = \"30\""))
+        .unwrap();
+    assert_eq!(changed, ["partition gpu", "kill_wait"]);
+    let kv = c.config_view();
+    assert!(
+        kv.contains(&("KillWait".to_string(), "9 sec".to_string())),
+        "{kv:?}"
+    );
+    assert_eq!(c.partition_views()[0].max_time, Some(1800));
+    assert_eq!(view(&c, id).state, JobState::Pending);
+    // A job over the new limit is refused as at submit.
+    let mut long = batch("x");
+    long.time_limit = Some(3600);
+    assert!(c.submit(ALICE, long, 1).is_err());
+    // What only a restart changes: nothing changes.
+    let e = c
+        .reconfigure(ROOT, with("kill_wait = 2\ncluster = \"other\"", ""))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cluster changes only with a restart"), "{e}");
+    assert!(c
+        .config_view()
+        .contains(&("KillWait".to_string(), "9 sec".to_string())));
+}
