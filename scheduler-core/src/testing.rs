@@ -90,6 +90,19 @@ pub enum Op {
     Release(u8),
     /// A running job goes back to the queue (`scontrol requeue`).
     Requeue(u8),
+    /// A pending job's request changes (`scontrol update`): its nice and
+    /// its time limit (at least a second).
+    Update {
+        job: u8,
+        nice: i16,
+        limit: u16,
+    },
+    /// A running job's time limit changes; a run longer than the new limit
+    /// ends at it, as the controller would time it out.
+    Limit {
+        job: u8,
+        limit: u16,
+    },
     Drain(u8),
     Resume(u8),
     Down(u8),
@@ -234,6 +247,36 @@ impl Driver {
                 if let Some(j) = self.pick_job(*k) {
                     if self.s.requeue(self.now, j, None).is_ok() {
                         self.ends.remove(&j);
+                    }
+                }
+            }
+            Op::Update { job, nice, limit } => {
+                if let Some(j) = self.pick_job(*job) {
+                    if let Some(plan) = self.jobs.get(&j) {
+                        let mut req = plan.req.clone();
+                        req.nice = i32::from(*nice);
+                        req.time_limit = Some(Secs::from((*limit).max(1)));
+                        if self.s.update(j, req.clone()).is_ok() {
+                            if let Some(p) = self.jobs.get_mut(&j) {
+                                p.req = req;
+                            }
+                        }
+                    }
+                }
+            }
+            Op::Limit { job, limit } => {
+                if let Some(j) = self.pick_job(*job) {
+                    let limit = Secs::from((*limit).max(1));
+                    if let Ok(end) = self.s.set_running_limit(j, Some(limit)) {
+                        if let Some(e) = self.ends.get_mut(&j) {
+                            *e = (*e).min(end.max(self.now));
+                        }
+                        if let Some(r) = self.runs.get_mut(&j) {
+                            r.end = r.end.min(end.max(self.now));
+                        }
+                        if let Some(p) = self.jobs.get_mut(&j) {
+                            p.req.time_limit = Some(limit);
+                        }
                     }
                 }
             }

@@ -80,6 +80,9 @@ fn op_gen() -> impl Strategy<Value = Op> {
         1 => any::<u8>().prop_map(Op::Hold),
         1 => any::<u8>().prop_map(Op::Release),
         1 => any::<u8>().prop_map(Op::Requeue),
+        1 => (any::<u8>(), -50i16..200, 1u16..2000)
+            .prop_map(|(job, nice, limit)| Op::Update { job, nice, limit }),
+        1 => (any::<u8>(), 1u16..2000).prop_map(|(job, limit)| Op::Limit { job, limit }),
         1 => any::<u8>().prop_map(Op::Drain),
         1 => any::<u8>().prop_map(Op::Resume),
         1 => any::<u8>().prop_map(Op::Down),
