@@ -711,6 +711,9 @@ impl Controller {
                     "only an operator may set a negative nice",
                 ));
             }
+            if nice.unsigned_abs() > super::MAX_NICE {
+                return Err(CtldError::NiceOutOfRange);
+            }
             spec.nice = nice;
         }
         if let Some(n) = &ch.name {
@@ -735,6 +738,19 @@ impl Controller {
         if let Some(begin) = ch.begin {
             spec.begin = begin;
         }
+        // A longer name or comment counts against its owner's bytes, as at
+        // submit.
+        let (old_bytes, new_bytes) = (j.bytes, super::admission::spec_bytes(&spec));
+        let owner = j.user.uid;
+        let used = self.usage.get(&owner).copied().unwrap_or_default();
+        let max = self.cfg.limits.max_bytes_per_user;
+        let total = used
+            .bytes
+            .saturating_sub(old_bytes)
+            .saturating_add(new_bytes);
+        if new_bytes > old_bytes && !privileged && total > max {
+            return Err(CtldError::UserByteLimit { bytes: total, max });
+        }
         self.admit_array(&mut spec)?;
         let req = super::wire::job_request(j.user, &spec);
         self.sched.update(core_id(id), req)?;
@@ -746,6 +762,10 @@ impl Controller {
         if let Some(j) = self.jobs.get_mut(&id) {
             j.spec = spec;
             j.partition = partition;
+            j.bytes = new_bytes;
+        }
+        if let Some(u) = self.usage.get_mut(&owner) {
+            u.bytes = u.bytes.saturating_sub(old_bytes).saturating_add(new_bytes);
         }
         self.dirty = true;
         Ok(())
@@ -799,6 +819,12 @@ impl Controller {
         if !self.privileged(who) {
             return Err(CtldError::AccessDenied);
         }
+        if ids.len() > super::MAX_FILTER_ENTRIES {
+            return Err(CtldError::FilterTooLarge {
+                what: "job ids",
+                count: ids.len(),
+            });
+        }
         let priority = |c: &Controller, id: JobId| match c.sched.job_status(core_id(id)) {
             Some(scheduler_core::JobStatus::Pending { priority, .. }) => Some(priority),
             _ => None,
@@ -849,7 +875,7 @@ impl Controller {
             }
             let mut spec = j.spec.clone();
             let lower = (target - now_priority).min(i64::from(i32::MAX));
-            spec.nice = (i64::from(spec.nice) - lower).max(-i64::from(i32::MAX)) as i32;
+            spec.nice = (i64::from(spec.nice) - lower).max(-i64::from(super::MAX_NICE)) as i32;
             let req = super::wire::job_request(j.user, &spec);
             self.sched.update(core_id(id), req)?;
             if let Some(j) = self.jobs.get_mut(&id) {

@@ -601,6 +601,11 @@ impl Server {
         let request = match request {
             Request::Jobs(f) => return Phase::Answer(self.jobs(f).await),
             Request::Accounting(q) => return Phase::Answer(self.accounting(who, q).await),
+            Request::Reconfigure if !privileged => {
+                return Phase::Answer(Response::Error(
+                    crate::ctld::CtldError::AccessDenied.to_string(),
+                ));
+            }
             Request::Reconfigure => {
                 // Read (and checked) before the controller's lock is taken.
                 let loaded = match self.config_path.get() {

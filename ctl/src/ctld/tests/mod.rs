@@ -1902,3 +1902,38 @@ fn reconfigure_applies_what_needs_no_restart_and_refuses_the_rest() {
         .config_view()
         .contains(&("KillWait".to_string(), "9 sec".to_string())));
 }
+
+#[test]
+fn an_update_cannot_grow_a_job_past_its_owners_bytes() {
+    use corral_proto::msg::JobChanges;
+    let mut c = Controller::new(config_with("[limits]\nmax_bytes_per_user = 4096")).unwrap();
+    c.register(reg("worker-0", 0), 0).unwrap();
+    let mut s = batch("x");
+    s.hold = true;
+    let id = c.submit(ALICE, s, 0).unwrap();
+    let big = JobChanges {
+        comment: Some("x".repeat(8192)),
+        ..JobChanges::default()
+    };
+    let e = c.update_job(ALICE, id, &big).unwrap_err().to_string();
+    assert!(e.contains("4096"), "{e}");
+    assert_eq!(view(&c, id).comment, None, "nothing changed");
+    // A small one fits.
+    let small = JobChanges {
+        comment: Some("fine".into()),
+        ..JobChanges::default()
+    };
+    c.update_job(ALICE, id, &small).unwrap();
+    assert_eq!(view(&c, id).comment.as_deref(), Some("fine"));
+    // Hostile values: a nice out of range.
+    let wild = JobChanges {
+        nice: Some(i32::MAX),
+        ..JobChanges::default()
+    };
+    assert!(c.update_job(ROOT, id, &wild).is_err());
+    // top with more ids than any filter may hold is refused whole.
+    let many: Vec<JobId> = (0..=crate::ctld::MAX_FILTER_ENTRIES as u64)
+        .map(JobId)
+        .collect();
+    assert!(c.top(ROOT, &many).is_err());
+}
