@@ -246,7 +246,7 @@ pub fn show_steps(jobs: &[JobView], only: Option<&str>) -> Vec<String> {
 }
 
 /// A node's state as `scontrol show node` writes it: the base state and
-/// Slurm's flags (`IDLE+DRAIN`, `MIXED+DRAIN`), `*` when not responding.
+/// Slurm's flags (`IDLE+DRAIN`, `MIXED+DRAIN`, `DOWN+NOT_RESPONDING`).
 pub fn node_state_full(n: &NodeView) -> String {
     let base = match n.state {
         NodeState::Idle => "IDLE",
@@ -257,7 +257,16 @@ pub fn node_state_full(n: &NodeView) -> String {
         NodeState::Drained => "IDLE+DRAIN",
         NodeState::Down => "DOWN",
     };
-    format!("{base}{}", if n.not_responding { "*" } else { "" })
+    // Slurm 22.05 (measured): `State=DOWN+NOT_RESPONDING` here, `down*`
+    // in sinfo.
+    format!(
+        "{base}{}",
+        if n.not_responding {
+            "+NOT_RESPONDING"
+        } else {
+            ""
+        }
+    )
 }
 
 /// `scontrol show node` for one node, in Slurm 22.05's layout.
@@ -1018,5 +1027,23 @@ mod tests {
         assert!(
             matches!(action(&words("top 4,3")), Ok(Action::Remote(Request::Top { ids })) if ids == vec![JobId(4), JobId(3)])
         );
+    }
+
+    /// Node states as Slurm 22.05's `scontrol show node` wrote them
+    /// (measured: a drained idle node, a node whose slurmd was killed).
+    #[test]
+    fn node_states_as_slurm_writes_them() {
+        use crate::cli::sinfo::tests::node;
+        let drained = node("n2", NodeState::Drained);
+        assert_eq!(node_state_full(&drained), "IDLE+DRAIN");
+        let mut lost = node("n2", NodeState::Down);
+        lost.not_responding = true;
+        assert_eq!(node_state_full(&lost), "DOWN+NOT_RESPONDING");
+        let mut busy = node("n1", NodeState::Draining);
+        busy.alloc_cpus = 1;
+        assert_eq!(node_state_full(&busy), "MIXED+DRAIN");
+        busy.alloc_cpus = busy.cpus;
+        assert_eq!(node_state_full(&busy), "ALLOCATED+DRAIN");
+        assert!(show_node(&lost).contains("\n   State=DOWN+NOT_RESPONDING ThreadsPerCore=1 "));
     }
 }

@@ -759,11 +759,11 @@ pub fn main(args: &[OsString]) -> i32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use corral_proto::msg::NodeState;
 
-    fn node(name: &str, state: NodeState) -> NodeView {
+    pub(crate) fn node(name: &str, state: NodeState) -> NodeView {
         NodeView {
             name: name.into(),
             state,
