@@ -691,17 +691,7 @@ impl Controller {
         }
         let mut spec = j.spec.clone();
         if let Some(limit) = ch.time_limit {
-            let longer = match (limit, spec.time_limit) {
-                (_, None) => false,
-                (None, Some(_)) => true,
-                (Some(new), Some(old)) => new > old,
-            };
-            if longer && !privileged {
-                return Err(CtldError::UpdateDenied(
-                    id,
-                    "only an operator may lengthen a time limit",
-                ));
-            }
+            limit_change_allowed(id, spec.time_limit, limit, privileged)?;
             spec.time_limit = limit;
         }
         if let Some(nice) = ch.nice {
@@ -783,17 +773,7 @@ impl Controller {
     ) -> Result<(), Refusal> {
         let privileged = self.privileged(who);
         let j = self.jobs.get(&id).ok_or(CtldError::UnknownJob(id))?;
-        let longer = match (limit, j.spec.time_limit) {
-            (_, None) => false,
-            (None, Some(_)) => true,
-            (Some(new), Some(old)) => new > old,
-        };
-        if longer && !privileged {
-            return Err(CtldError::UpdateDenied(
-                id,
-                "only an operator may lengthen a time limit",
-            ));
-        }
+        let longer = limit_change_allowed(id, j.spec.time_limit, limit, privileged)?;
         let end = self
             .sched
             .set_running_limit(core_id(id), limit)
@@ -987,4 +967,26 @@ impl Controller {
         }
         Ok(ids)
     }
+}
+
+/// Whether a new time limit lengthens the old (`None`: unlimited), and
+/// whether who asks may: only an operator lengthens one.
+fn limit_change_allowed(
+    id: JobId,
+    old: Option<u64>,
+    new: Option<u64>,
+    privileged: bool,
+) -> Result<bool, Refusal> {
+    let longer = match (new, old) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(new), Some(old)) => new > old,
+    };
+    if longer && !privileged {
+        return Err(CtldError::UpdateDenied(
+            id,
+            "only an operator may lengthen a time limit",
+        ));
+    }
+    Ok(longer)
 }
