@@ -471,9 +471,30 @@ impl Agent {
                 };
                 self.signal(job, to, sig);
             }
+            CtldMsg::Suspend { job, stop } => self.suspend(job, stop),
             CtldMsg::Terminate { job, grace_ms } => self.terminate(job, grace_ms),
             CtldMsg::Farewell => self.farewell.notify_one(),
             CtldMsg::Welcome { .. } | CtldMsg::Refused { .. } => {}
+        }
+    }
+
+    /// Stops (`scontrol suspend`) or continues every process of a run
+    /// here: its cgroup frozen or thawed, or on a node without a freezer,
+    /// SIGSTOP or SIGCONT to its tasks' groups (which what left its group
+    /// escapes).
+    fn suspend(&self, job: JobRun, stop: bool) {
+        if self.cgroups().is_some_and(|cg| cg.freeze_job(job, stop)) {
+            tracing::info!(job = %job.job, stop, "job's cgroup frozen or thawed");
+            return;
+        }
+        let sig = if stop {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        };
+        let procs = self.procs.lock();
+        for g in procs.groups(job, SignalTo::All) {
+            signal_group(g, sig);
         }
     }
 
@@ -490,6 +511,10 @@ impl Agent {
                     return;
                 }
                 Termination::Signal(groups) => {
+                    // A suspended job hears its TERM: thawed first.
+                    if let Some(cg) = self.cgroups() {
+                        cg.freeze_job(job, false);
+                    }
                     for g in groups {
                         signal_group(g, Signal::SIGCONT);
                         signal_group(g, Signal::SIGTERM);

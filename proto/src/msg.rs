@@ -249,6 +249,13 @@ pub enum CtldMsg {
         to: SignalTo,
         signal: i32,
     },
+    /// Stop every process of the job's run on this node (`stop`), or let
+    /// them go on: the job's cgroup frozen and thawed, or without one,
+    /// SIGSTOP and SIGCONT to its tasks' groups.
+    Suspend {
+        job: JobRun,
+        stop: bool,
+    },
     /// End the job's run on this node: SIGTERM, then SIGKILL after the
     /// grace, then [`AgentMsg::JobCleaned`].
     Terminate {
@@ -790,10 +797,13 @@ pub enum JobState {
     /// A run that ended and was queued again (only in accounting: the job
     /// itself is pending once more).
     Requeued,
+    /// Running, but stopped by `scontrol suspend` (views only: the
+    /// controller keeps it running, with a [`Suspension`]).
+    Suspended,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 10] = [
+    pub const ALL: [JobState; 11] = [
         JobState::Pending,
         JobState::Running,
         JobState::Completing,
@@ -804,6 +814,7 @@ impl JobState {
         JobState::NodeFail,
         JobState::OutOfMemory,
         JobState::Requeued,
+        JobState::Suspended,
     ];
 
     /// The long name (`scontrol`, `sacct`, `squeue -t`).
@@ -819,6 +830,7 @@ impl JobState {
             JobState::NodeFail => "NODE_FAIL",
             JobState::OutOfMemory => "OUT_OF_MEMORY",
             JobState::Requeued => "REQUEUED",
+            JobState::Suspended => "SUSPENDED",
         }
     }
 
@@ -835,6 +847,7 @@ impl JobState {
             JobState::NodeFail => "NF",
             JobState::OutOfMemory => "OOM",
             JobState::Requeued => "RQ",
+            JobState::Suspended => "S",
         }
     }
 
@@ -849,9 +862,24 @@ impl JobState {
     pub fn is_final(self) -> bool {
         !matches!(
             self,
-            JobState::Pending | JobState::Running | JobState::Completing
+            JobState::Pending | JobState::Running | JobState::Completing | JobState::Suspended
         )
     }
+}
+
+/// A run's suspensions (`scontrol suspend` and `resume`), in seconds since
+/// the epoch where they are times.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Suspension {
+    /// Suspended since then, if it is now.
+    pub since: Option<u64>,
+    /// Seconds of suspensions that ended (they do not count as run time,
+    /// nor against the time limit).
+    pub paused: u64,
+    /// The last suspend or resume (scontrol's `SuspendTime`).
+    pub changed: u64,
+    /// Its run time when it was last suspended (`SecsPreSuspend`).
+    pub pre_suspend: u64,
 }
 
 /// Which jobs a query or a cancel selects; empty fields select all.
@@ -912,6 +940,12 @@ pub enum Request {
     Requeue {
         ids: Vec<JobId>,
         hold: bool,
+    },
+    /// `scontrol suspend` (or `resume`, with `resume`): running jobs'
+    /// processes stop (or go on) on every node; operators only.
+    Suspend {
+        ids: Vec<JobId>,
+        resume: bool,
     },
     Jobs(JobFilter),
     Nodes,
@@ -1147,6 +1181,8 @@ pub struct JobView {
     /// The steps running now (squeue `-s`, `scontrol show steps`); only
     /// with [`JobFilter::detail`].
     pub steps: Vec<StepView>,
+    /// Its run's suspensions, if it was ever suspended.
+    pub suspension: Option<Suspension>,
 }
 
 /// What a view without detail asked for: nothing beyond its shape.

@@ -50,6 +50,8 @@ pub enum ControlError {
     NotPending(JobId),
     #[error("job {0} is not running")]
     NotRunning(JobId),
+    #[error("job {0} is not suspended")]
+    NotSuspended(JobId),
     #[error("job {0} is held by an administrator")]
     AdminHold(JobId),
     #[error("invalid node id specified: {0}")]

@@ -103,6 +103,11 @@ pub enum Op {
         job: u8,
         limit: u16,
     },
+    /// A running job is suspended (`scontrol suspend`): its run stops
+    /// until it is continued, and its limit with it.
+    Suspend(u8),
+    /// A suspended job runs again (`scontrol resume`).
+    Continue(u8),
     Drain(u8),
     Resume(u8),
     Down(u8),
@@ -125,6 +130,8 @@ pub struct Driver {
     pub jobs: BTreeMap<JobId, JobPlan>,
     /// Running jobs and when their run is over.
     pub ends: BTreeMap<JobId, Secs>,
+    /// Suspended jobs: since when, and how much of their run is left.
+    pub suspended: BTreeMap<JobId, (Secs, Secs)>,
     /// Where and when each job last started, and when that run ends.
     pub runs: BTreeMap<JobId, Run>,
     /// Every decision and status, for determinism checks (when `logging`).
@@ -152,6 +159,7 @@ impl Driver {
             next_node: 0,
             jobs: BTreeMap::new(),
             ends: BTreeMap::new(),
+            suspended: BTreeMap::new(),
             runs: BTreeMap::new(),
             log: Vec::new(),
             logging: false,
@@ -227,6 +235,7 @@ impl Driver {
                 if let Some(j) = self.pick_job(*k) {
                     if let Ok(Cancelled::Running(_)) = self.s.cancel(j) {
                         self.ends.remove(&j);
+                        self.suspended.remove(&j);
                         self.s
                             .handle_job_finished(self.now, j, JobOutcome::Cancelled)
                             .map_err(|e| e.to_string())?;
@@ -247,6 +256,7 @@ impl Driver {
                 if let Some(j) = self.pick_job(*k) {
                     if self.s.requeue(self.now, j, None).is_ok() {
                         self.ends.remove(&j);
+                        self.suspended.remove(&j);
                     }
                 }
             }
@@ -268,6 +278,10 @@ impl Driver {
                 if let Some(j) = self.pick_job(*job) {
                     let limit = Secs::from((*limit).max(1));
                     if let Ok(end) = self.s.set_running_limit(j, Some(limit)) {
+                        if let Some((since, left)) = self.suspended.get_mut(&j) {
+                            // Its end once resumed, less the suspension now.
+                            *left = (*left).min(end.saturating_sub(*since));
+                        }
                         if let Some(e) = self.ends.get_mut(&j) {
                             *e = (*e).min(end.max(self.now));
                         }
@@ -276,6 +290,36 @@ impl Driver {
                         }
                         if let Some(p) = self.jobs.get_mut(&j) {
                             p.req.time_limit = Some(limit);
+                        }
+                    }
+                }
+            }
+            Op::Suspend(k) => {
+                if let Some(j) = self.pick_job(*k) {
+                    if self.s.suspend(self.now, j).is_ok() {
+                        if let Some(end) = self.ends.remove(&j) {
+                            self.suspended
+                                .insert(j, (self.now, end.saturating_sub(self.now)));
+                        }
+                    }
+                }
+            }
+            Op::Continue(k) => {
+                if let Some(j) = self.pick_job(*k) {
+                    if let Ok(end_by) = self.s.resume(self.now, j) {
+                        let (_, left) = self
+                            .suspended
+                            .remove(&j)
+                            .ok_or_else(|| format!("job {j} resumed but was never suspended"))?;
+                        let end = self.now + left;
+                        if end > end_by {
+                            return Err(format!(
+                                "job {j} resumed to end by {end_by}, runs to {end}"
+                            ));
+                        }
+                        self.ends.insert(j, end);
+                        if let Some(r) = self.runs.get_mut(&j) {
+                            r.end = end;
                         }
                     }
                 }
@@ -300,6 +344,7 @@ impl Driver {
                     for l in lost {
                         let (LostJob::Failed(j) | LostJob::Requeued(j)) = l;
                         self.ends.remove(&j);
+                        self.suspended.remove(&j);
                     }
                 }
             }

@@ -83,6 +83,8 @@ fn op_gen() -> impl Strategy<Value = Op> {
         1 => (any::<u8>(), -50i16..200, 1u16..2000)
             .prop_map(|(job, nice, limit)| Op::Update { job, nice, limit }),
         1 => (any::<u8>(), 1u16..2000).prop_map(|(job, limit)| Op::Limit { job, limit }),
+        1 => any::<u8>().prop_map(Op::Suspend),
+        1 => any::<u8>().prop_map(Op::Continue),
         1 => any::<u8>().prop_map(Op::Drain),
         1 => any::<u8>().prop_map(Op::Resume),
         1 => any::<u8>().prop_map(Op::Down),

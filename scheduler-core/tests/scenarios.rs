@@ -801,3 +801,62 @@ fn a_running_jobs_new_limit_moves_the_plans_behind_it() {
         Err(ControlError::NotRunning(waiting))
     );
 }
+
+#[test]
+fn a_suspended_job_keeps_its_nodes_and_its_limit_stops_counting() {
+    let mut sim = Sim::new().nodes(1, cpus(4));
+    let mut whole = job().time(1000);
+    whole.req.ntasks = Some(4);
+    let running = sim.submit(whole);
+    sim.pass();
+    assert_eq!(sim.start(running), Some(0));
+    let mut next = job().time(100);
+    next.req.ntasks = Some(4);
+    let waiting = sim.submit(next);
+    // Suspended at 100: the node stays its, and it is never overdue
+    // while suspended, nor planned to end.
+    sim.d.s.suspend(100, running).expect("suspend");
+    assert!(sim.d.s.is_suspended(running));
+    assert_eq!(sim.d.s.suspend(150, running), Ok(()), "twice is no change");
+    sim.d.now = 2000;
+    sim.pass();
+    assert_eq!(sim.start(waiting), None);
+    assert_eq!(sim.reason(waiting), PendingReason::Resources);
+    assert!(sim.d.s.overdue_jobs(5000).is_empty());
+    assert_eq!(sim.d.s.next_wakeup(2000), None);
+    // Shortened while suspended: the end it will have counts from the
+    // suspension.
+    assert_eq!(sim.d.s.set_running_limit(running, Some(900)), Ok(900));
+    assert!(sim.d.s.overdue_jobs(5000).is_empty());
+    // Resumed at 2000 after 1900 s: it ends 1900 s later than its limit.
+    assert_eq!(sim.d.s.resume(2000, running), Ok(2800));
+    assert!(!sim.d.s.is_suspended(running));
+    assert_eq!(
+        sim.d.s.resume(2001, running),
+        Err(ControlError::NotSuspended(running))
+    );
+    assert!(sim.d.s.overdue_jobs(2799).is_empty());
+    assert_eq!(sim.d.s.overdue_jobs(2800), [running]);
+    assert_eq!(sim.d.s.next_wakeup(2000), Some(2800));
+    sim.pass();
+    assert_eq!(sim.d.s.reservation(waiting).map(|r| r.start), Some(2800));
+    // Suspended twice: both pauses count.
+    sim.d.s.suspend(2100, running).expect("suspend again");
+    assert_eq!(sim.d.s.resume(2200, running), Ok(2900));
+    // A job that is not running cannot be either.
+    assert_eq!(
+        sim.d.s.suspend(2200, waiting),
+        Err(ControlError::NotRunning(waiting))
+    );
+    assert_eq!(
+        sim.d.s.resume(2200, waiting),
+        Err(ControlError::NotRunning(waiting))
+    );
+    // A restarted driver gives the pauses back after adopting.
+    assert_eq!(
+        sim.d.s.restore_suspension(running, 500, Some(2300)),
+        Ok(1400)
+    );
+    assert!(sim.d.s.is_suspended(running));
+    assert_eq!(sim.d.s.resume(2400, running), Ok(1500));
+}

@@ -163,3 +163,74 @@ fn a_gpu_job_opens_only_its_own_gpu_and_reports_its_cpu_time() {
         .unwrap_or_else(|| panic!("no TotalCPU in {shown}"));
     assert_ne!(cpu, "00:00.000", "a busy loop used CPU time: {shown}");
 }
+
+/// `scontrol suspend` freezes the job's cgroup: its processes make no
+/// progress (a counter it writes stops) until `scontrol resume`; squeue
+/// and scontrol show it SUSPENDED; cancelled while suspended, it ends and
+/// leaves nothing behind.
+#[test]
+fn a_suspended_job_makes_no_progress_until_resumed_and_cancels_cleanly() {
+    if !root_or_skip("a_suspended_job_makes_no_progress_until_resumed_and_cancels_cleanly") {
+        return;
+    }
+    let env = Env::start(Opts {
+        nodes: 1,
+        ..Opts::default()
+    });
+    let count = env.work.join("count");
+    let script = format!(
+        "#!/bin/sh\necho $$ > {0}.pid\ni=0\nwhile :; do i=$((i+1)); echo $i > {0}.tmp; mv {0}.tmp {0}; sleep 0.02; done\n",
+        count.display()
+    );
+    let job = env.sbatch(&["-o", "/dev/null", "-t", "10"], &script);
+    env.wait_state(job, &["RUNNING"], 10);
+    let read = || -> u64 {
+        std::fs::read_to_string(&count)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let t0 = Instant::now();
+    while read() < 3 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the job never counted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let id = job.to_string();
+    env.ok(&["scontrol", "suspend", &id]);
+    // The freeze takes effect within moments; then nothing moves.
+    std::thread::sleep(Duration::from_millis(300));
+    let stopped = read();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(read(), stopped, "a suspended job went on counting");
+    let st = env.ok(&["squeue", "-h", "-j", &id, "-o", "%t %T"]);
+    assert_eq!(st.trim(), "S SUSPENDED");
+    let shown = show_job(&env, job);
+    assert!(shown.contains("JobState=SUSPENDED"), "{shown}");
+    assert!(!shown.contains("SuspendTime=None"), "{shown}");
+    let (code, _, err) = env.run(&["scontrol", "resume", "999999"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("Invalid job id specified"), "{err}");
+    env.ok(&["scontrol", "resume", &id]);
+    let t0 = Instant::now();
+    while read() <= stopped + 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "a resumed job did not go on"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(env.state(job), "RUNNING");
+    // Suspended again, then cancelled: it ends, its shell with it.
+    env.ok(&["scontrol", "suspend", &id]);
+    let pid: i32 = std::fs::read_to_string(env.work.join("count.pid"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .expect("the job's pid");
+    assert!(alive(pid));
+    env.ok(&["scancel", &id]);
+    env.wait_state(job, &["CANCELLED"], 15);
+    assert!(!alive(pid), "the suspended job's shell {pid} outlived it");
+}

@@ -388,6 +388,23 @@ fn scontrol_shows_and_manages_as_slurm_does() {
         let (code, out, e) = env.run(&args);
         assert_eq!((code, out.as_str(), e.as_str()), (1, "", err), "{args:?}");
     }
+    for (verb, why) in [
+        ("suspend", "Job is pending execution"),
+        ("resume", "Job is pending execution"),
+    ] {
+        let (code, out, e) = env.run(&["scontrol", verb, &b]);
+        let want = format!("scontrol: error: {why} for job {b}\n");
+        assert_eq!((code, out.as_str()), (1, ""), "{verb}");
+        assert_eq!(e, want, "{verb}");
+    }
+    let (code, _, e) = env.run(&["scontrol", "resume", &c]);
+    assert_eq!(
+        (code, e),
+        (
+            1,
+            format!("scontrol: error: Job is not suspended for job {c}\n")
+        )
+    );
     // reconfigure: corral.toml read again, applied without a restart.
     let toml = env.cluster.spec.dir.join("corral.toml");
     let text = std::fs::read_to_string(&toml).unwrap();

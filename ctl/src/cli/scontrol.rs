@@ -108,8 +108,11 @@ pub fn show_job(j: &JobView, now: u64) -> String {
         t(start),
         t(end)
     ));
+    let (suspended_at, pre_suspend) = j.suspension.map_or(("None".into(), 0), |s| {
+        (timestamp(s.changed), s.pre_suspend)
+    });
     lines.push(format!(
-        "SuspendTime=None SecsPreSuspend=0 LastSchedEval={} Scheduler=Main",
+        "SuspendTime={suspended_at} SecsPreSuspend={pre_suspend} LastSchedEval={} Scheduler=Main",
         timestamp(j.start_time.unwrap_or(j.submit_time))
     ));
     lines.push(format!(
@@ -576,6 +579,10 @@ pub fn action(args: &[String]) -> Result<Action, String> {
         (Some("top"), _) => Ok(Action::Remote(Request::Top {
             ids: job_ids("top", &args[1..])?,
         })),
+        (Some(r @ ("suspend" | "resume")), _) => Ok(Action::Remote(Request::Suspend {
+            ids: job_ids(r, &args[1..])?,
+            resume: r == "resume",
+        })),
         (Some(r @ ("requeue" | "requeuehold")), _) => Ok(Action::Remote(Request::Requeue {
             ids: job_ids(r, &args[1..])?,
             hold: r == "requeuehold",
@@ -914,6 +921,14 @@ mod tests {
         );
         assert!(action(&words("requeue")).is_err());
         assert!(action(&words("requeue seven")).is_err());
+        assert!(
+            matches!(action(&words("suspend 7,8 9")), Ok(Action::Remote(Request::Suspend { ids, resume: false })) if ids == vec![JobId(7), JobId(8), JobId(9)])
+        );
+        assert!(
+            matches!(action(&words("resume 7")), Ok(Action::Remote(Request::Suspend { ids, resume: true })) if ids == vec![JobId(7)])
+        );
+        assert!(action(&words("suspend")).is_err());
+        assert!(action(&words("resume x")).is_err());
         assert!(action(&words("update NodeName=w-1 State=sideways")).is_err());
         assert!(action(&words("frobnicate")).is_err());
         assert!(action(&words("show job x")).is_err());

@@ -155,7 +155,14 @@ pub fn filter(a: &SqueueArgs) -> Result<JobFilter, String> {
         // Named by id or not, a finished job shows only with -t (Slurm
         // 22.05: `squeue -j` of a job that just completed prints the
         // header alone).
-        None => f.states = vec![JobState::Pending, JobState::Running, JobState::Completing],
+        None => {
+            f.states = vec![
+                JobState::Pending,
+                JobState::Running,
+                JobState::Suspended,
+                JobState::Completing,
+            ]
+        }
     }
     Ok(f)
 }
@@ -546,11 +553,17 @@ pub fn fit(s: &str, width: Option<usize>, right: bool) -> String {
 }
 
 /// How long a job has run (or ran): squeue's TIME, scontrol's RunTime.
+/// Time it spent suspended does not count.
 pub fn run_secs(j: &JobView, now: u64) -> u64 {
-    match (j.start_time, j.state) {
-        (Some(s), JobState::Running) => now.saturating_sub(s),
-        (Some(s), _) => j.end_time.unwrap_or(now).min(now).saturating_sub(s),
-        _ => 0,
+    let paused = j.suspension.map_or(0, |s| s.paused);
+    let until = match (j.state, j.suspension.and_then(|s| s.since)) {
+        (JobState::Suspended, Some(since)) => since,
+        (JobState::Running | JobState::Suspended, _) => now,
+        _ => j.end_time.unwrap_or(now).min(now),
+    };
+    match j.start_time {
+        Some(s) => until.saturating_sub(s).saturating_sub(paused),
+        None => 0,
     }
 }
 
@@ -1261,6 +1274,7 @@ pub(crate) mod tests {
             array: None,
             ask: Default::default(),
             steps: Vec::new(),
+            suspension: None,
         }
     }
 
@@ -1323,7 +1337,7 @@ pub(crate) mod tests {
         let a = SqueueArgs::try_parse_from(["squeue", "-j", "40_7", "-r"]).unwrap();
         let f = filter(&a).unwrap();
         assert_eq!(f.tasks, [(JobId(40), 7)]);
-        assert_eq!(f.states.len(), 3, "a finished job shows only with -t");
+        assert_eq!(f.states.len(), 4, "a finished job shows only with -t");
     }
 
     #[test]
@@ -1352,7 +1366,7 @@ pub(crate) mod tests {
     #[test]
     fn default_states_hide_finished_jobs() {
         let a = SqueueArgs::try_parse_from(["squeue"]).unwrap();
-        assert_eq!(filter(&a).unwrap().states.len(), 3);
+        assert_eq!(filter(&a).unwrap().states.len(), 4);
         let a = SqueueArgs::try_parse_from(["squeue", "-t", "all"]).unwrap();
         assert!(filter(&a).unwrap().states.is_empty());
         let a = SqueueArgs::try_parse_from(["squeue", "-t", "CD,failed"]).unwrap();

@@ -208,7 +208,7 @@ impl JobRecord {
                     .zip(self.start)
                     .map(|(e, s)| e.saturating_sub(s))
             }),
-            state: self.state,
+            state: self.shown_state(),
             reason: final_reason(self.state, self.failure.is_some()),
             // A job ended before its first step reported takes the
             // step's death as its own (a cancelled job's `0:15`).

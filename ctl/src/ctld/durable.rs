@@ -167,7 +167,20 @@ impl Controller {
                 .collect();
             let req = j.core_request();
             let start = j.start.unwrap_or(now);
-            match self.sched.adopt(j.submit, start, core_id(id), req, alloc) {
+            let suspension = j.suspension;
+            let adopted = self
+                .sched
+                .adopt(j.submit, start, core_id(id), req, alloc)
+                .and_then(|end_by| match suspension {
+                    // Its suspensions: the time they took is not counted,
+                    // and one still going goes on.
+                    Some(s) => self
+                        .sched
+                        .restore_suspension(core_id(id), s.paused, s.since)
+                        .map_err(Into::into),
+                    None => Ok(end_by),
+                });
+            match adopted {
                 Ok(end_by) => {
                     if let Some(j) = self.jobs.get_mut(&id) {
                         j.end_by = (end_by < scheduler_core::INFINITE).then_some(end_by);

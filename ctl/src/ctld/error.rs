@@ -53,6 +53,13 @@ pub enum CtldError {
     /// `scontrol requeue` naming a job it cannot requeue.
     #[error("{why} for job {job}")]
     Requeue { job: JobId, why: RequeueRefusal },
+    /// `scontrol suspend` or `resume` naming a job it cannot stop or
+    /// continue.
+    #[error("{why} for job {job}")]
+    Suspend { job: JobId, why: SuspendRefusal },
+    /// `srun` into a suspended job (srun waits, as Slurm's).
+    #[error("Job {0} is suspended: its steps wait for scontrol resume")]
+    StepWhileSuspended(JobId),
     /// scancel whose filter selected other users' jobs: one line per job.
     #[error("{}", kill_denied(.0))]
     KillDenied(Vec<JobId>),
@@ -146,6 +153,17 @@ pub enum RequeueRefusal {
     /// A finished job's script is gone from the store (Slurm 22.05 would
     /// requeue it while it still knows the job).
     #[error("Job has finished and its script is no longer kept: submit it again")]
+    Finished,
+}
+
+/// Why `scontrol suspend` or `resume` refused a job, in Slurm's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SuspendRefusal {
+    #[error("Job is pending execution")]
+    Pending,
+    #[error("Job is not suspended")]
+    NotSuspended,
+    #[error("Job/step already completing or completed")]
     Finished,
 }
 

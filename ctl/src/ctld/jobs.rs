@@ -4,11 +4,12 @@
 use super::wire::{core_id, job_request, wire_id};
 use super::{
     Controller, CtldError, JobRecord, Kill, KillRefusal, Refusal, RequeueRefusal, Selector,
+    SuspendRefusal,
 };
 
 use corral_proto::msg::{
     AgentMsg, CtldMsg, ExitStatus, Ident, JobChanges, JobFilter, JobId, JobKind, JobRun, JobSpec,
-    JobState, JobUsage, SendSignal, StepId,
+    JobState, JobUsage, SendSignal, StepId, Suspension,
 };
 use scheduler_core::{HoldKind, JobOutcome};
 
@@ -120,6 +121,7 @@ impl Controller {
         };
         j.state = JobState::Completing;
         j.end = Some(now);
+        j.end_suspension(now);
         j.open_steps.clear();
         j.cleaning = j.alloc.iter().map(|(n, _)| n.clone()).collect();
         let run = j.run();
@@ -343,6 +345,8 @@ impl Controller {
                 .jobs
                 .get(&id)
                 .is_some_and(|j| match (j.spec.limit_signal, j.end_by) {
+                    // A suspended job's limit waits with it.
+                    _ if j.suspended() => false,
                     (Some(ls), Some(end_by)) => {
                         !j.limit_signalled && now.saturating_add(u64::from(ls.before)) >= end_by
                     }
@@ -586,7 +590,13 @@ impl Controller {
             .filter(|j| {
                 !j.state.is_final()
                     && !j.spent_array()
-                    && sel.matches(j.id, j.user.uid, j.state, &j.partition, &j.spec.name)
+                    && sel.matches(
+                        j.id,
+                        j.user.uid,
+                        j.shown_state(),
+                        &j.partition,
+                        &j.spec.name,
+                    )
             })
             .map(|j| j.id)
             .collect();
@@ -957,14 +967,101 @@ impl Controller {
         }
         for &id in &ids {
             if let Some(j) = self.jobs.get_mut(&id) {
+                // A suspended job requeued waits held, as Slurm's.
                 j.kill = Some(Kill::Requeue {
-                    hold,
+                    hold: hold || j.suspended(),
                     by_operator: privileged,
                 });
             }
             let grace = self.cfg.kill_wait * 1000;
             self.complete(now, id, grace);
         }
+        Ok(ids)
+    }
+}
+
+impl Controller {
+    /// `scontrol suspend` (or `resume`): running jobs' processes stop on
+    /// every node (or go on), and their time limits stop counting while
+    /// they are stopped. They keep their CPUs, memory and GPUs (a stopped
+    /// process still holds its GPU memory). Operators only, as Slurm's;
+    /// every job is checked before any changes. Suspending a suspended
+    /// job changes nothing, as Slurm's.
+    pub fn suspend(
+        &mut self,
+        who: Ident,
+        ids: &[JobId],
+        resume: bool,
+        now: u64,
+    ) -> Result<Vec<JobId>, Refusal> {
+        if ids.len() > super::MAX_FILTER_ENTRIES {
+            return Err(CtldError::FilterTooLarge {
+                what: "job ids",
+                count: ids.len(),
+            });
+        }
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let privileged = self.privileged(who);
+        for id in &ids {
+            let j = self.jobs.get(id).ok_or(CtldError::UnknownJob(*id))?;
+            if !privileged {
+                return Err(CtldError::NotYourJob(*id));
+            }
+            let why = match j.state {
+                JobState::Pending => Some(SuspendRefusal::Pending),
+                JobState::Running if resume && !j.suspended() => Some(SuspendRefusal::NotSuspended),
+                JobState::Running => None,
+                _ => Some(SuspendRefusal::Finished),
+            };
+            if let Some(why) = why {
+                return Err(CtldError::Suspend { job: *id, why });
+            }
+        }
+        for &id in &ids {
+            let Some(j) = self.jobs.get(&id) else {
+                continue;
+            };
+            if j.suspended() != resume {
+                continue; // already as asked
+            }
+            let core = if resume {
+                self.sched.resume(now, core_id(id)).map(Some)
+            } else {
+                self.sched.suspend(now, core_id(id)).map(|()| None)
+            };
+            let end = core.map_err(CtldError::Control)?;
+            let Some(j) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            let run_secs = now
+                .saturating_sub(j.start.unwrap_or(now))
+                .saturating_sub(j.suspension.map_or(0, |s| s.paused));
+            let s = j.suspension.get_or_insert_with(Suspension::default);
+            s.changed = now;
+            if resume {
+                let since = s.since.take().unwrap_or(now);
+                s.paused = s.paused.saturating_add(now.saturating_sub(since));
+            } else {
+                s.since = Some(now);
+                s.pre_suspend = run_secs;
+            }
+            if let Some(end) = end {
+                j.end_by = (end < scheduler_core::INFINITE).then_some(end);
+            }
+            let run = j.run();
+            for (n, _) in &j.alloc {
+                self.outbox.push((
+                    n.clone(),
+                    CtldMsg::Suspend {
+                        job: run,
+                        stop: !resume,
+                    },
+                ));
+            }
+        }
+        self.dirty = true;
         Ok(ids)
     }
 }

@@ -396,6 +396,14 @@ impl Controller {
                 tracing::info!(job = %j.id, step = %l.step, node, "launch sent again");
                 self.outbox.push((node.to_string(), CtldMsg::Launch(l)));
             }
+            // A suspend or resume lost with the connection: where it
+            // stands now (either is harmless twice).
+            if j.suspension.is_some() && j.alloc.iter().any(|(n, _)| n == node) {
+                let stop = j.suspended();
+                let job = j.run();
+                self.outbox
+                    .push((node.to_string(), CtldMsg::Suspend { job, stop }));
+            }
         }
     }
 
@@ -417,6 +425,9 @@ impl Controller {
         }
         if j.state != JobState::Running {
             return Err(CtldError::NotRunning(s.job));
+        }
+        if j.suspended() {
+            return Err(CtldError::StepWhileSuspended(s.job));
         }
         // The same srun asking again (its answer was lost with a
         // controller that died after storing the step): the same step.

@@ -39,13 +39,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use corral_proto::cred::{CredError, Token, Verifier};
 use corral_proto::msg::{
     CtldMsg, ExitStatus, Ident, JobId, JobKind, JobRun, JobSpec, JobState, JobUsage, NodeUpdate,
-    Registration, SendSignal, Stats, StepId,
+    Registration, SendSignal, Stats, StepId, Suspension,
 };
 use scheduler_core::{NodeAllocation, Scheduler, SchedulerConfig};
 
 use crate::ctld::config::Config;
 
-pub use error::{CtldError, KillRefusal, RequeueRefusal};
+pub use error::{CtldError, KillRefusal, RequeueRefusal, SuspendRefusal};
 pub use select::{Selector, MAX_FILTER_ENTRIES};
 pub use views::natural;
 
@@ -293,6 +293,8 @@ struct RunPart {
     open_steps: Vec<launch::OpenStep>,
     /// `--signal` was sent to this run.
     limit_signalled: bool,
+    /// `scontrol suspend`: the run's suspensions, once it had one.
+    suspension: Option<Suspension>,
 }
 
 /// The run part of a job that has none.
@@ -312,6 +314,29 @@ impl std::ops::DerefMut for JobRecord {
 }
 
 impl JobRecord {
+    /// Its state as squeue and selections see it: a running job that is
+    /// suspended is SUSPENDED.
+    fn shown_state(&self) -> JobState {
+        match self.state {
+            JobState::Running if self.suspended() => JobState::Suspended,
+            s => s,
+        }
+    }
+
+    /// Whether its processes are stopped now (`scontrol suspend`).
+    fn suspended(&self) -> bool {
+        self.suspension.is_some_and(|s| s.since.is_some())
+    }
+
+    /// A suspension still going at the run's end ends with it (at `now`).
+    fn end_suspension(&mut self, now: u64) {
+        if let Some(s) = self.run_part.as_mut().and_then(|r| r.suspension.as_mut()) {
+            if let Some(since) = s.since.take() {
+                s.paused = s.paused.saturating_add(now.saturating_sub(since));
+            }
+        }
+    }
+
     /// A finished job keeps what squeue and scontrol show, not its script
     /// and environment (kilobytes each, and finished jobs linger for
     /// `min_job_age`); what it held no longer counts against its user.

@@ -49,7 +49,7 @@ const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
 /// model asked for. 17: open steps name their nodes, and overlap. 18:
 /// srun's files for its tasks. 19: accounting records name a task's
 /// array.
-const LAYOUT: u64 = 20;
+const LAYOUT: u64 = 21;
 
 /// The bulky part of a job: its batch script and environment. Read when
 /// the job (or a step of it) is launched.

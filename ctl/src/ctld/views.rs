@@ -60,7 +60,13 @@ impl Controller {
             if j.spent_array() {
                 continue;
             }
-            if sel.matches(j.id, j.user.uid, j.state, &j.partition, &j.spec.name) {
+            if sel.matches(
+                j.id,
+                j.user.uid,
+                j.shown_state(),
+                &j.partition,
+                &j.spec.name,
+            ) {
                 let mut v = self.view(j, sel.detail, now);
                 if let (Some(only), Some(spec), Some(a)) =
                     (sel.only.get(&j.id), &j.spec.array, v.array.as_mut())
@@ -131,7 +137,7 @@ impl Controller {
             name: j.spec.name.clone(),
             user: j.user,
             partition: j.partition.clone(),
-            state: j.state,
+            state: j.shown_state(),
             reason,
             priority,
             submit_time: j.submit,
@@ -189,6 +195,7 @@ impl Controller {
                     start: s.start,
                 })
                 .collect(),
+            suspension: j.suspension,
         }
     }
 

@@ -667,6 +667,46 @@ impl Cgroups {
         oom
     }
 
+    /// Stops (`frozen`) or lets go on every process of the job's run here,
+    /// its steps' too (`scontrol suspend` and `resume`): v2's
+    /// `cgroup.freeze`, v1's freezer. A frozen process cannot catch or
+    /// ignore it, and a task a step adds while frozen is frozen too. False
+    /// when the node has no freezer or the job no cgroup.
+    pub fn freeze_job(&self, job: JobRun, frozen: bool) -> bool {
+        if !self.has(Controller::Freezer) {
+            return false;
+        }
+        let Some(dir) = self.dir(Controller::Freezer, &self.job_rel(job)) else {
+            return false;
+        };
+        let (file, value) = match (&self.layout, frozen) {
+            (Layout::V2 { .. }, true) => ("cgroup.freeze", "1"),
+            (Layout::V2 { .. }, false) => ("cgroup.freeze", "0"),
+            (Layout::V1 { .. }, true) => ("freezer.state", "FROZEN"),
+            (Layout::V1 { .. }, false) => ("freezer.state", "THAWED"),
+        };
+        write(&dir.join(file), value).is_ok()
+    }
+
+    /// Whether the job's cgroup is frozen now (v2: every task stopped;
+    /// v1: `FROZEN`, not still `FREEZING`).
+    pub fn job_frozen(&self, job: JobRun) -> bool {
+        let Some(dir) = self.dir(Controller::Freezer, &self.job_rel(job)) else {
+            return false;
+        };
+        match self.layout {
+            Layout::V2 { .. } => {
+                fs::read_to_string(dir.join("cgroup.events"))
+                    .ok()
+                    .and_then(|t| keyed(&t, "frozen"))
+                    == Some(1)
+            }
+            Layout::V1 { .. } => {
+                fs::read_to_string(dir.join("freezer.state")).is_ok_and(|s| s.trim() == "FROZEN")
+            }
+        }
+    }
+
     /// Kills every process of the job's run here (all steps).
     pub fn kill_job(&self, job: JobRun) -> bool {
         let rel = self.job_rel(job);

@@ -53,22 +53,115 @@ impl Scheduler {
     }
 
     /// A running job's time limit changes (`scontrol update JobId=…
-    /// TimeLimit=`): its end moves to its start plus the new limit (`None`:
-    /// no limit), which the next pass plans around; a limit already passed
-    /// makes it overdue at once. Returns the new end.
+    /// TimeLimit=`): its end moves to its start plus the new limit plus
+    /// the time it spent suspended (`None`: no limit), which the next pass
+    /// plans around; a limit already passed makes it overdue at once.
+    /// Returns the new end (while it is suspended, the end it has once
+    /// resumed at the moment of its suspension).
     pub fn set_running_limit(
         &mut self,
         id: JobId,
         limit: Option<Secs>,
     ) -> Result<Secs, ControlError> {
         let job = self.jobs.get_mut(&id).ok_or(ControlError::UnknownJob(id))?;
-        let State::Running { start, end_by, .. } = &mut job.state else {
+        let State::Running {
+            start,
+            end_by,
+            paused,
+            suspended,
+            ..
+        } = &mut job.state
+        else {
             return Err(ControlError::NotRunning(id));
         };
-        let end = limit.map_or(INFINITE, |l| start.saturating_add(l).min(INFINITE - 1));
-        *end_by = end;
         job.limit = limit.unwrap_or(INFINITE);
+        let end = limit_end(*start, job.limit, *paused);
+        if suspended.is_none() {
+            *end_by = end;
+        }
         Ok(end)
+    }
+
+    /// A running job is suspended at `now` (`scontrol suspend`): it keeps
+    /// its resources, and its time limit stops counting, so it is never
+    /// overdue and the passes plan it as running on. Suspending a
+    /// suspended job changes nothing.
+    pub fn suspend(&mut self, now: Secs, id: JobId) -> Result<(), ControlError> {
+        let job = self.jobs.get_mut(&id).ok_or(ControlError::UnknownJob(id))?;
+        let State::Running {
+            end_by, suspended, ..
+        } = &mut job.state
+        else {
+            return Err(ControlError::NotRunning(id));
+        };
+        if suspended.is_none() {
+            *suspended = Some(now);
+            *end_by = INFINITE;
+        }
+        Ok(())
+    }
+
+    /// A suspended job runs again at `now` (`scontrol resume`): its end
+    /// moves later by the time it was suspended. Returns the new end.
+    pub fn resume(&mut self, now: Secs, id: JobId) -> Result<Secs, ControlError> {
+        let job = self.jobs.get_mut(&id).ok_or(ControlError::UnknownJob(id))?;
+        let limit = job.limit;
+        let State::Running {
+            start,
+            end_by,
+            paused,
+            suspended,
+            ..
+        } = &mut job.state
+        else {
+            return Err(ControlError::NotRunning(id));
+        };
+        let since = suspended.take().ok_or(ControlError::NotSuspended(id))?;
+        *paused = paused.saturating_add(now.saturating_sub(since));
+        *end_by = limit_end(*start, limit, *paused);
+        Ok(*end_by)
+    }
+
+    /// What a restarted driver knows of a running job's suspensions (after
+    /// [`Scheduler::adopt`]): `paused` seconds suspended before, and
+    /// suspended since `since` now. Returns its end, as
+    /// [`Scheduler::set_running_limit`] does.
+    pub fn restore_suspension(
+        &mut self,
+        id: JobId,
+        paused: Secs,
+        since: Option<Secs>,
+    ) -> Result<Secs, ControlError> {
+        let job = self.jobs.get_mut(&id).ok_or(ControlError::UnknownJob(id))?;
+        let limit = job.limit;
+        let State::Running {
+            start,
+            end_by,
+            paused: p,
+            suspended,
+            ..
+        } = &mut job.state
+        else {
+            return Err(ControlError::NotRunning(id));
+        };
+        *p = paused;
+        *suspended = since;
+        let end = limit_end(*start, limit, paused);
+        *end_by = if since.is_some() { INFINITE } else { end };
+        Ok(end)
+    }
+
+    /// Whether a running job is suspended.
+    pub fn is_suspended(&self, id: JobId) -> bool {
+        self.jobs.get(&id).is_some_and(|j| {
+            matches!(
+                j.state,
+                State::Running {
+                    suspended: Some(_),
+                    ..
+                }
+            )
+        })
     }
 
     pub(super) fn validate(&self, now: Secs, req: JobRequest) -> Result<Job, SubmitError> {
@@ -367,6 +460,18 @@ impl Scheduler {
             exclusive,
         })
     }
+}
+
+/// When a job started at `start` with `limit` reaches it, having been
+/// suspended `paused` seconds (`INFINITE`: never).
+fn limit_end(start: Secs, limit: Secs, paused: Secs) -> Secs {
+    if limit >= INFINITE {
+        return INFINITE;
+    }
+    start
+        .saturating_add(limit)
+        .saturating_add(paused)
+        .min(INFINITE - 1)
 }
 
 #[cfg(test)]

@@ -91,6 +91,8 @@ impl Scheduler {
             start,
             end_by,
             alloc,
+            paused: 0,
+            suspended: None,
         };
         if let Some(a) = array_of {
             job.array = Some(self.join_array(a));

@@ -175,8 +175,15 @@ enum State {
     },
     Running {
         start: Secs,
+        /// When its time limit ends it: `start + limit + paused`, or
+        /// never while it is suspended.
         end_by: Secs,
         alloc: Vec<NodeAllocation>,
+        /// Seconds it spent suspended and resumed since; they do not
+        /// count against its limit.
+        paused: Secs,
+        /// Suspended since then (`scontrol suspend`), if it is.
+        suspended: Option<Secs>,
     },
 }
 
@@ -440,13 +447,20 @@ impl Scheduler {
         let Some(job) = self.jobs.get_mut(&id) else {
             return;
         };
-        let State::Running { start, alloc, .. } = std::mem::replace(
+        let State::Running {
+            start,
+            alloc,
+            paused,
+            suspended,
+            ..
+        } = std::mem::replace(
             &mut job.state,
             State::Pending {
                 reason: PendingReason::None,
                 plan: None,
             },
-        ) else {
+        )
+        else {
             return;
         };
         let (user, account) = (job.user, job.account);
@@ -474,7 +488,9 @@ impl Scheduler {
             }
             node.jobs.retain(|&j| j != id);
         }
-        let secs = now.saturating_sub(start) as f64;
+        // Time spent suspended is not charged.
+        let stopped = paused.saturating_add(suspended.map_or(0, |s| now.saturating_sub(s)));
+        let secs = now.saturating_sub(start).saturating_sub(stopped) as f64;
         let billing = cpus as f64 + self.cfg.gpu_billing_weight * gpus as f64;
         self.fairshare.charge(now, user, account, billing * secs);
     }
@@ -504,6 +520,7 @@ impl Scheduler {
                 start,
                 end_by,
                 alloc,
+                ..
             } => JobStatus::Running {
                 start: *start,
                 end_by: *end_by,

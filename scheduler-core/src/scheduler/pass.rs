@@ -551,6 +551,8 @@ impl Scheduler {
             start: p.start,
             end_by: end,
             alloc: allocs.clone(),
+            paused: 0,
+            suspended: None,
         };
         let array = job.running_task_of();
         if let Some(a) = array {

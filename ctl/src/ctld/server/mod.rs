@@ -675,10 +675,12 @@ impl Server {
             },
             Request::SubmitStep(step) => match c.submit_step(who, step, now) {
                 Ok((job, step)) => Response::StepCreated { job, step },
-                // The CPUs or GPUs it asks for are other steps': srun waits.
+                // The CPUs or GPUs it asks for are other steps', or the
+                // job is suspended: srun waits, as Slurm's.
                 Err(
                     e @ (crate::ctld::CtldError::StepGpus { .. }
-                    | crate::ctld::CtldError::StepCpus { .. }),
+                    | crate::ctld::CtldError::StepCpus { .. }
+                    | crate::ctld::CtldError::StepWhileSuspended(_)),
                 ) => Response::Busy(e.to_string()),
                 Err(e) => Response::Error(e.to_string()),
             },
@@ -707,6 +709,10 @@ impl Server {
                 Err(e) => Response::Error(e.to_string()),
             },
             Request::Requeue { ids, hold } => match c.requeue(who, &ids, hold, now) {
+                Ok(jobs) => Response::Affected { jobs },
+                Err(e) => Response::Error(e.to_string()),
+            },
+            Request::Suspend { ids, resume } => match c.suspend(who, &ids, resume, now) {
                 Ok(jobs) => Response::Affected { jobs },
                 Err(e) => Response::Error(e.to_string()),
             },

@@ -73,6 +73,8 @@ struct FakeAgent {
     tasks: BTreeMap<(JobRun, StepId), Task>,
     /// ctld said the node has left.
     farewell: bool,
+    /// Runs stopped by `scontrol suspend`, since when.
+    frozen: BTreeMap<JobRun, u64>,
 }
 
 impl FakeAgent {
@@ -90,6 +92,16 @@ pub struct Sim {
     pub now: u64,
     agents: BTreeMap<String, FakeAgent>,
     plans: HashMap<JobId, Plan>,
+    /// What the controller stored so far, as a store would hold it.
+    stored: Stored,
+}
+
+/// A store's contents: job records, node records, the next job id.
+#[derive(Debug, Default)]
+struct Stored {
+    jobs: BTreeMap<u64, Vec<u8>>,
+    nodes: BTreeMap<String, Vec<u8>>,
+    next_job: u64,
 }
 
 impl Sim {
@@ -105,6 +117,7 @@ impl Sim {
             now: 0,
             agents: BTreeMap::new(),
             plans: HashMap::new(),
+            stored: Default::default(),
         };
         for i in 0..n {
             let name = format!("worker-{i}");
@@ -149,6 +162,13 @@ impl Sim {
     /// Whether ctld told the node's agent it has left.
     pub fn farewell(&self, node: &str) -> bool {
         self.agents.get(node).is_some_and(|a| a.farewell)
+    }
+
+    /// Whether the fake node holds the run stopped.
+    pub fn frozen_on(&self, node: &str, run: JobRun) -> bool {
+        self.agents
+            .get(node)
+            .is_some_and(|a| a.frozen.contains_key(&run))
     }
 
     /// What the fake node still runs.
@@ -209,6 +229,9 @@ impl Sim {
             CtldMsg::Signal { job, .. } | CtldMsg::Terminate { job, .. } => {
                 let killed = matches!(msg, CtldMsg::Terminate { .. });
                 let mut out = Vec::new();
+                if killed {
+                    agent.frozen.remove(&job);
+                }
                 let here: Vec<(JobRun, StepId)> = agent
                     .tasks
                     .keys()
@@ -232,6 +255,24 @@ impl Sim {
                 }
                 out
             }
+            CtldMsg::Suspend { job, stop } => {
+                // A stopped task's end moves by the time it was stopped.
+                match (stop, agent.frozen.get(&job).copied()) {
+                    (true, None) => {
+                        agent.frozen.insert(job, now);
+                    }
+                    (false, Some(since)) => {
+                        agent.frozen.remove(&job);
+                        for ((r, _), t) in agent.tasks.iter_mut() {
+                            if *r == job {
+                                t.ends += now - since;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                Vec::new()
+            }
             CtldMsg::Farewell => {
                 agent.farewell = true;
                 Vec::new()
@@ -250,7 +291,7 @@ impl Sim {
             let due: Vec<(JobRun, StepId)> = a
                 .tasks
                 .iter()
-                .filter(|(_, t)| t.ends <= now)
+                .filter(|((r, _), t)| t.ends <= now && !a.frozen.contains_key(r))
                 .map(|(k, _)| *k)
                 .collect();
             for key in due {
@@ -283,7 +324,45 @@ impl Sim {
         }
         self.deliver();
         // As the server after each call: what changed goes to the store.
-        let _ = self.c.take_changes();
+        self.store();
+    }
+
+    /// What changed goes to the sim's store.
+    pub fn store(&mut self) {
+        let changes = self.c.take_changes();
+        for (id, r) in changes.jobs {
+            match r {
+                Some(r) => self.stored.jobs.insert(id, r),
+                None => self.stored.jobs.remove(&id),
+            };
+        }
+        for (n, r) in changes.nodes {
+            match r {
+                Some(r) => self.stored.nodes.insert(n, r),
+                None => self.stored.nodes.remove(&n),
+            };
+        }
+        self.stored.next_job = changes.next_job;
+    }
+
+    /// A controller started again from what this one stored (its outbox
+    /// and anything not stored lost with it), at `now`; no node has
+    /// registered with it yet.
+    pub fn restarted(&mut self) -> Controller {
+        self.store();
+        let loaded = crate::ctld::store::Loaded {
+            jobs: self.stored.jobs.values().cloned().collect(),
+            nodes: self
+                .stored
+                .nodes
+                .iter()
+                .map(|(n, r)| (n.clone(), r.clone()))
+                .collect(),
+            next_job: self.stored.next_job,
+        };
+        let mut c = Controller::new(config()).expect("the test configuration is valid");
+        c.restore(loaded, self.now).expect("restored");
+        c
     }
 
     pub fn run_for(&mut self, secs: u64) {

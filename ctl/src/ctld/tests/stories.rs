@@ -222,3 +222,177 @@ fn operators_delete_nodes_idle_ones_at_once_busy_ones_after_their_jobs() {
     let left: Vec<String> = sim.c.node_views().into_iter().map(|n| n.name).collect();
     assert_eq!(left, ["worker-2"]);
 }
+
+/// `scontrol suspend` and `resume`: the job's processes stop on its
+/// nodes and its time limit stops counting; resumed, it ends later by the
+/// time it was stopped. Operators only; a pending, finished or running
+/// (for resume) job is refused in Slurm's words.
+#[test]
+fn a_suspended_job_stops_its_limit_and_ends_that_much_later() {
+    let mut sim = Sim::new(1);
+    let id = sim.submit(job().runs(1_000).limit(60));
+    sim.run_for(2);
+    let mut whole = job().runs(1_000);
+    whole.spec.cpus_per_task = Some(8);
+    let waiting = sim.submit(whole);
+    let start = sim.view(id).start_time.expect("started");
+    let run = JobRun { job: id, run: 0 };
+    sim.run_for(8);
+    let now = sim.now;
+    let refused = |r: Result<Vec<JobId>, CtldError>| r.expect_err("refused").to_string();
+    assert_eq!(
+        refused(sim.c.suspend(ALICE, &[id], false, now)),
+        format!("Access/permission denied for job {id}"),
+        "owners may not, as in Slurm"
+    );
+    assert_eq!(
+        refused(sim.c.suspend(ROOT, &[id], true, now)),
+        format!("Job is not suspended for job {id}")
+    );
+    assert_eq!(
+        refused(sim.c.suspend(ROOT, &[id, waiting], false, now)),
+        format!("Job is pending execution for job {waiting}")
+    );
+    assert_eq!(
+        refused(sim.c.suspend(ROOT, &[JobId(999)], false, now)),
+        "Invalid job id specified: 999"
+    );
+    assert_eq!(sim.state(id), JobState::Running, "refused whole");
+    assert_eq!(sim.c.suspend(ROOT, &[id, id], false, now), Ok(vec![id]));
+    sim.deliver();
+    assert!(sim.frozen_on("worker-0", run));
+    let v = sim.view(id);
+    assert_eq!(v.state, JobState::Suspended);
+    let s = v.suspension.expect("its suspension");
+    assert_eq!((s.since, s.changed, s.paused), (Some(now), now, 0));
+    assert_eq!(s.pre_suspend, now - start);
+    // Selections see it as SUSPENDED.
+    let f = JobFilter {
+        states: vec![JobState::Suspended],
+        ..Default::default()
+    };
+    assert_eq!(sim.c.job_views(&f, now).len(), 1);
+    // Again: no change. Its steps wait.
+    assert_eq!(sim.c.suspend(ROOT, &[id], false, now + 1), Ok(vec![id]));
+    let e = sim
+        .c
+        .submit_step(ALICE, super::step_spec(id, "x", 1), now)
+        .expect_err("no steps while suspended")
+        .to_string();
+    assert_eq!(
+        e,
+        format!("Job {id} is suspended: its steps wait for scontrol resume")
+    );
+    // Far past its limit, it is not timed out, and its node stays its.
+    sim.run_for(100);
+    assert_eq!(sim.state(id), JobState::Suspended);
+    assert_eq!(sim.state(waiting), JobState::Pending);
+    let resumed = sim.now;
+    assert_eq!(sim.c.suspend(ROOT, &[id], true, resumed), Ok(vec![id]));
+    sim.deliver();
+    assert!(!sim.frozen_on("worker-0", run));
+    let v = sim.view(id);
+    assert_eq!(v.state, JobState::Running);
+    let s = v.suspension.expect("kept");
+    assert_eq!((s.since, s.paused, s.changed), (None, 100, resumed));
+    let end = start + 60 + 100;
+    assert_eq!(v.end_time, Some(end), "its end moved by the suspension");
+    // Run time leaves the suspension out: 10 s before, 5 after.
+    sim.run_for(5);
+    assert_eq!(
+        crate::cli::squeue::run_secs(&sim.view(id), sim.now),
+        sim.now - start - 100
+    );
+    sim.run_for(end - sim.now - 1);
+    assert_eq!(sim.state(id), JobState::Running);
+    sim.run_for(2);
+    assert_eq!(sim.state(id), JobState::Timeout);
+    assert_eq!(sim.view(id).suspension.map(|s| s.paused), Some(100));
+    let now = sim.now;
+    assert_eq!(
+        refused(sim.c.suspend(ROOT, &[id], false, now)),
+        format!("Job/step already completing or completed for job {id}")
+    );
+}
+
+/// A suspended job cancelled ends as any (its node thaws it first); one
+/// requeued waits held, as Slurm's; a suspension still going when the
+/// controller restarts is kept, and the job's limit with it.
+#[test]
+fn a_suspended_job_is_cancelled_requeued_held_and_kept_over_a_restart() {
+    let mut sim = Sim::with(super::config_with("requeue_delay = 0"), 2);
+    let a = sim.submit(job().runs(1_000).on("worker-0"));
+    let b = sim.submit(job().runs(1_000).requeue().on("worker-1"));
+    sim.run_for(2);
+    let now = sim.now;
+    assert_eq!(sim.c.suspend(ROOT, &[a, b], false, now), Ok(vec![a, b]));
+    sim.deliver();
+    sim.c
+        .cancel(
+            ALICE,
+            &JobFilter {
+                ids: vec![a],
+                ..Default::default()
+            },
+            None,
+            now,
+        )
+        .expect("cancelled");
+    sim.deliver();
+    assert_eq!(sim.state(a), JobState::Cancelled);
+    assert!(!sim.frozen_on("worker-0", JobRun { job: a, run: 0 }));
+    assert_eq!(sim.c.requeue(ROOT, &[b], false, now), Ok(vec![b]));
+    sim.deliver();
+    sim.run_for(5);
+    let v = sim.view(b);
+    assert_eq!(
+        (v.state, v.reason),
+        (JobState::Pending, JobReason::JobHeldAdmin)
+    );
+    assert_eq!(v.suspension, None, "a new run has none");
+    // Released, it runs again; suspended, the controller restarts.
+    sim.c.hold(ROOT, &[b], true).expect("released");
+    sim.run_for(2);
+    assert_eq!(sim.state(b), JobState::Running);
+    let now = sim.now;
+    sim.c.suspend(ROOT, &[b], false, now).expect("suspended");
+    sim.deliver();
+    let before = sim.view(b);
+    let mut c2 = sim.restarted();
+    for n in ["worker-0", "worker-1"] {
+        let running: Vec<JobRun> = (n == "worker-1")
+            .then_some(JobRun { job: b, run: 1 })
+            .into_iter()
+            .collect();
+        c2.register(super::relaunch::registered(n, 1, &running, &[]), now + 1)
+            .expect("registers");
+    }
+    let after = view(&c2, b);
+    assert_eq!(after.state, JobState::Suspended);
+    assert_eq!(after.suspension, before.suspension);
+    // Told again where it stands, in case the first word was lost.
+    let told: Vec<CtldMsg> = c2
+        .take_outbox()
+        .into_iter()
+        .filter(|(n, _)| n == "worker-1")
+        .map(|(_, m)| m)
+        .collect();
+    assert!(
+        told.iter()
+            .any(|m| matches!(m, CtldMsg::Suspend { job, stop: true } if job.job == b)),
+        "{told:?}"
+    );
+    // Never overdue while suspended (its nodes beating); resumed, it runs
+    // on.
+    let later = now + 10_000;
+    for (n, running) in [
+        ("worker-0", vec![]),
+        ("worker-1", vec![JobRun { job: b, run: 1 }]),
+    ] {
+        c2.agent_message(n, AgentMsg::Heartbeat { running }, later);
+    }
+    c2.tick(later);
+    assert_eq!(view(&c2, b).state, JobState::Suspended);
+    assert_eq!(c2.suspend(ROOT, &[b], true, now + 10_000), Ok(vec![b]));
+    assert_eq!(view(&c2, b).state, JobState::Running);
+}
