@@ -1084,6 +1084,9 @@ pub enum NodeUpdate {
     Drain,
     Resume,
     Down,
+    /// `State=FAIL`: expected to fail soon; out of use as a drain is,
+    /// shown as `fail` (`failg` while jobs still run).
+    Fail,
 }
 
 /// ctld's answer.
@@ -1341,6 +1344,10 @@ pub struct NodeView {
     pub state: NodeState,
     /// Its agent has gone silent (Slurm marks the state with `*`).
     pub not_responding: bool,
+    /// An operator set `State=FAIL` (the state is a drain's).
+    pub fail: bool,
+    /// A job on it is still being ended here (Slurm's COMPLETING flag).
+    pub completing: bool,
     pub cpus: u32,
     pub alloc_cpus: u32,
     pub memory_mb: u64,

@@ -437,6 +437,19 @@ fn scontrol_shows_and_manages_as_slurm_does() {
     let node = env.ok(&["scontrol", "-o", "show", "node", "worker-2"]);
     assert_eq!(get(&node, "State"), "IDLE+DRAIN");
     assert!(node.contains(" Reason=fan [root@"), "{node}");
+    // State=FAIL: its own word and flag; sinfo -t selects it by name.
+    env.ok(&[
+        "scontrol",
+        "update",
+        "NodeName=worker-2",
+        "State=FAIL",
+        "Reason=flaky",
+    ]);
+    let node = env.ok(&["scontrol", "-o", "show", "node", "worker-2"]);
+    assert_eq!(get(&node, "State"), "IDLE+FAIL");
+    let failed = env.ok(&["sinfo", "-h", "-N", "-t", "fail", "-o", "%N %t %T %E"]);
+    assert_eq!(failed, "worker-2 fail fail flaky\n");
+    env.ok(&["scontrol", "update", "NodeName=worker-2", "State=RESUME"]);
 }
 
 #[test]

@@ -5,8 +5,7 @@
 use std::ffi::OsString;
 
 use corral_proto::msg::{
-    JobFilter, JobId, JobState, JobView, NodeState, NodeUpdate, NodeView, PartitionView, Request,
-    Response,
+    JobFilter, JobId, JobState, JobView, NodeUpdate, NodeView, PartitionView, Request, Response,
 };
 use scheduler_core::hostlist;
 
@@ -248,30 +247,6 @@ pub fn show_steps(jobs: &[JobView], only: Option<&str>) -> Vec<String> {
     out
 }
 
-/// A node's state as `scontrol show node` writes it: the base state and
-/// Slurm's flags (`IDLE+DRAIN`, `MIXED+DRAIN`, `DOWN+NOT_RESPONDING`).
-pub fn node_state_full(n: &NodeView) -> String {
-    let base = match n.state {
-        NodeState::Idle => "IDLE",
-        NodeState::Mixed => "MIXED",
-        NodeState::Allocated => "ALLOCATED",
-        NodeState::Draining if n.alloc_cpus >= n.cpus => "ALLOCATED+DRAIN",
-        NodeState::Draining => "MIXED+DRAIN",
-        NodeState::Drained => "IDLE+DRAIN",
-        NodeState::Down => "DOWN",
-    };
-    // Slurm 22.05 (measured): `State=DOWN+NOT_RESPONDING` here, `down*`
-    // in sinfo.
-    format!(
-        "{base}{}",
-        if n.not_responding {
-            "+NOT_RESPONDING"
-        } else {
-            ""
-        }
-    )
-}
-
 /// `scontrol show node` for one node, in Slurm 22.05's layout.
 pub fn show_node(n: &NodeView) -> String {
     let feats = if n.features.is_empty() {
@@ -330,7 +305,7 @@ pub fn show_node(n: &NodeView) -> String {
         ),
         format!(
             "State={} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A",
-            node_state_full(n)
+            super::words::node_state_full(n)
         ),
         format!("Partitions={} ", n.partitions.join(",")),
         format!(
@@ -610,6 +585,7 @@ pub fn action(args: &[String]) -> Result<Action, String> {
                             "drain" => NodeUpdate::Drain,
                             "resume" | "idle" | "undrain" => NodeUpdate::Resume,
                             "down" => NodeUpdate::Down,
+                            "fail" => NodeUpdate::Fail,
                             _ => return Err(format!("Invalid node state specified: {v}")),
                         })
                     }
@@ -1044,11 +1020,15 @@ mod tests {
         );
     }
 
-    /// Node states as Slurm 22.05's `scontrol show node` wrote them
-    /// (measured: a drained idle node, a node whose slurmd was killed).
+    /// Node states as Slurm 22.05's `scontrol show node` and sinfo wrote
+    /// them (measured: a drained idle node, a node whose slurmd was
+    /// killed, `State=FAIL` on an idle node, jobs whose processes ignore
+    /// SIGTERM while cancelled, beside a running job and alone).
     #[test]
     fn node_states_as_slurm_writes_them() {
         use crate::cli::sinfo::tests::node;
+        use crate::cli::words::{node_state, node_state_full, node_state_long};
+        use corral_proto::msg::NodeState;
         let drained = node("n2", NodeState::Drained);
         assert_eq!(node_state_full(&drained), "IDLE+DRAIN");
         let mut lost = node("n2", NodeState::Down);
@@ -1060,5 +1040,30 @@ mod tests {
         busy.alloc_cpus = busy.cpus;
         assert_eq!(node_state_full(&busy), "ALLOCATED+DRAIN");
         assert!(show_node(&lost).contains("\n   State=DOWN+NOT_RESPONDING ThreadsPerCore=1 "));
+        let each = |n: &NodeView| (node_state_full(n), node_state(n), node_state_long(n));
+        let mut failed = node("n2", NodeState::Drained);
+        failed.fail = true;
+        assert_eq!(each(&failed), ("IDLE+FAIL".into(), "fail".into(), "fail"));
+        let mut failing = node("n2", NodeState::Draining);
+        failing.fail = true;
+        failing.alloc_cpus = 1;
+        assert_eq!(
+            each(&failing),
+            ("MIXED+FAIL".into(), "failg".into(), "failing")
+        );
+        let mut ending = node("n1", NodeState::Mixed);
+        ending.completing = true;
+        assert_eq!(
+            each(&ending),
+            ("MIXED+COMPLETING".into(), "comp".into(), "completing")
+        );
+        ending.state = NodeState::Idle;
+        assert_eq!(each(&ending).0, "IDLE+COMPLETING");
+        ending.state = NodeState::Draining;
+        ending.alloc_cpus = 1;
+        assert_eq!(
+            each(&ending),
+            ("MIXED+COMPLETING+DRAIN".into(), "drng".into(), "draining")
+        );
     }
 }

@@ -92,16 +92,19 @@ fn state_matches(n: &NodeView, states: &[String]) -> bool {
     if states.is_empty() {
         return true;
     }
-    let draining = matches!(n.state, NodeState::Draining | NodeState::Drained);
+    // A FAIL is a drain in the state, not in Slurm's flags.
+    let drain = !n.fail;
     states.iter().any(|s| match s.as_str() {
         "idle" => n.state == NodeState::Idle,
         "mix" | "mixed" => n.state == NodeState::Mixed,
         "alloc" | "allocated" => n.state == NodeState::Allocated,
-        "drain" => draining,
-        "drained" => n.state == NodeState::Drained,
-        "draining" | "drng" => n.state == NodeState::Draining,
+        "drain" => drain && matches!(n.state, NodeState::Draining | NodeState::Drained),
+        "drained" => drain && n.state == NodeState::Drained,
+        "draining" | "drng" => drain && n.state == NodeState::Draining,
         "down" => n.state == NodeState::Down,
         "no_respond" => n.not_responding,
+        "completing" | "comp" => n.completing,
+        "fail" => n.fail,
         _ => false,
     })
 }
@@ -115,7 +118,7 @@ fn states_ok(list: &Option<String>) -> Result<Vec<String>, String> {
     for s in list.split(',').filter(|s| !s.is_empty()) {
         let l = s.to_ascii_lowercase();
         let known = STATE_NAMES.split(',').any(|k| k == l)
-            || ["mix", "alloc", "drng", "all"].contains(&l.as_str());
+            || ["mix", "alloc", "drng", "comp", "all"].contains(&l.as_str());
         if !known {
             return Err(format!(
                 "Bad state string: \"{s}\"\nvalid states: {STATE_NAMES}"
@@ -294,7 +297,7 @@ fn other(n: &NodeView) -> bool {
 fn state_long(n: &NodeView) -> String {
     format!(
         "{}{}",
-        words::node_state_long(n.state),
+        words::node_state_long(n),
         if n.not_responding { "*" } else { "" }
     )
 }
@@ -308,8 +311,13 @@ fn state_rank(n: &NodeView) -> u32 {
         NodeState::Allocated => 3,
         NodeState::Mixed | NodeState::Draining => 5,
     };
-    let drain = matches!(n.state, NodeState::Draining | NodeState::Drained);
-    base + if drain { 0x200 } else { 0 } + if n.not_responding { 0x800 } else { 0 }
+    // A FAIL is a drain here, but Slurm's flag is its own.
+    let drained = matches!(n.state, NodeState::Draining | NodeState::Drained);
+    let flag = |on: bool, bit: u32| if on { bit } else { 0 };
+    base + flag(drained && !n.fail, 0x200)
+        + flag(n.completing, 0x400)
+        + flag(n.not_responding, 0x800)
+        + flag(n.fail, 0x2000)
 }
 
 /// A field's value for one node of a partition (`None` for `-R` lines).
@@ -699,6 +707,8 @@ impl Placeholder for NodeView {
             name: String::new(),
             state: NodeState::Idle,
             not_responding: false,
+            fail: false,
+            completing: false,
             cpus: 0,
             alloc_cpus: 0,
             memory_mb: 0,
@@ -768,6 +778,8 @@ pub(crate) mod tests {
             name: name.into(),
             state,
             not_responding: false,
+            fail: false,
+            completing: false,
             cpus: 4,
             alloc_cpus: 0,
             memory_mb: 1000,

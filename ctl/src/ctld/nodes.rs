@@ -165,7 +165,7 @@ impl Controller {
             };
         }
         match &n.admin {
-            Some((NodeUpdate::Drain, reason, _, _)) => NodeAdmin::Drain {
+            Some((NodeUpdate::Drain | NodeUpdate::Fail, reason, _, _)) => NodeAdmin::Drain {
                 reason: reason.clone(),
             },
             Some((NodeUpdate::Down, reason, _, _)) => NodeAdmin::Down {

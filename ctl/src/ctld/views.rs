@@ -236,10 +236,18 @@ impl Controller {
                         }
                     }
                 };
+                // A job ending whose clean-up here is not confirmed.
+                let completing = info.jobs.iter().any(|&id| {
+                    self.jobs.get(&wire_id(id)).is_some_and(|j| {
+                        j.state == JobState::Completing && j.cleaning.contains(&n.reg.name)
+                    })
+                });
                 Some(NodeView {
                     name: n.reg.name.clone(),
                     state: node_state(info.state),
                     not_responding: n.not_responding,
+                    fail: matches!(n.admin, Some((corral_proto::msg::NodeUpdate::Fail, ..))),
+                    completing,
                     cpus: info.cpus,
                     alloc_cpus: info.alloc_cpus,
                     memory_mb: info.memory_mb,

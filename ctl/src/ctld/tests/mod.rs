@@ -15,7 +15,7 @@ use corral_proto::msg::{
 /// A node's state in Slurm's long words, `*` when not responding.
 fn node_state(n: &NodeView) -> String {
     let star = if n.not_responding { "*" } else { "" };
-    format!("{}{star}", crate::cli::words::node_state_long(n.state))
+    format!("{}{star}", crate::cli::words::node_state_long(n))
 }
 
 const ALICE: Ident = Ident {
@@ -898,6 +898,76 @@ fn drains_need_an_operator_and_a_reason() {
         .unwrap();
     assert_eq!(c.schedule(7), 1);
     assert_eq!(state(&c, id), JobState::Running);
+}
+
+/// `State=FAIL`: out of use as a drain is, shown as Slurm's `fail`
+/// (`failg` while a job still runs), lifted by RESUME; a node whose job is
+/// being ended shows COMPLETING until it confirms the job is gone.
+#[test]
+fn fail_and_completing_nodes_show_as_slurms() {
+    let mut c = cluster(2);
+    let id = c.submit(ALICE, batch("x"), 1).unwrap();
+    assert_eq!(c.schedule(1), 1);
+    let on = launches(&mut c)[0].0.clone();
+    let other = if on == "worker-0" {
+        "worker-1"
+    } else {
+        "worker-0"
+    };
+    assert!(
+        c.update_node(ROOT, other, NodeUpdate::Fail, None, 2)
+            .is_err(),
+        "a reason is required"
+    );
+    c.update_node(
+        ROOT,
+        "worker-[0-1]",
+        NodeUpdate::Fail,
+        Some("flaky".into()),
+        2,
+    )
+    .unwrap();
+    let words = |c: &Controller| -> Vec<String> {
+        c.node_views()
+            .iter()
+            .map(|n| format!("{} {}", n.name, crate::cli::words::node_state_full(n)))
+            .collect()
+    };
+    let want_fail = |busy: &str| {
+        let mut v = vec![format!("{on} {busy}+FAIL"), format!("{other} IDLE+FAIL")];
+        v.sort();
+        v
+    };
+    assert_eq!(words(&c), want_fail("MIXED"));
+    let next = c.submit(ALICE, batch("x"), 3).unwrap();
+    assert_eq!(c.schedule(3), 0, "nothing starts on a failed node");
+    c.update_node(ROOT, other, NodeUpdate::Resume, None, 4)
+        .unwrap();
+    assert_eq!(c.schedule(4), 1);
+    assert_eq!(state(&c, next), JobState::Running);
+    let _ = c.take_outbox();
+    // Cancelled: its node is completing until it says the job is clean.
+    let f = JobFilter {
+        ids: vec![id],
+        ..Default::default()
+    };
+    c.cancel(ALICE, &f, None, 5).unwrap();
+    let n = |c: &Controller| c.node_views().into_iter().find(|n| n.name == on).unwrap();
+    assert!(n(&c).completing);
+    assert_eq!(crate::cli::words::node_state(&n(&c)), "failg");
+    c.update_node(ROOT, &on, NodeUpdate::Resume, None, 6)
+        .unwrap();
+    assert_eq!(crate::cli::words::node_state(&n(&c)), "comp");
+    c.agent_message(
+        &on,
+        AgentMsg::JobCleaned {
+            job: JobRun { job: id, run: 0 },
+            usage: None,
+        },
+        7,
+    );
+    assert!(!n(&c).completing);
+    assert_eq!(crate::cli::words::node_state(&n(&c)), "idle");
 }
 
 #[test]
