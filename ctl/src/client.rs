@@ -54,7 +54,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Names, paths and reasons come from other users and must not reach a
 /// terminal raw or forge lines in key=value output.
 pub fn escape_controls(s: &mut String) {
-    if !s.chars().any(char::is_control) {
+    // Printable ASCII, nearly every text: a byte scan says so.
+    if s.bytes().all(|b| (0x20..0x7f).contains(&b)) || !s.chars().any(char::is_control) {
         return;
     }
     let mut out = String::with_capacity(s.len() + 8);
@@ -83,11 +84,28 @@ fn escaped(mut resp: Response) -> Response {
                 ] {
                     escape_controls(s);
                 }
-                for s in [&mut j.stdout, &mut j.stderr, &mut j.failure]
-                    .into_iter()
-                    .flatten()
+                for s in [
+                    &mut j.stdout,
+                    &mut j.stderr,
+                    &mut j.failure,
+                    &mut j.comment,
+                    &mut j.mail_user,
+                ]
+                .into_iter()
+                .flatten()
                 {
                     escape_controls(s);
+                }
+                if let Some(a) = j.ask.as_deref_mut() {
+                    for s in [&mut a.account, &mut a.features, &mut a.qos]
+                        .into_iter()
+                        .flatten()
+                    {
+                        escape_controls(s);
+                    }
+                }
+                for st in &mut j.steps {
+                    escape_controls(&mut st.name);
                 }
             }
         }
@@ -173,7 +191,11 @@ impl Client {
                 Response::Jobs(page) => {
                     let full = page.len() >= JOBS_PER_PAGE;
                     f.after = page.last().map_or(f.after, |j| j.id);
-                    all.extend(page);
+                    if all.is_empty() {
+                        all = page; // the first page as it came, uncopied
+                    } else {
+                        all.extend(page);
+                    }
                     if !full {
                         return Ok(all);
                     }

@@ -43,6 +43,19 @@ pub fn parse_job_limit(s: &str) -> Result<Option<u64>, String> {
     })
 }
 
+/// [`elapsed`], written onto `out`.
+pub fn elapsed_into(out: &mut String, secs: u64) {
+    use std::fmt::Write as _;
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    let _ = if d > 0 {
+        write!(out, "{d}-{h:02}:{m:02}:{s:02}")
+    } else if h > 0 {
+        write!(out, "{h}:{m:02}:{s:02}")
+    } else {
+        write!(out, "{m}:{s:02}")
+    };
+}
+
 /// A duration as squeue's `TIME` column prints it: `M:SS`, `H:MM:SS`,
 /// `D-HH:MM:SS`.
 pub fn elapsed(secs: u64) -> String {
@@ -92,6 +105,23 @@ pub fn timestamp(unix: u64) -> String {
         Some(Display::Relative(now)) => relative(unix, *now),
         _ => iso(unix),
     }
+}
+
+/// [`timestamp`], written onto `out`. The last time written is kept: a
+/// listing's times repeat (jobs submitted in the same second), and
+/// formatting one costs more than copying it.
+pub fn timestamp_into(out: &mut String, unix: u64) {
+    thread_local! {
+        static LAST: std::cell::RefCell<(u64, String)> =
+            const { std::cell::RefCell::new((u64::MAX, String::new())) };
+    }
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if last.0 != unix {
+            *last = (unix, timestamp(unix));
+        }
+        out.push_str(&last.1);
+    });
 }
 
 /// How the CLI prints times: `SLURM_TIME_FORMAT`.

@@ -920,10 +920,15 @@ impl Agent {
         }
     }
 
-    /// Relays a CLI request to ctld with a fresh credential for `who`.
-    pub async fn relay(&self, who: Ident, request: Request) -> Response {
-        let unreachable =
-            || Response::Error("Unable to contact slurm controller (connect failure)".into());
+    /// Relays a CLI request to ctld with a fresh credential for `who`;
+    /// returns ctld's answer as the frame it came in (its size and version
+    /// checked), or an error of the agent's own as a frame.
+    pub async fn relay(&self, who: Ident, request: Request) -> Vec<u8> {
+        let unreachable = || {
+            frame_of(&Response::Error(
+                "Unable to contact slurm controller (connect failure)".into(),
+            ))
+        };
         let deadline = tokio::time::Instant::now() + RELAY_TIMEOUT;
         // A request that may be repeated safely is sent again over the
         // agent's next connection when ctld went away under it (a restart);
@@ -951,16 +956,18 @@ impl Agent {
             };
             let token = match self.minter.mint(who, now_ms()) {
                 Ok(t) => t,
-                Err(e) => return Response::Error(e.to_string()),
+                Err(e) => return frame_of(&Response::Error(e.to_string())),
             };
             let request = request.clone();
+            // The answer goes back as it came, undecoded: a listing of
+            // thousands of jobs is megabytes the caller decodes anyway.
             let exchange = async {
                 let (mut send, mut recv) = conn.open_bi().await.ok()?;
                 write_frame(&mut send, &Open::Request { token, request })
                     .await
                     .ok()?;
                 let _ = send.finish();
-                read_frame::<_, Response>(&mut recv).await.ok().flatten()
+                corral_proto::read_raw_frame(&mut recv).await.ok().flatten()
             };
             // A controller that died leaves the connection up until it is
             // reset or times out: give up by the deadline, as Slurm's
@@ -972,6 +979,15 @@ impl Agent {
             }
         }
     }
+}
+
+/// An answer as one frame for a local client. A message that cannot be
+/// encoded (none of the agent's own can: they are small) becomes an
+/// error that can.
+pub(crate) fn frame_of(resp: &Response) -> Vec<u8> {
+    corral_proto::frame::encode(resp).unwrap_or_else(|e| {
+        corral_proto::frame::encode(&Response::Error(format!("agent: {e}"))).unwrap_or_default()
+    })
 }
 
 #[cfg(test)]

@@ -168,7 +168,8 @@ impl Drop for Seat {
 }
 
 /// An answer, with the user's relay turn it holds until it is written.
-type Answer = (Response, Option<OwnedSemaphorePermit>);
+/// An answer as the frame to write, with the user's relay turn.
+type Answer = (Vec<u8>, Option<OwnedSemaphorePermit>);
 
 /// Bytes of one request, held from before its body is read until its
 /// answer is ready.
@@ -277,10 +278,16 @@ async fn client(agent: Arc<Agent>, stream: UnixStream, shares: Arc<Shares>) {
         while let Some(h) = rx.recv().await {
             // The user's turn is given back once the answer is written, so
             // answers a client does not read count against its share.
-            let (resp, _turn) = h
+            let (frame, _turn) = h.await.unwrap_or_else(|e| {
+                (
+                    crate::agent::frame_of(&Response::Error(format!("agent: {e}"))),
+                    None,
+                )
+            });
+            if tokio::io::AsyncWriteExt::write_all(&mut w, &frame)
                 .await
-                .unwrap_or_else(|e| (Response::Error(format!("agent: {e}")), None));
-            if write_frame(&mut w, &resp).await.is_err() {
+                .is_err()
+            {
                 return;
             }
         }
@@ -300,16 +307,18 @@ async fn client(agent: Arc<Agent>, stream: UnixStream, shares: Arc<Shares>) {
             let turn = relays.acquire_owned().await.ok();
             let resp = match req {
                 LocalRequest::Relay(request) => agent.relay(who, request).await,
-                LocalRequest::Credential => match agent.minter.mint(who, now_ms()) {
-                    Ok(t) => Response::Credential(t),
-                    Err(e) => Response::Error(e.to_string()),
-                },
-                LocalRequest::NodeAddress => match agent.address() {
+                LocalRequest::Credential => {
+                    crate::agent::frame_of(&match agent.minter.mint(who, now_ms()) {
+                        Ok(t) => Response::Credential(t),
+                        Err(e) => Response::Error(e.to_string()),
+                    })
+                }
+                LocalRequest::NodeAddress => crate::agent::frame_of(&match agent.address() {
                     Some(ip) => Response::Address(ip),
                     None => Response::Error(
                         "Unable to contact slurm controller (connect failure)".into(),
                     ),
-                },
+                }),
             };
             drop(held);
             (resp, turn)

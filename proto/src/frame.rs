@@ -133,6 +133,32 @@ pub async fn read_len<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<u32>, Wi
     Ok(Some(len))
 }
 
+/// Reads one frame whole, its length and version checked but its message
+/// not decoded: what a relay passes on as it came (the reader at the far
+/// end decodes and checks it). `Ok(None)` is a clean end of stream.
+pub async fn read_raw_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Vec<u8>>, WireError> {
+    let Some(len) = read_len(r).await? else {
+        return Ok(None);
+    };
+    let mut frame = vec![0u8; 4 + len as usize];
+    frame[..4].copy_from_slice(&len.to_be_bytes());
+    r.read_exact(&mut frame[4..]).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            WireError::Truncated
+        } else {
+            WireError::Io(e)
+        }
+    })?;
+    let got = u16::from_be_bytes([frame[4], frame[5]]);
+    if got != PROTOCOL_VERSION {
+        return Err(WireError::Version {
+            got,
+            want: PROTOCOL_VERSION,
+        });
+    }
+    Ok(Some(frame))
+}
+
 /// Reads and decodes the body of a frame whose length [`read_len`] gave.
 pub async fn read_body<R, T>(r: &mut R, len: u32) -> Result<T, WireError>
 where
@@ -178,6 +204,35 @@ mod tests {
         assert_eq!(read_frame::<_, Msg>(&mut r).await.unwrap(), Some(msg()));
         assert_eq!(read_frame::<_, Msg>(&mut r).await.unwrap(), Some(msg()));
         assert!(read_frame::<_, Msg>(&mut r).await.unwrap().is_none());
+    }
+
+    /// A raw frame comes back byte for byte, its header checked: a relay
+    /// passes on only frames of this version and size.
+    #[tokio::test]
+    async fn raw_frames_pass_as_they_came_headers_checked() {
+        let one = encode(&msg()).unwrap();
+        let mut two = one.clone();
+        two.extend(encode(&msg()).unwrap());
+        let mut r = &two[..];
+        assert_eq!(read_raw_frame(&mut r).await.unwrap(), Some(one.clone()));
+        let again = read_raw_frame(&mut r).await.unwrap().unwrap();
+        assert_eq!(
+            read_frame::<_, Msg>(&mut &again[..]).await.unwrap(),
+            Some(msg())
+        );
+        assert!(read_raw_frame(&mut r).await.unwrap().is_none());
+        let mut other = one.clone();
+        other[4..6].copy_from_slice(&(PROTOCOL_VERSION + 1).to_be_bytes());
+        let err = read_raw_frame(&mut &other[..]).await.unwrap_err();
+        assert!(matches!(err, WireError::Version { .. }), "{err}");
+        let err = read_raw_frame(&mut &one[..one.len() - 1])
+            .await
+            .unwrap_err();
+        assert!(matches!(err, WireError::Truncated), "{err}");
+        let mut huge = (MAX_FRAME + 1).to_be_bytes().to_vec();
+        huge.extend(PROTOCOL_VERSION.to_be_bytes());
+        let err = read_raw_frame(&mut &huge[..]).await.unwrap_err();
+        assert!(matches!(err, WireError::TooLarge { .. }), "{err}");
     }
 
     #[tokio::test]

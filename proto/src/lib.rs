@@ -21,7 +21,7 @@ pub mod msg;
 pub mod pattern;
 pub mod tls;
 
-pub use frame::{read_frame, write_frame, WireError, MAX_FRAME, PROTOCOL_VERSION};
+pub use frame::{read_frame, read_raw_frame, write_frame, WireError, MAX_FRAME, PROTOCOL_VERSION};
 pub mod ratelimit;
 
 /// Milliseconds since the Unix epoch, from the system clock.

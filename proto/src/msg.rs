@@ -526,6 +526,10 @@ pub struct JobSpec {
     /// `--open-mode=append` (Slurm's default truncates).
     pub open_append: bool,
     /// `--comment`.
+    /// The batch script's absolute path as sbatch read it (scontrol's
+    /// `Command`, with the script's arguments); `None` for `--wrap` and a
+    /// script from standard input.
+    pub script_path: Option<String>,
     pub comment: Option<String>,
     /// `--mail-type` (Slurm's names, comma-separated, checked by the CLI)
     /// and `--mail-user`: recorded with the job.

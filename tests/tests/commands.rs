@@ -139,7 +139,7 @@ fn squeue_options_and_formats() {
         (&["squeue", "-h", "-s", "{C}.0", "-o", "%i"], 0, ""),
         // --start: pending jobs only, by start time.
         (&["squeue", "-h", "--start", "-o", "%j %S", "-n", "alpha"], 0, "alpha N/A\n"),
-        (&["squeue", "-h", "-o", "%Z %o", "-j", "{A}"], 0, "{WORK} alpha\n"),
+        (&["squeue", "-h", "-o", "%Z %o", "-j", "{A}"], 0, "{WORK} (null)\n"),
         // Bad input: one line, exit 1.
         (&["squeue", "-O", "Bogus"], 1, ""),
         (&["squeue", "-S", "i="], 1, ""),
@@ -295,6 +295,18 @@ fn scontrol_shows_and_manages_as_slurm_does() {
     };
     assert_eq!(get(&held, "Nice"), "3");
     assert_eq!(get(&held, "Account"), "acct1");
+    // Command: a script's path as sbatch found it, with its arguments;
+    // `(null)` for --wrap, as Slurm's.
+    assert_eq!(get(&held, "Command"), "(null)");
+    std::fs::write(env.work.join("named.sh"), "#!/bin/sh\ntrue\n").unwrap();
+    let named = env.ok(&["sbatch", "--parsable", "-H", "named.sh", "one", "two"]);
+    let shown = env.ok(&["scontrol", "show", "job", named.trim()]);
+    let want = format!(
+        "   Command={} one two\n",
+        env.work.join("named.sh").display()
+    );
+    assert!(shown.contains(&want), "{shown}");
+    env.ok(&["scancel", named.trim()]);
     assert_eq!(get(&held, "TimeLimit"), "00:30:00");
     assert_eq!(get(&held, "MinMemoryNode"), "2G");
     assert_eq!(get(&held, "MinCPUsNode"), "2");

@@ -789,6 +789,7 @@ impl JobOpts {
                 .ok()
                 .and_then(|h| h.into_string().ok()),
             open_append: false,
+            script_path: None,
             comment: self.comment.clone(),
             mail_type: self.mail_type.as_deref().map(parse_mail_type).transpose()?,
             mail_user: self.mail_user.clone(),

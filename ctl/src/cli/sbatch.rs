@@ -209,6 +209,13 @@ pub fn main(args: &[OsString]) -> i32 {
         Ok(arr) => arr,
         Err(e) => return fail(CMD, e),
     };
+    // scontrol's Command: the script as named, from where sbatch ran.
+    spec.script_path = match (&a.wrap, a.script.first()) {
+        (None, Some(p)) => std::env::current_dir()
+            .map(|d| d.join(p).to_string_lossy().into_owned())
+            .ok(),
+        _ => None,
+    };
     spec.kind = JobKind::Batch {
         script,
         args: script_args,

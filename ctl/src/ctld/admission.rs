@@ -48,6 +48,7 @@ pub(super) fn spec_bytes(spec: &JobSpec) -> u64 {
             &spec.mail_user,
             &spec.submit_dir,
             &spec.submit_host,
+            &spec.script_path,
         ]
         .into_iter()
         .flatten()
@@ -91,10 +92,17 @@ impl Controller {
             ("submit host", &spec.submit_host),
             ("mail type", &spec.mail_type),
             ("mail user", &spec.mail_user),
+            ("script path", &spec.script_path),
         ] {
             if let Some(t) = t {
                 printable(what, t)?;
             }
+        }
+        if spec.script_path.as_ref().is_some_and(|p| p.len() > 4096) {
+            return Err(CtldError::TooLong {
+                what: "script path",
+                max: 4096,
+            });
         }
         if let JobKind::Batch {
             script,

@@ -123,10 +123,21 @@ impl Controller {
             }
         };
         let (stdout, stderr, command, batch) = match &j.spec.kind {
-            JobKind::Batch { stdout, stderr, .. } => (
+            // Slurm's Command: the script's path and arguments, `(null)`
+            // for --wrap and standard input.
+            JobKind::Batch {
+                stdout,
+                stderr,
+                args,
+                ..
+            } => (
                 Some(stdout.clone().unwrap_or_else(|| j.default_output().into())),
                 stderr.clone(),
-                j.spec.name.clone(),
+                match &j.spec.script_path {
+                    Some(p) if args.is_empty() => p.clone(),
+                    Some(p) => format!("{p} {}", args.join(" ")),
+                    None => "(null)".into(),
+                },
                 true,
             ),
             JobKind::Interactive { argv, .. } => (None, None, argv.join(" "), false),
