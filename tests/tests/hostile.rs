@@ -595,7 +595,7 @@ fn odd_and_oversized_submissions_get_one_line_each() {
         vec!["scancel", "-p", "gpu"],
     ] {
         let (code, _, e) = as_user(&env, BOB, &args);
-        assert_eq!(code, 1, "{args:?}");
+        assert_eq!(code, 210, "{args:?}: Slurm's exit status");
         assert!(
             e.contains(&format!(
                 "Kill job error on job id {id}: Access/permission denied"

@@ -266,7 +266,7 @@ fn users_cancel_only_their_own_jobs() {
     let q = env.ok(&["squeue", "-h", "-j", &id, "-o", "%u"]);
     assert_eq!(q.trim(), "23456", "the job belongs to the submitting uid");
     let (code, _, e) = as_user(23_457, &["scancel", &id]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 210, "Slurm's exit status for access denied");
     assert!(e.contains("Access/permission denied"), "{e}");
     let (code, _, e) = as_user(23_457, &["scontrol", "release", &id]);
     assert_eq!(code, 1, "{e}");

@@ -221,10 +221,26 @@ pub fn main(args: &[OsString]) -> i32 {
         match c.ok(Request::Cancel { filter, signal }).await {
             Ok(Response::Affected { .. }) => 0,
             Ok(other) => fail(CMD, format!("unexpected answer {other:?}")),
-            Err(_) if a.quiet => 1,
-            Err(e) => fail(CMD, e),
+            Err(e) => {
+                let code = exit_code(&e);
+                if !a.quiet {
+                    fail(CMD, e);
+                }
+                code
+            }
         }
     })
+}
+
+/// The exit status of a refused cancel: Slurm 22.05's scancel exits with
+/// its error's number cut to 8 bits, so another user's job gives 210
+/// (`ESLURM_ACCESS_DENIED`, 2002; measured); anything else 1.
+fn exit_code(err: &str) -> i32 {
+    if err.contains("Access/permission denied") {
+        210
+    } else {
+        1
+    }
 }
 
 /// `-i`: asks on standard error, reads the answer from standard input.
