@@ -18,6 +18,12 @@ pub enum Policy {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OverrunArg {
+    Extend,
+    Kill,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum PackingArg {
     BestFit,
     FirstFit,
@@ -57,6 +63,11 @@ pub struct Args {
     /// replay the same jobs under more load; run times are unchanged.
     #[arg(long, default_value_t = 1.0)]
     pub load: f64,
+    /// A job that ran past its requested time: `extend` runs its recorded
+    /// time with its estimate raised to it (the published results'
+    /// convention), `kill` cuts it at its limit (what a live cluster does).
+    #[arg(long, value_enum, default_value = "extend")]
+    pub overrun: OverrunArg,
     /// Jobs never end: fill the machine in arrival order and measure what
     /// is left stranded (the Alibaba paper's experiment).
     #[arg(long)]
@@ -110,6 +121,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             j.submit = (j.submit as f64 / args.load) as u64;
         }
     }
+    let mode = match args.overrun {
+        OverrunArg::Extend => crate::trace::Overrun::Extend,
+        OverrunArg::Kill => crate::trace::Overrun::Kill,
+    };
+    let overran = w.apply_overrun(mode);
     let opts = Options {
         policy: match args.policy {
             Policy::Fcfs => BackfillPolicy::Fcfs,
@@ -121,6 +137,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             PackingArg::FirstFit => Packing::FirstFit,
         },
         fill: args.fill,
+        overrun: (mode, overran),
     };
     let bar = if args.quiet {
         indicatif::ProgressBar::hidden()

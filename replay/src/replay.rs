@@ -27,6 +27,9 @@ pub struct Options {
     /// fragmentation experiments of the Alibaba trace's paper. Utilisation
     /// is then the busy share at the end.
     pub fill: bool,
+    /// What `w`'s jobs that ran past their limit were made to do (the
+    /// caller applied it with [`Workload::apply_overrun`]), and how many.
+    pub overrun: (crate::trace::Overrun, usize),
 }
 
 /// What a replay measured. Field names are the JSON keys.
@@ -38,6 +41,11 @@ pub struct Report {
     pub nodes: usize,
     pub jobs: usize,
     pub unplaced_jobs: usize,
+    /// What was done with jobs that ran past their requested time
+    /// (`extend`: their recorded time, the estimate raised; `kill`: cut at
+    /// the limit), and how many did.
+    pub overrun: String,
+    pub overrun_jobs: usize,
     /// Busy share of the primary resource (GPUs where the machine has
     /// them, else CPUs) from first submit to last end.
     pub utilization: f64,
@@ -69,6 +77,10 @@ impl std::fmt::Display for Report {
             ("nodes", r.nodes.to_string()),
             ("jobs", r.jobs.to_string()),
             ("unplaced jobs", r.unplaced_jobs.to_string()),
+            (
+                "overran their limit",
+                format!("{} ({})", r.overrun_jobs, r.overrun),
+            ),
             ("utilization", format!("{:.3}", r.utilization)),
             ("mean wait", format!("{:.0} s", r.mean_wait_s)),
             (
@@ -283,6 +295,11 @@ pub fn replay(
         nodes: w.nodes.len(),
         jobs: started,
         unplaced_jobs: unplaced,
+        overrun: match opts.overrun.0 {
+            crate::trace::Overrun::Extend => "extend".into(),
+            crate::trace::Overrun::Kill => "kill".into(),
+        },
+        overrun_jobs: opts.overrun.1,
         utilization: if makespan > 0.0 {
             used / (capacity * makespan)
         } else {
@@ -345,6 +362,7 @@ mod tests {
                     policy,
                     packing: Packing::BestFit,
                     fill: false,
+                    overrun: Default::default(),
                 },
                 |_| {},
             )

@@ -33,8 +33,43 @@ pub enum TraceError {
 #[derive(Clone, Debug)]
 pub struct TraceJob {
     pub submit: Secs,
+    /// The recorded run time (see [`Workload::apply_overrun`] for a job
+    /// that ran past its time limit).
     pub runtime: Secs,
     pub request: JobRequest,
+}
+
+/// What a replay does with a job that ran past its requested time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Overrun {
+    /// The literature's convention: it runs its recorded time, and its
+    /// estimate (the time limit) is raised to that.
+    #[default]
+    Extend,
+    /// A live cluster's: it is cut at its limit.
+    Kill,
+}
+
+impl Workload {
+    /// Applies `mode` to every job that ran past its time limit; returns
+    /// how many did.
+    pub fn apply_overrun(&mut self, mode: Overrun) -> usize {
+        let mut over = 0;
+        for j in &mut self.jobs {
+            let Some(limit) = j.request.time_limit else {
+                continue;
+            };
+            if j.runtime <= limit {
+                continue;
+            }
+            over += 1;
+            match mode {
+                Overrun::Extend => j.request.time_limit = Some(j.runtime),
+                Overrun::Kill => j.runtime = limit,
+            }
+        }
+        over
+    }
 }
 
 /// A machine and the jobs that ran on it, sorted by submit time.
@@ -134,8 +169,8 @@ pub fn read_swf(path: &Path, machine: &MachineOverride) -> Result<Workload, Trac
         request.time_limit = Some(limit as Secs);
         jobs.push(TraceJob {
             submit: submit as Secs,
-            // A job that ran past its request would have been killed.
-            runtime: run.min(limit) as Secs,
+            // Past its request or not: `apply_overrun` decides.
+            runtime: run as Secs,
             request,
         });
     }
@@ -326,10 +361,29 @@ mod tests {
         assert_eq!(plain.nodes[0].cpus, 2);
         assert_eq!(plain.jobs.len(), 2);
         assert_eq!(plain.skipped, 1);
-        assert_eq!(plain.jobs[1].runtime, 300, "run time capped at the request");
+        assert_eq!(plain.jobs[1].runtime, 500, "the recorded run time");
         assert_eq!(plain.jobs[1].request.ntasks, Some(4));
         assert_eq!(packed.jobs.len(), plain.jobs.len());
         assert_eq!(packed.jobs[0].request, plain.jobs[0].request);
+    }
+
+    /// Job 2 of the trace ran 500 s of its 300 s request.
+    #[test]
+    fn an_overrun_is_extended_or_killed() {
+        let read = || read_swf(&temp("o.swf", SWF.as_bytes()), &MachineOverride::default());
+        let mut extend = read().expect("read");
+        assert_eq!(extend.apply_overrun(Overrun::Extend), 1);
+        assert_eq!(extend.jobs[1].runtime, 500);
+        assert_eq!(extend.jobs[1].request.time_limit, Some(500));
+        let mut kill = read().expect("read");
+        assert_eq!(kill.apply_overrun(Overrun::Kill), 1);
+        assert_eq!(kill.jobs[1].runtime, 300);
+        assert_eq!(kill.jobs[1].request.time_limit, Some(300));
+        // Within its request, a job is left as it is.
+        assert_eq!(
+            (kill.jobs[0].runtime, kill.jobs[0].request.time_limit),
+            (100, Some(200))
+        );
     }
 
     #[test]

@@ -46,10 +46,17 @@ fn replays_an_swf_trace_to_json() {
         "pass_p99_us",
         "pass_max_us",
         "wall_s",
+        "overrun",
+        "overrun_jobs",
     ] {
         assert!(report.get(key).is_some(), "missing {key}: {text}");
     }
     assert_eq!(report["jobs"], 3);
+    assert_eq!(
+        report["overrun"], "extend",
+        "the literature's convention by default"
+    );
+    assert_eq!(report["overrun_jobs"], 0);
     // Job 3 backfills into the gap before job 2's reservation.
     assert_eq!(report["mean_wait_s"].as_f64(), Some(99.0 / 3.0));
 }
@@ -64,4 +71,38 @@ fn a_broken_trace_is_one_line_and_a_failure() {
     assert!(err.starts_with("corral-sim: "), "{err}");
     let missing = sim(&["/no/such/trace.swf"]);
     assert!(!missing.status.success());
+}
+
+/// A job that ran 150 s of its 100 s request: by default it runs its
+/// recorded time (its estimate raised); with `--overrun kill` it is cut at
+/// its limit. Either way the report counts it.
+#[test]
+fn overruns_are_extended_by_default_or_killed() {
+    let trace = temp(
+        "over.swf",
+        "; MaxProcs: 1\n; MaxNodes: 1\n\
+         1 0 0 150 1 -1 -1 1 100 -1 1 1 1 -1 -1 -1 -1 -1\n",
+    );
+    let report = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![trace.as_str(), "--json", "--quiet"];
+        args.extend_from_slice(extra);
+        let out = sim(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("one JSON object")
+    };
+    let extended = report(&[]);
+    assert_eq!(extended["overrun_jobs"], 1);
+    assert_eq!(extended["makespan_s"].as_f64(), Some(150.0));
+    let killed = report(&["--overrun", "kill"]);
+    assert_eq!(
+        (&killed["overrun"], &killed["overrun_jobs"]),
+        (&"kill".into(), &1.into())
+    );
+    assert_eq!(killed["makespan_s"].as_f64(), Some(100.0));
+    let out = sim(&[&trace, "--overrun", "sideways", "--quiet"]);
+    assert!(!out.status.success());
 }
