@@ -27,7 +27,7 @@ const FONT_PATHS: &[&str] = &[
     "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
 ];
 
-fn register_font() -> Result<(), String> {
+pub fn register_font() -> Result<(), String> {
     for p in FONT_PATHS {
         if let Ok(bytes) = std::fs::read(p) {
             // plotters keeps fonts for the life of the process.

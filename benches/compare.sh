@@ -1,0 +1,293 @@
+#!/usr/bin/env bash
+# Corral beside Slurm on this machine, measured the same way.
+#
+#   bash benches/compare.sh [--quick] [--slurm-htc] [--out DIR]
+#
+# Sets up a single-host Slurm cluster from Debian's packages (slurm-wlm,
+# munge; installed with apt when missing) in a scratch directory: its own
+# munged, a slurmctld and four `slurmd -N nX` with 16 CPUs, 64 GB and 8 fake
+# GPUs each. Runs the workloads through Slurm's commands, stops exactly the
+# processes it started (by pid), then starts `corral up` with the same
+# shape and runs the same workloads through the same commands. Writes the
+# samples (DIR/samples.jsonl), then the table (DIR/compare.md, also
+# printed), DIR/compare.json and DIR/compare.png (compare-report).
+#
+# --quick: smaller counts, one repetition (about 3 minutes). --slurm-htc:
+# Slurm with the settings of its high-throughput guide rather than its
+# defaults. Every loop is bounded in count and time. Run as root (slurmd
+# and munged want it; the fake GPUs are device nodes).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=$ROOT/target/compare
+QUICK=0
+HTC=0
+while [ $# -gt 0 ]; do
+    case $1 in
+        --quick) QUICK=1 ;;
+        --slurm-htc) HTC=1 ;;
+        --out) OUT=$2; shift ;;
+        *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ "$(id -u)" != 0 ]; then
+    echo "compare.sh: run as root (slurmd, munged and the fake GPU devices need it)" >&2
+    exit 1
+fi
+
+if [ $QUICK = 1 ]; then
+    REPS=1 N_SUB=200 N_TINY=100 N_PEND=2000 N_SRUN=20
+else
+    REPS=3 N_SUB=1000 N_TINY=1000 N_PEND=10000 N_SRUN=100
+fi
+
+mkdir -p "$OUT"
+SAMPLES=$OUT/samples.jsonl
+: > "$SAMPLES"
+SCRATCH=$(mktemp -d /tmp/corral-compare.XXXXXX)
+chmod 755 "$SCRATCH"
+PIDS=()
+
+cleanup() {
+    # Our own subshells and submit loops first, then the daemons.
+    pkill -P $$ 2>/dev/null || true
+    for p in "${PIDS[@]:-}"; do
+        [ -n "$p" ] && kill "$p" 2>/dev/null || true
+    done
+    sleep 1
+    for p in "${PIDS[@]:-}"; do
+        [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true
+    done
+    rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say() { echo "compare: $*" >&2; }
+ms_now() { echo $(( $(date +%s%N) / 1000000 )); }
+
+# sample FIGURE VALUE UNIT higher|lower
+sample() {
+    printf '{"figure":"%s","system":"%s","value":%s,"unit":"%s","better":"%s"}\n' \
+        "$1" "$SYS" "$2" "$3" "$4" >> "$SAMPLES"
+}
+
+# Waits (at most $1 seconds) until no job is left in the queue.
+wait_empty() {
+    local deadline=$(( $(date +%s) + $1 ))
+    while [ "$(squeue -h 2>/dev/null | wc -l)" != 0 ]; do
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            say "$SYS: queue not empty after $1 s"
+            return 1
+        fi
+        sleep 0.05
+    done
+}
+
+# The pid a daemon wrote to file $1 (it may take a moment to appear).
+pid_from() {
+    local deadline=$(( $(date +%s) + 15 ))
+    until [ -s "$1" ]; do
+        [ "$(date +%s)" -lt "$deadline" ] || { say "no pid file $1"; return 1; }
+        sleep 0.05
+    done
+    cat "$1"
+}
+
+rss_mib() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+
+# Submits $1 jobs from $2 parallel clients (extra sbatch options after).
+submit_n() {
+    local n=$1 clients=$2
+    shift 2
+    local per=$(( (n + clients - 1) / clients ))
+    local c
+    for c in $(seq 1 "$clients"); do
+        (for _ in $(seq 1 "$per"); do sbatch "$@" -o /dev/null --wrap true > /dev/null; done) &
+    done
+    wait
+}
+
+# Percentile $2 (0-100) of the numbers in file $1.
+pct() { sort -n "$1" | awk -v p="$2" '{v[NR]=$1} END {i=int((NR-1)*p/100+0.5)+1; print v[i]}'; }
+
+workloads() {
+    say "$SYS: workloads (reps $REPS)"
+    sample "controller memory, idle" "$(rss_mib "$CTLD_PID")" MiB lower
+    # The floor of a one-shot command: a process start and its version.
+    local t0 t1 r
+    t0=$(ms_now)
+    for _ in $(seq 1 50); do sbatch --version > /dev/null; done
+    t1=$(ms_now)
+    sample "sbatch --version (process floor)" "$(echo "($t1 - $t0) / 50" | bc -l)" ms lower
+    for r in $(seq 1 "$REPS"); do
+        for clients in 1 2 8; do
+            t0=$(ms_now)
+            submit_n "$N_SUB" "$clients" -H
+            t1=$(ms_now)
+            sample "sbatch --hold, $clients client(s)" "$(echo "$N_SUB * 1000 / ($t1 - $t0)" | bc -l)" jobs/s higher
+            scancel -u root
+            wait_empty 120
+        done
+        # Tiny jobs end to end: first submit to an empty queue.
+        for clients in 1 2; do
+            t0=$(ms_now)
+            submit_n "$N_TINY" "$clients"
+            t1=$(ms_now)
+            sample "sbatch (jobs that run), $clients client(s)" "$(echo "$N_TINY * 1000 / ($t1 - $t0)" | bc -l)" jobs/s higher
+            wait_empty 600
+            t1=$(ms_now)
+            sample "tiny jobs end to end, $clients submitter(s)" "$(echo "$N_TINY * 1000 / ($t1 - $t0)" | bc -l)" jobs/s higher
+        done
+    done
+    # srun latency, each run timed.
+    local lat=$SCRATCH/lat-$SYS
+    for what in "-N1 true" "-N2 --gres=gpu:1 hostname"; do
+        : > "$lat"
+        for _ in $(seq 1 "$N_SRUN"); do
+            t0=$(date +%s%N)
+            # shellcheck disable=SC2086
+            srun $what > /dev/null
+            t1=$(date +%s%N)
+            echo "($t1 - $t0) / 1000000" | bc -l >> "$lat"
+        done
+        sample "srun $what, p50" "$(pct "$lat" 50)" ms lower
+        sample "srun $what, p99" "$(pct "$lat" 99)" ms lower
+    done
+    # A deep queue: held jobs, from eight clients.
+    submit_n "$N_PEND" 8 -H
+    local pending
+    pending=$(squeue -h | wc -l)
+    say "$SYS: $pending pending"
+    sample "controller memory, $N_PEND pending" "$(rss_mib "$CTLD_PID")" MiB lower
+    for r in $(seq 1 $(( REPS * 3 ))); do
+        t0=$(date +%s%N); squeue > /dev/null; t1=$(date +%s%N)
+        sample "squeue, $N_PEND pending" "$(echo "($t1 - $t0) / 1000000" | bc -l)" ms lower
+        t0=$(date +%s%N); squeue -h | wc -l > /dev/null; t1=$(date +%s%N)
+        sample "squeue -h piped to wc -l, $N_PEND pending" "$(echo "($t1 - $t0) / 1000000" | bc -l)" ms lower
+        t0=$(date +%s%N); sinfo > /dev/null; t1=$(date +%s%N)
+        sample "sinfo, $N_PEND pending" "$(echo "($t1 - $t0) / 1000000" | bc -l)" ms lower
+    done
+    t0=$(ms_now)
+    scancel -u root
+    t1=$(ms_now)
+    sample "scancel -u of $N_PEND pending" "$(echo "$t1 - $t0" | bc -l)" ms lower
+    wait_empty 300
+    t1=$(ms_now)
+    sample "scancel -u until the queue is empty" "$(echo "$t1 - $t0" | bc -l)" ms lower
+}
+
+# ---- Slurm --------------------------------------------------------------
+
+if ! command -v slurmctld > /dev/null || ! command -v munged > /dev/null; then
+    say "installing slurm-wlm and munge"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge > /dev/null
+fi
+command -v bc > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q bc > /dev/null
+
+S=$SCRATCH/slurm
+mkdir -p "$S"/{munge,state,spool,log,dev,work}
+dd if=/dev/urandom of="$S/munge/munge.key" bs=1024 count=1 status=none
+chmod 400 "$S/munge/munge.key"
+chmod 755 "$S/munge"
+munged --key-file="$S/munge/munge.key" --socket="$S/munge/sock" \
+    --pid-file="$S/munge/pid" --log-file="$S/munge/log" --seed-file="$S/munge/seed"
+PIDS+=("$(pid_from "$S/munge/pid")")
+# A GPU gres needs a device file (without one the node goes INVAL).
+for g in $(seq 0 7); do mknod "$S/dev/gpu$g" c 1 3; done
+PORT=$(( 20000 + RANDOM % 20000 ))
+cat > "$S/gres.conf" <<EOF
+NodeName=n[1-4] Name=gpu File=$S/dev/gpu[0-7]
+EOF
+{
+    cat <<EOF
+ClusterName=cmp
+GresTypes=gpu
+SlurmctldHost=localhost
+SlurmctldPort=$PORT
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket=$S/munge/sock
+CredType=cred/munge
+StateSaveLocation=$S/state
+SlurmdSpoolDir=$S/spool/%n
+SlurmctldPidFile=$S/ctld.pid
+SlurmdPidFile=$S/slurmd-%n.pid
+SlurmctldLogFile=$S/log/ctld.log
+SlurmdLogFile=$S/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MaxJobCount=100000
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SlurmdParameters=config_overrides
+SlurmdTimeout=30
+EOF
+    if [ $HTC = 1 ]; then
+        # Slurm's high-throughput guide.
+        cat <<EOF
+SchedulerParameters=defer,batch_sched_delay=20,sched_min_interval=2000000,max_rpc_cnt=150
+SlurmctldDebug=error
+SlurmdDebug=error
+MessageTimeout=30
+EOF
+    fi
+    for i in 1 2 3 4; do
+        echo "NodeName=n$i NodeHostname=localhost Port=$(( PORT + i )) CPUs=16 RealMemory=64000 Gres=gpu:8 State=UNKNOWN"
+    done
+    echo "PartitionName=p Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP"
+} > "$S/slurm.conf"
+export SLURM_CONF=$S/slurm.conf
+slurmctld
+PIDS+=("$(pid_from "$S/ctld.pid")")
+for i in 1 2 3 4; do
+    slurmd -N "n$i"
+    PIDS+=("$(pid_from "$S/slurmd-n$i.pid")")
+done
+deadline=$(( $(date +%s) + 60 ))
+until [ "$(sinfo -h -t idle -o %D 2>/dev/null)" = 4 ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || { say "Slurm's nodes did not come up"; exit 1; }
+    sleep 0.5
+done
+CTLD_PID=$(cat "$S/ctld.pid")
+SYS=slurm
+(cd "$S/work" && workloads)
+say "stopping Slurm"
+for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+sleep 2
+PIDS=()
+unset SLURM_CONF
+
+# ---- Corral -------------------------------------------------------------
+
+say "building Corral"
+(cd "$ROOT" && cargo build --release --locked --bins -q)
+C=$SCRATCH/corral
+mkdir -p "$C"
+"$ROOT/target/release/corral" up --nodes 4 --gpus-per-node 8 > "$C/up.log" 2>&1 &
+PIDS+=("$!")
+deadline=$(( $(date +%s) + 60 ))
+until grep -q '^export CORRAL_CONF' "$C/up.log" 2>/dev/null; do
+    [ "$(date +%s)" -lt "$deadline" ] || { say "corral up did not start"; cat "$C/up.log" >&2; exit 1; }
+    sleep 0.2
+done
+eval "$(grep '^export' "$C/up.log")"
+CTLD_PID=$(pgrep -f "corral-ctld --config $(dirname "$CORRAL_CONF")/" | head -1)
+SYS=corral
+(cd "$C" && workloads)
+say "stopping Corral"
+kill -INT "${PIDS[0]}" 2>/dev/null || true
+wait "${PIDS[0]}" 2>/dev/null || true
+PIDS=()
+
+# ---- The report ---------------------------------------------------------
+
+(cd "$ROOT" && cargo run --release --locked -q -p benches --bin compare-report -- \
+    "$SAMPLES" --json "$OUT/compare.json" --png "$OUT/compare.png") | tee "$OUT/compare.md"
+say "table, JSON and chart in $OUT"

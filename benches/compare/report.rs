@@ -1,0 +1,322 @@
+//! `compare-report`: turns the samples `benches/compare.sh` measured (one
+//! JSON object per line: `figure`, `system` (`slurm` or `corral`),
+//! `value`, `unit`, `better` (`higher` or `lower`)) into the comparison:
+//! a Markdown table on standard output, a JSON summary and a PNG chart of
+//! Corral's advantage per figure.
+//!
+//! `compare-report SAMPLES.jsonl [--json OUT.json] [--png OUT.png]`
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Deserialize)]
+struct Sample {
+    figure: String,
+    system: String,
+    value: f64,
+    unit: String,
+    better: Better,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Better {
+    Higher,
+    Lower,
+}
+
+/// One system's samples of one figure.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+    n: usize,
+}
+
+/// One row of the comparison.
+#[derive(Debug, Clone, Serialize)]
+struct Row {
+    figure: String,
+    unit: String,
+    better: Better,
+    slurm: Option<Spread>,
+    corral: Option<Spread>,
+    /// How many times better Corral's median is (above 1: Corral ahead).
+    advantage: Option<f64>,
+}
+
+fn spread(values: &[f64]) -> Option<Spread> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    let median = if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    };
+    Some(Spread {
+        median,
+        min: v[0],
+        max: v[v.len() - 1],
+        n: v.len(),
+    })
+}
+
+/// Rows in the order figures first appear.
+fn rows(samples: &[Sample]) -> Vec<Row> {
+    let mut order: Vec<String> = Vec::new();
+    let mut by: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    let mut meta: BTreeMap<String, (String, Better)> = BTreeMap::new();
+    for s in samples {
+        if !order.contains(&s.figure) {
+            order.push(s.figure.clone());
+            meta.insert(s.figure.clone(), (s.unit.clone(), s.better));
+        }
+        by.entry((s.figure.clone(), s.system.clone()))
+            .or_default()
+            .push(s.value);
+    }
+    order
+        .into_iter()
+        .map(|f| {
+            let get = |sys: &str| {
+                by.get(&(f.clone(), sys.to_string()))
+                    .and_then(|v| spread(v))
+            };
+            let (slurm, corral) = (get("slurm"), get("corral"));
+            let (unit, better) = meta
+                .get(&f)
+                .cloned()
+                .unwrap_or((String::new(), Better::Lower));
+            let advantage = match (slurm, corral) {
+                (Some(s), Some(c)) if s.median > 0.0 && c.median > 0.0 => Some(match better {
+                    Better::Higher => c.median / s.median,
+                    Better::Lower => s.median / c.median,
+                }),
+                _ => None,
+            };
+            Row {
+                figure: f,
+                unit,
+                better,
+                slurm,
+                corral,
+                advantage,
+            }
+        })
+        .collect()
+}
+
+fn num(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn cell(s: Option<Spread>) -> String {
+    match s {
+        None => "–".into(),
+        Some(s) if s.n == 1 => num(s.median),
+        Some(s) => format!("{} ({}–{})", num(s.median), num(s.min), num(s.max)),
+    }
+}
+
+fn markdown(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| figure | unit | Slurm | Corral | Corral's advantage |\n|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let better = match r.better {
+            Better::Higher => "higher is better",
+            Better::Lower => "lower is better",
+        };
+        out.push_str(&format!(
+            "| {} | {} ({better}) | {} | {} | {} |\n",
+            r.figure,
+            r.unit,
+            cell(r.slurm),
+            cell(r.corral),
+            r.advantage.map_or("–".into(), |a| format!("{}×", num(a)))
+        ));
+    }
+    out
+}
+
+fn chart(path: &Path, rows: &[Row]) -> Result<(), String> {
+    corral_replay::chart::register_font()?;
+    let shown: Vec<&Row> = rows.iter().filter(|r| r.advantage.is_some()).collect();
+    let height = 120 + 34 * shown.len().max(1) as u32;
+    let root = BitMapBackend::new(path, (1000, height)).into_drawing_area();
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let most = shown
+        .iter()
+        .filter_map(|r| r.advantage)
+        .fold(10.0f64, f64::max)
+        * 2.0;
+    let least = shown
+        .iter()
+        .filter_map(|r| r.advantage)
+        .fold(0.5f64, f64::min)
+        / 2.0;
+    let n = shown.len().max(1);
+    let top = n as f64;
+    let mut c = ChartBuilder::on(&root)
+        .caption(
+            "Corral's advantage over Slurm (times better; log scale)",
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(300)
+        .build_cartesian_2d((least..most).log_scale(), 0.0..top)
+        .map_err(|x| e(&x))?;
+    c.configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_desc("× (1 = even)")
+        .draw()
+        .map_err(|x| e(&x))?;
+    // Row k from the top: its bar, and its name beside the axis.
+    let label =
+        TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+    for (k, r) in shown.iter().enumerate() {
+        let Some(a) = r.advantage else { continue };
+        let y = top - 1.0 - k as f64;
+        let color = if a >= 1.0 { BLUE } else { RED };
+        c.draw_series(std::iter::once(Rectangle::new(
+            [(least, y + 0.1), (a, y + 0.9)],
+            color.mix(0.6).filled(),
+        )))
+        .map_err(|x| e(&x))?;
+        let (px, py) = c.backend_coord(&(least, y + 0.5));
+        root.draw(&Text::new(r.figure.clone(), (px - 8, py), label.clone()))
+            .map_err(|x| e(&x))?;
+    }
+    c.draw_series(LineSeries::new([(1.0, 0.0), (1.0, top)], BLACK))
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    let input = args
+        .first()
+        .ok_or("usage: compare-report SAMPLES.jsonl [--json OUT] [--png OUT]")?;
+    let text = std::fs::read_to_string(input).map_err(|e| format!("{input}: {e}"))?;
+    let mut samples = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let s: Sample =
+            serde_json::from_str(line).map_err(|e| format!("{input}:{}: {e}", i + 1))?;
+        samples.push(s);
+    }
+    let rows = rows(&samples);
+    print!("{}", markdown(&rows));
+    let mut rest = args[1..].iter();
+    while let Some(flag) = rest.next() {
+        let path = rest.next().ok_or(format!("{flag} needs a file"))?;
+        match flag.as_str() {
+            "--json" => std::fs::write(
+                path,
+                serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?,
+            )
+            .map_err(|e| format!("{path}: {e}"))?,
+            "--png" => chart(Path::new(path), &rows).map_err(|e| format!("{path}: {e}"))?,
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Err(e) = run(&args) {
+        eprintln!("compare-report: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(figure: &str, system: &str, value: f64, better: Better) -> Sample {
+        Sample {
+            figure: figure.into(),
+            system: system.into(),
+            value,
+            unit: "x".into(),
+            better,
+        }
+    }
+
+    #[test]
+    fn medians_spreads_and_the_direction_of_an_advantage() {
+        let samples = vec![
+            s("sbatch/s", "slurm", 100.0, Better::Higher),
+            s("sbatch/s", "slurm", 80.0, Better::Higher),
+            s("sbatch/s", "slurm", 140.0, Better::Higher),
+            s("sbatch/s", "corral", 400.0, Better::Higher),
+            s("srun ms", "slurm", 40.0, Better::Lower),
+            s("srun ms", "corral", 8.0, Better::Lower),
+            s("srun ms", "corral", 12.0, Better::Lower),
+            s("memory", "corral", 90.0, Better::Lower),
+        ];
+        let r = rows(&samples);
+        assert_eq!(r.len(), 3, "figures in the order they came");
+        assert_eq!(
+            r[0].slurm,
+            Some(Spread {
+                median: 100.0,
+                min: 80.0,
+                max: 140.0,
+                n: 3
+            })
+        );
+        assert_eq!(
+            r[0].advantage,
+            Some(4.0),
+            "higher is better: corral / slurm"
+        );
+        assert_eq!(
+            r[1].corral.map(|c| c.median),
+            Some(10.0),
+            "even count: mean of the middle two"
+        );
+        assert_eq!(r[1].advantage, Some(4.0), "lower is better: slurm / corral");
+        assert_eq!(r[2].advantage, None, "one side missing");
+        let md = markdown(&r);
+        assert!(
+            md.contains("| sbatch/s | x (higher is better) | 100 (80.0–140) | 400 | 4.00× |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| memory | x (lower is better) | – | 90.0 | – |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn a_bad_line_is_named() {
+        let dir = std::env::temp_dir().join(format!("compare-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("bad.jsonl");
+        std::fs::write(&p, "{\"figure\":\"a\"}\n").unwrap();
+        let e = run(&[p.display().to_string()]).unwrap_err();
+        assert!(e.contains("bad.jsonl:1:"), "{e}");
+    }
+}
