@@ -115,8 +115,30 @@ pct() { sort -n "$1" | awk -v p="$2" '{v[NR]=$1} END {i=int((NR-1)*p/100+0.5)+1;
 workloads() {
     say "$SYS: workloads (reps $REPS)"
     sample "controller memory, idle" "$(rss_mib "$CTLD_PID")" MiB lower
-    # The floor of a one-shot command: a process start and its version.
+    # A deep queue first, while the controller holds no finished jobs
+    # (both keep them a while, and a listing carries them).
     local t0 t1 r
+    submit_n "$N_PEND" 8 -H
+    local pending
+    pending=$(squeue -h | wc -l)
+    say "$SYS: $pending pending"
+    sample "controller memory, $N_PEND pending" "$(rss_mib "$CTLD_PID")" MiB lower
+    for r in $(seq 1 $(( REPS * 3 ))); do
+        t0=$(date +%s%N); squeue > /dev/null; t1=$(date +%s%N)
+        sample "squeue, $N_PEND pending" "$(echo "($t1 - $t0) / 1000000" | bc -l)" ms lower
+        t0=$(date +%s%N); squeue -h | wc -l > /dev/null; t1=$(date +%s%N)
+        sample "squeue -h piped to wc -l, $N_PEND pending" "$(echo "($t1 - $t0) / 1000000" | bc -l)" ms lower
+        t0=$(date +%s%N); sinfo > /dev/null; t1=$(date +%s%N)
+        sample "sinfo, $N_PEND pending" "$(echo "($t1 - $t0) / 1000000" | bc -l)" ms lower
+    done
+    t0=$(ms_now)
+    scancel -u root
+    t1=$(ms_now)
+    sample "scancel -u of $N_PEND pending" "$(echo "$t1 - $t0" | bc -l)" ms lower
+    wait_empty 300
+    t1=$(ms_now)
+    sample "scancel -u until the queue is empty" "$(echo "$t1 - $t0" | bc -l)" ms lower
+    # The floor of a one-shot command: a process start and its version.
     t0=$(ms_now)
     for _ in $(seq 1 50); do sbatch --version > /dev/null; done
     t1=$(ms_now)
@@ -155,27 +177,6 @@ workloads() {
         sample "srun $what, p50" "$(pct "$lat" 50)" ms lower
         sample "srun $what, p99" "$(pct "$lat" 99)" ms lower
     done
-    # A deep queue: held jobs, from eight clients.
-    submit_n "$N_PEND" 8 -H
-    local pending
-    pending=$(squeue -h | wc -l)
-    say "$SYS: $pending pending"
-    sample "controller memory, $N_PEND pending" "$(rss_mib "$CTLD_PID")" MiB lower
-    for r in $(seq 1 $(( REPS * 3 ))); do
-        t0=$(date +%s%N); squeue > /dev/null; t1=$(date +%s%N)
-        sample "squeue, $N_PEND pending" "$(echo "($t1 - $t0) / 1000000" | bc -l)" ms lower
-        t0=$(date +%s%N); squeue -h | wc -l > /dev/null; t1=$(date +%s%N)
-        sample "squeue -h piped to wc -l, $N_PEND pending" "$(echo "($t1 - $t0) / 1000000" | bc -l)" ms lower
-        t0=$(date +%s%N); sinfo > /dev/null; t1=$(date +%s%N)
-        sample "sinfo, $N_PEND pending" "$(echo "($t1 - $t0) / 1000000" | bc -l)" ms lower
-    done
-    t0=$(ms_now)
-    scancel -u root
-    t1=$(ms_now)
-    sample "scancel -u of $N_PEND pending" "$(echo "$t1 - $t0" | bc -l)" ms lower
-    wait_empty 300
-    t1=$(ms_now)
-    sample "scancel -u until the queue is empty" "$(echo "$t1 - $t0" | bc -l)" ms lower
 }
 
 # ---- Slurm --------------------------------------------------------------

@@ -936,15 +936,7 @@ impl Controller {
         hold: bool,
         now: u64,
     ) -> Result<Vec<JobId>, Refusal> {
-        if ids.len() > super::MAX_FILTER_ENTRIES {
-            return Err(CtldError::FilterTooLarge {
-                what: "job ids",
-                count: ids.len(),
-            });
-        }
-        let mut ids = ids.to_vec();
-        ids.sort_unstable();
-        ids.dedup();
+        let ids = id_set(ids)?;
         let privileged = self.privileged(who);
         for id in &ids {
             let j = self.jobs.get(id).ok_or(CtldError::UnknownJob(*id))?;
@@ -994,15 +986,7 @@ impl Controller {
         resume: bool,
         now: u64,
     ) -> Result<Vec<JobId>, Refusal> {
-        if ids.len() > super::MAX_FILTER_ENTRIES {
-            return Err(CtldError::FilterTooLarge {
-                what: "job ids",
-                count: ids.len(),
-            });
-        }
-        let mut ids = ids.to_vec();
-        ids.sort_unstable();
-        ids.dedup();
+        let ids = id_set(ids)?;
         let privileged = self.privileged(who);
         for id in &ids {
             let j = self.jobs.get(id).ok_or(CtldError::UnknownJob(*id))?;
@@ -1064,6 +1048,21 @@ impl Controller {
         self.dirty = true;
         Ok(ids)
     }
+}
+
+/// A request's job ids, bounded (a hostile list is refused before any job
+/// is looked at), in order, each once.
+fn id_set(ids: &[JobId]) -> Result<Vec<JobId>, Refusal> {
+    if ids.len() > super::MAX_FILTER_ENTRIES {
+        return Err(CtldError::FilterTooLarge {
+            what: "job ids",
+            count: ids.len(),
+        });
+    }
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
 }
 
 /// Whether a new time limit lengthens the old (`None`: unlimited), and
