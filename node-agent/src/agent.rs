@@ -480,8 +480,8 @@ impl Agent {
 
     /// Stops (`scontrol suspend`) or continues every process of a run
     /// here: its cgroup frozen or thawed, or on a node without a freezer,
-    /// SIGSTOP or SIGCONT to its tasks' groups (which what left its group
-    /// escapes).
+    /// SIGSTOP or SIGCONT to its tasks' process groups (a process that
+    /// left its group escapes that).
     fn suspend(&self, job: JobRun, stop: bool) {
         if self.cgroups().is_some_and(|cg| cg.freeze_job(job, stop)) {
             tracing::info!(job = %job.job, stop, "job's cgroup frozen or thawed");
