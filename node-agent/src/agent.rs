@@ -76,8 +76,8 @@ pub enum AgentError {
     Refused(String),
     #[error("ctld closed the control stream")]
     Closed,
-    #[error("no answer from ctld within {} s", CONNECT_WAIT.as_secs())]
-    ConnectTimeout,
+    #[error("no answer from ctld within {} s", .0.as_secs())]
+    ConnectTimeout(Duration),
     #[error("{path}")]
     Io {
         path: PathBuf,
@@ -125,8 +125,105 @@ pub enum StepError {
 /// How long a relayed request waits for ctld's answer.
 pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long one attempt to reach ctld may take before a fresh one.
-const CONNECT_WAIT: Duration = Duration::from_secs(2);
+/// When to try ctld again, and how long an attempt may take. A handshake
+/// begun while ctld was down (restarting) waits out QUIC's growing
+/// retransmission delays, so a fresh one after 2 s is quicker; but when
+/// thousands of nodes reconnect at once, ctld's handshakes queue past
+/// 2 s, and giving up on them only queues more (2,000 simulated nodes
+/// took 58 s to register so). So an attempt that timed out gives the
+/// next twice as long, up to 16 s, and the pause between attempts (100
+/// ms, doubling to 2 s) is spread by up to half of itself.
+#[derive(Debug)]
+pub struct Reconnect {
+    backoff: Duration,
+    wait: Duration,
+}
+
+impl Default for Reconnect {
+    fn default() -> Self {
+        Reconnect {
+            backoff: Reconnect::FIRST_PAUSE,
+            wait: Reconnect::FIRST_WAIT,
+        }
+    }
+}
+
+impl Reconnect {
+    const FIRST_PAUSE: Duration = Duration::from_millis(100);
+    const MOST_PAUSE: Duration = Duration::from_secs(2);
+    const FIRST_WAIT: Duration = Duration::from_secs(2);
+    const MOST_WAIT: Duration = Duration::from_secs(16);
+
+    /// How long the next attempt may take.
+    pub fn connect_wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// A session ended: after one that registered, the waits start afresh;
+    /// after a timed-out attempt, the next may take longer. Returns the
+    /// pause before the next attempt.
+    pub fn after(&mut self, registered: bool, timed_out: bool) -> Duration {
+        if registered {
+            *self = Reconnect::default();
+        } else if timed_out {
+            self.wait = (self.wait * 2).min(Reconnect::MOST_WAIT);
+        }
+        let pause = self.backoff;
+        self.backoff = (self.backoff * 2).min(Reconnect::MOST_PAUSE);
+        let spread = corral_proto::cred::random_u64().unwrap_or(0) % 1000;
+        pause + pause.mul_f64(spread as f64 / 2000.0)
+    }
+}
+
+/// What ctld's `Welcome` said.
+#[derive(Debug)]
+pub struct Welcome {
+    pub heartbeat: Duration,
+    pub seen_as: std::net::IpAddr,
+    pub health: HealthConfig,
+}
+
+/// One attempt to reach ctld: connect (within `wait`), open the control
+/// stream, register, read the answer.
+pub async fn register(
+    endpoint: &quinn::Endpoint,
+    client: &quinn::ClientConfig,
+    ctld: SocketAddr,
+    wait: Duration,
+    reg: &Registration,
+) -> Result<
+    (
+        quinn::Connection,
+        quinn::SendStream,
+        quinn::RecvStream,
+        Welcome,
+    ),
+    AgentError,
+> {
+    let connecting = endpoint.connect_with(client.clone(), ctld, CTLD_NAME)?;
+    let conn = tokio::time::timeout(wait, connecting)
+        .await
+        .map_err(|_| AgentError::ConnectTimeout(wait))??;
+    let (mut send, mut recv) = conn.open_bi().await?;
+    write_frame(&mut send, &Open::Control(reg.clone())).await?;
+    match read_frame::<_, CtldMsg>(&mut recv).await? {
+        Some(CtldMsg::Welcome {
+            heartbeat_ms,
+            seen_as,
+            health,
+        }) => {
+            let heartbeat = Duration::from_millis(heartbeat_ms.max(100));
+            let welcome = Welcome {
+                heartbeat,
+                seen_as,
+                health,
+            };
+            Ok((conn, send, recv, welcome))
+        }
+        Some(CtldMsg::Refused { reason }) => Err(AgentError::Refused(reason)),
+        _ => Err(AgentError::Closed),
+    }
+}
 
 /// A running agent. Cheap to share (`Arc`).
 #[derive(Debug)]
@@ -335,51 +432,37 @@ impl Agent {
         self: &Arc<Self>,
         rx: &mut mpsc::UnboundedReceiver<AgentMsg>,
     ) -> Result<(), AgentError> {
-        let mut backoff = Duration::from_millis(100);
+        let mut again = Reconnect::default();
         loop {
-            match self.session(rx).await {
+            let timed_out = match self.session(rx, again.connect_wait()).await {
                 Err(AgentError::Refused(r)) => return Err(AgentError::Refused(r)),
                 Err(e) => {
                     tracing::warn!(error = %error_chain(&e), "lost ctld; reconnecting");
+                    matches!(e, AgentError::ConnectTimeout(_))
                 }
-                Ok(()) => {}
-            }
-            // A session that registered starts the waits afresh.
-            if self.conn.send_replace(None).is_some() {
-                backoff = Duration::from_millis(100);
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(2));
+                Ok(()) => false,
+            };
+            let registered = self.conn.send_replace(None).is_some();
+            tokio::time::sleep(again.after(registered, timed_out)).await;
         }
     }
 
     async fn session(
         self: &Arc<Self>,
         rx: &mut mpsc::UnboundedReceiver<AgentMsg>,
+        wait: Duration,
     ) -> Result<(), AgentError> {
-        // A handshake begun while ctld was down (restarting) waits out
-        // QUIC's growing retransmission delays; a fresh one is quicker.
-        let connecting =
-            self.endpoint
-                .connect_with(self.client.clone(), self.cfg.ctld, CTLD_NAME)?;
-        let conn = tokio::time::timeout(CONNECT_WAIT, connecting)
-            .await
-            .map_err(|_| AgentError::ConnectTimeout)??;
-        let (mut send, mut recv) = conn.open_bi().await?;
-        write_frame(&mut send, &Open::Control(self.registration())).await?;
-        let heartbeat = match read_frame::<_, CtldMsg>(&mut recv).await? {
-            Some(CtldMsg::Welcome {
-                heartbeat_ms,
-                seen_as,
-                health,
-            }) => {
-                *self.seen_as.lock() = Some(seen_as);
-                self.configure_checks(health).await;
-                Duration::from_millis(heartbeat_ms.max(100))
-            }
-            Some(CtldMsg::Refused { reason }) => return Err(AgentError::Refused(reason)),
-            _ => return Err(AgentError::Closed),
-        };
+        let (conn, mut send, mut recv, welcome) = register(
+            &self.endpoint,
+            &self.client,
+            self.cfg.ctld,
+            wait,
+            &self.registration(),
+        )
+        .await?;
+        *self.seen_as.lock() = Some(welcome.seen_as);
+        self.configure_checks(welcome.health).await;
+        let heartbeat = welcome.heartbeat;
         tracing::info!(ctld = %self.cfg.ctld, "registered");
         let n = self
             .sessions
@@ -993,6 +1076,37 @@ pub(crate) fn frame_of(resp: &Response) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reconnects_wait_longer_after_timeouts_and_afresh_after_a_session() {
+        let mut r = Reconnect::default();
+        assert_eq!(r.connect_wait(), Duration::from_secs(2));
+        let mut pauses = Vec::new();
+        for _ in 0..8 {
+            pauses.push(r.after(false, true));
+        }
+        assert_eq!(
+            r.connect_wait(),
+            Duration::from_secs(16),
+            "doubled, then capped"
+        );
+        // 100 ms doubling to 2 s, each spread by at most half of itself.
+        let base = [100, 200, 400, 800, 1600, 2000, 2000, 2000];
+        for (p, b) in pauses.iter().zip(base) {
+            let b = Duration::from_millis(b);
+            assert!(*p >= b && *p <= b + b / 2, "{p:?} for {b:?}");
+        }
+        // A refused or lost connection that did not time out keeps the wait.
+        r.after(false, false);
+        assert_eq!(r.connect_wait(), Duration::from_secs(16));
+        let p = r.after(true, false);
+        assert!(p >= Duration::from_millis(100) && p <= Duration::from_millis(150));
+        assert_eq!(
+            r.connect_wait(),
+            Duration::from_secs(2),
+            "afresh after a session"
+        );
+    }
 
     #[test]
     fn recent_outcomes_are_sent_again_for_a_while_and_nothing_else() {

@@ -22,6 +22,7 @@
 pub mod agent;
 pub mod batch;
 pub mod cgroup;
+pub mod fleet;
 pub mod gpu;
 pub mod health;
 pub mod jail;

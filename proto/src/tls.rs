@@ -215,13 +215,32 @@ impl Identity {
     }
 }
 
-fn transport(idle: Duration) -> Arc<quinn::TransportConfig> {
+/// A connection's transport. `streams` is how many bidirectional streams
+/// the peer may have open at once: quinn sets up the state of every one
+/// of them when the connection opens (about 100 bytes each), which at a
+/// thousand nodes is what ctld's memory goes to. `keep_alive`: whether
+/// this side pings an idle connection (one side suffices).
+fn transport(idle: Duration, streams: u32, keep_alive: bool) -> Arc<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();
-    t.max_concurrent_bidi_streams(4096u32.into());
-    t.keep_alive_interval(Some(Duration::from_secs(2)));
+    t.max_concurrent_bidi_streams(streams.into());
+    // No one opens unidirectional streams.
+    t.max_concurrent_uni_streams(0u32.into());
+    t.keep_alive_interval(keep_alive.then_some(KEEP_ALIVE));
     t.max_idle_timeout(quinn::IdleTimeout::try_from(idle).ok());
     Arc::new(t)
 }
+
+/// How often an agent pings its idle connection to ctld: a controller
+/// started again answers the next ping with a reset, so this bounds how
+/// long its nodes take to notice.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
+
+/// Requests one agent may have in flight to ctld at once (its CLIs'
+/// requests beyond these wait for a stream to free).
+pub const AGENT_STREAMS: u32 = 512;
+
+/// Streams on srun's step connections (one per task's I/O at most).
+const STEP_STREAMS: u32 = 4096;
 
 /// ctld's server side: demands a client certificate from the cluster CA.
 pub fn server_config(id: &Identity) -> Result<quinn::ServerConfig, TlsError> {
@@ -234,7 +253,7 @@ pub fn server_config(id: &Identity) -> Result<quinn::ServerConfig, TlsError> {
         .with_single_cert(id.chain.clone(), id.key.clone_key())?;
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(tls)?));
-    cfg.transport_config(transport(Duration::from_secs(30)));
+    cfg.transport_config(transport(Duration::from_secs(30), AGENT_STREAMS, false));
     Ok(cfg)
 }
 
@@ -246,7 +265,8 @@ pub fn client_config(id: &Identity) -> Result<quinn::ClientConfig, TlsError> {
         .with_client_auth_cert(id.chain.clone(), id.key.clone_key())?;
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let mut cfg = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
-    cfg.transport_config(transport(Duration::from_secs(30)));
+    // ctld opens no stream to an agent.
+    cfg.transport_config(transport(Duration::from_secs(30), 0, true));
     Ok(cfg)
 }
 
@@ -286,7 +306,7 @@ pub fn step_server_config() -> Result<(quinn::ServerConfig, [u8; 32]), TlsError>
         .with_single_cert(vec![der], key)?;
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(tls)?));
-    cfg.transport_config(transport(Duration::from_secs(30)));
+    cfg.transport_config(transport(Duration::from_secs(30), STEP_STREAMS, true));
     Ok((cfg, fp))
 }
 
@@ -303,7 +323,7 @@ pub fn pinned_client_config(cert_sha256: [u8; 32]) -> Result<quinn::ClientConfig
         .with_no_client_auth();
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let mut cfg = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
-    cfg.transport_config(transport(Duration::from_secs(30)));
+    cfg.transport_config(transport(Duration::from_secs(30), STEP_STREAMS, true));
     Ok(cfg)
 }
 
@@ -402,6 +422,9 @@ impl quinn::ConnectionIdGenerator for RandomIds {
     }
 }
 
+/// The least time between two stateless resets a server sends.
+pub const RESET_INTERVAL: Duration = Duration::from_micros(50);
+
 /// A server endpoint whose stateless-reset key comes from `id`'s private
 /// key, so the same server started again (same certificate, same
 /// address) resets the connections of the one before at their next
@@ -426,6 +449,11 @@ pub fn server_endpoint_for(
     // a packet whose id this run could not have issued gets no reset:
     // plain random ids are recognised by the next run too.
     ep.cid_generator(|| Box::new(RandomIds));
+    // quinn sends one reset per 20 ms by default: after a restart, every
+    // node of a large cluster waits for its turn, one keep-alive at a
+    // time (5,000 nodes: minutes). A reset is smaller than the packet
+    // that caused it, so a faster rate amplifies nothing.
+    ep.min_reset_interval(RESET_INTERVAL);
     quinn::Endpoint::new(ep, Some(cfg), socket, runtime).map_err(bind)
 }
 

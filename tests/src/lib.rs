@@ -147,6 +147,7 @@ impl Env {
             kill_wait: o.kill_wait,
             requeue_delay: o.requeue_delay,
             no_exec: o.no_exec,
+            agents: true,
             bin_dir: bin_dir().to_path_buf(),
             dir: tmp.path().join("cluster"),
             jail: o.jail.clone(),

@@ -120,6 +120,10 @@ pub struct ClusterSpec {
     /// Agents report batch scripts done without running them (benches of
     /// the control plane).
     pub no_exec: bool,
+    /// Start an agent process per node (false: every node's certificate
+    /// and the partition are made, but the nodes are simulated elsewhere,
+    /// as by a fleet of `corral_agent::fleet`).
+    pub agents: bool,
     /// Where corral, corral-ctld and corral-agent are.
     pub bin_dir: PathBuf,
     /// The cluster's directory (must be empty or absent).
@@ -340,7 +344,12 @@ impl Cluster {
             agents: Vec::new(),
         };
         cluster.addr = cluster.start_ctld(None)?;
-        for i in 0..cluster.spec.nodes {
+        let spawned = if cluster.spec.agents {
+            cluster.spec.nodes
+        } else {
+            0
+        };
+        for i in 0..spawned {
             if cluster.real_gpus(i) {
                 let child = cluster.spawn_agent(i)?;
                 cluster.agents.push(Some(child));
@@ -760,6 +769,7 @@ pub fn main(args: &[OsString]) -> i32 {
         kill_wait: a.kill_wait,
         requeue_delay: a.requeue_delay,
         no_exec: false,
+        agents: true,
         bin_dir,
         dir: dir.clone(),
         jail: a.jail.clone(),

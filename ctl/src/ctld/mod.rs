@@ -117,10 +117,11 @@ impl StoredAlloc {
 struct JobTable {
     map: BTreeMap<JobId, Box<JobRecord>>,
     dirty: std::collections::BTreeSet<JobId>,
-    /// Jobs that may be running: each job that starts (or is read back
-    /// running) is put here, and those that no longer run are dropped
-    /// when next looked at. Scans for running jobs (a node registering)
-    /// walk this, not the whole queue.
+    /// Jobs that may be running or completing: each job that starts (or
+    /// is read back running or completing) is put here, and those that
+    /// are neither are dropped when next looked at. Scans for running and
+    /// completing jobs (a node registering) walk this, not the whole
+    /// queue.
     started: std::collections::BTreeSet<JobId>,
 }
 
@@ -164,7 +165,7 @@ impl JobTable {
 
     /// A record read back from the store: nothing to store again.
     fn restore(&mut self, r: JobRecord) {
-        if r.state == JobState::Running {
+        if matches!(r.state, JobState::Running | JobState::Completing) {
             self.started.insert(r.id);
         }
         self.map.insert(r.id, Box::new(r));
@@ -177,10 +178,26 @@ impl JobTable {
 
     /// The jobs running now, in id order.
     fn running_ids(&mut self) -> Vec<JobId> {
+        self.live_ids(JobState::Running)
+    }
+
+    /// The jobs completing now (waiting for their nodes' clean-up), in id
+    /// order.
+    fn completing_ids(&mut self) -> Vec<JobId> {
+        self.live_ids(JobState::Completing)
+    }
+
+    fn live_ids(&mut self, state: JobState) -> Vec<JobId> {
         let map = &self.map;
+        self.started.retain(|id| {
+            map.get(id)
+                .is_some_and(|j| matches!(j.state, JobState::Running | JobState::Completing))
+        });
         self.started
-            .retain(|id| map.get(id).is_some_and(|j| j.state == JobState::Running));
-        self.started.iter().copied().collect()
+            .iter()
+            .copied()
+            .filter(|id| map.get(id).is_some_and(|j| j.state == state))
+            .collect()
     }
 
     fn values(&self) -> impl Iterator<Item = &JobRecord> {

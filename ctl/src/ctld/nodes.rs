@@ -115,7 +115,9 @@ impl Controller {
         }
         let done: Vec<JobRun> = self
             .jobs
-            .values()
+            .completing_ids()
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
             .filter(|j| j.cleaning.contains(name) && !running.contains(&j.run()))
             .map(JobRecord::run)
             .collect();
@@ -248,7 +250,9 @@ impl Controller {
         // Completions that waited on the lost node.
         let waiting: Vec<JobRun> = self
             .jobs
-            .values()
+            .completing_ids()
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
             .filter(|j| j.cleaning.contains(name))
             .map(JobRecord::run)
             .collect();

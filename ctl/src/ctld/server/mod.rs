@@ -6,9 +6,12 @@
 //! Scheduling passes are coalesced: any change that might start a job
 //! wakes the scheduling task, which runs one pass for all changes so far.
 //! Only that task runs passes, so never more than one is in flight. After
-//! each it rests a quarter of the pass's length (0.2 to 2 ms), so requests
-//! waiting on the controller's lock get their turn even when every event
-//! asks for another pass.
+//! each it rests as long as the pass took (0.2 ms to 1 s), so requests
+//! waiting on the controller's lock get at least half its time even when
+//! every event asks for another pass: with 50,000 jobs pending a pass
+//! takes about 100 ms, and resting only 2 ms after each (as before) left
+//! submissions 2% of the controller (335 a second, against 5,800 with an
+//! empty queue; `corral-fleet`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -439,10 +442,8 @@ impl Server {
             if started > 0 {
                 tracing::debug!(started, ?took, "scheduling pass");
             }
-            tokio::time::sleep(
-                (took / 4).clamp(Duration::from_micros(200), Duration::from_millis(2)),
-            )
-            .await;
+            tokio::time::sleep(took.clamp(Duration::from_micros(200), Duration::from_secs(1)))
+                .await;
         }
     }
 
