@@ -138,13 +138,14 @@ impl Controller {
         }
     }
 
-    /// A node registered: restored jobs whose nodes are all here now are
-    /// adopted back onto them.
-    pub(super) fn adopt_ready(&mut self, now: u64) {
+    /// Node `node` registered: restored jobs on it whose nodes are all
+    /// here now are adopted back onto them.
+    pub(super) fn adopt_ready(&mut self, now: u64, node: &str) {
         let ready: Vec<JobId> = self
-            .adopting
-            .iter()
-            .copied()
+            .jobs
+            .live_on(node)
+            .into_iter()
+            .filter(|id| self.adopting.contains(id))
             .filter(|id| {
                 self.jobs.get(id).is_some_and(|j| {
                     j.alloc.iter().all(|(n, _)| {
@@ -288,9 +289,10 @@ impl Controller {
     /// launch never arrived gets it again ([`Controller::send_missed_launches`]).
     pub(super) fn runs_on_return(&mut self, name: &str, instance: u64, running: &HashSet<JobRun>) {
         let missing: Vec<JobId> = self
-            .adopting
-            .iter()
-            .copied()
+            .jobs
+            .live_on(name)
+            .into_iter()
+            .filter(|id| self.adopting.contains(id))
             .filter(|id| {
                 self.jobs.get(id).is_some_and(|j| {
                     j.state == JobState::Running

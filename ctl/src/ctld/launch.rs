@@ -348,7 +348,8 @@ impl Controller {
         if let Some(a) = d.array {
             self.split_task(wire_id(a), id);
         }
-        self.jobs.mark_started(id);
+        self.jobs
+            .mark_started(id, alloc.iter().map(|(n, _)| n.as_str()));
         let Some(j) = self.jobs.get_mut(&id) else {
             return;
         };
@@ -388,7 +389,7 @@ impl Controller {
     pub(super) fn send_missed_launches(&mut self, node: &str, instance: u64, sent: &[Launched]) {
         let sent: std::collections::HashMap<JobId, &Launched> =
             sent.iter().map(|l| (l.run.job, l)).collect();
-        for id in self.jobs.running_ids() {
+        for id in self.jobs.live_on_in(node, JobState::Running) {
             let Some(j) = self.jobs.get(&id) else {
                 continue;
             };

@@ -36,13 +36,17 @@ impl Controller {
             // restarted and their tasks died with it. (A run it does not
             // list may just have nothing here yet: a batch job's other
             // nodes, or a launch lost with the connection, sent again.)
-            let lost_runs = self.jobs.running_ids().iter().any(|id| {
-                self.jobs.get(id).is_some_and(|j| {
-                    j.alloc
-                        .iter()
-                        .any(|(n, a)| *n == name && a.agent != instance)
-                })
-            });
+            let lost_runs = self
+                .jobs
+                .live_on_in(&name, JobState::Running)
+                .iter()
+                .any(|id| {
+                    self.jobs.get(id).is_some_and(|j| {
+                        j.alloc
+                            .iter()
+                            .any(|(n, a)| *n == name && a.agent != instance)
+                    })
+                });
             if !was_down && lost_runs {
                 self.node_lost(now, &name, "Agent restarted");
                 if let Some(n) = self.nodes.get_mut(&name) {
@@ -90,7 +94,7 @@ impl Controller {
         self.runs_on_return(&name, instance, &running);
         self.end_strays(now, &name, &running);
         self.send_missed_launches(&name, instance, &launched);
-        self.adopt_ready(now);
+        self.adopt_ready(now, &name);
         self.node_returned(now, &name);
         Ok(())
     }
@@ -115,7 +119,7 @@ impl Controller {
         }
         let done: Vec<JobRun> = self
             .jobs
-            .completing_ids()
+            .live_on_in(name, JobState::Completing)
             .iter()
             .filter_map(|id| self.jobs.get(id))
             .filter(|j| j.cleaning.contains(name) && !running.contains(&j.run()))
@@ -250,7 +254,7 @@ impl Controller {
         // Completions that waited on the lost node.
         let waiting: Vec<JobRun> = self
             .jobs
-            .completing_ids()
+            .live_on_in(name, JobState::Completing)
             .iter()
             .filter_map(|id| self.jobs.get(id))
             .filter(|j| j.cleaning.contains(name))
