@@ -236,8 +236,9 @@ fn transport(idle: Duration, streams: u32, keep_alive: bool) -> Arc<quinn::Trans
 pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
 
 /// Requests one agent may have in flight to ctld at once (its CLIs'
-/// requests beyond these wait for a stream to free).
-pub const AGENT_STREAMS: u32 = 512;
+/// requests beyond these wait for a stream to free). quinn keeps about
+/// 120 bytes for each from the start: 128 cost 15 KiB per node.
+pub const AGENT_STREAMS: u32 = 128;
 
 /// Streams on srun's step connections (one per task's I/O at most).
 const STEP_STREAMS: u32 = 4096;

@@ -70,7 +70,9 @@ pub fn now() -> u64 {
 #[derive(Debug)]
 struct AgentLink {
     id: usize,
-    tx: mpsc::UnboundedSender<CtldMsg>,
+    /// Boxed: a channel allocates its slots 32 at a time, and 32 unboxed
+    /// messages (a `Launch` is large) were 23 KiB per node.
+    tx: mpsc::UnboundedSender<Box<CtldMsg>>,
     heard: Arc<Heard>,
 }
 
@@ -268,7 +270,7 @@ impl Server {
         for (node, msg) in out {
             match agents.get(&node) {
                 Some(link) => {
-                    let _ = link.tx.send(msg);
+                    let _ = link.tx.send(Box::new(msg));
                 }
                 None => tracing::debug!(%node, "message for a disconnected node dropped"),
             }
@@ -805,11 +807,11 @@ impl Server {
                 c.config().health.clone(),
             )
         };
-        let _ = tx.send(CtldMsg::Welcome {
+        let _ = tx.send(Box::new(CtldMsg::Welcome {
             heartbeat_ms,
             seen_as: conn.remote_address().ip(),
             health,
-        });
+        }));
         let link = conn.stable_id();
         let heard = Arc::new(Heard::default());
         heard.at.store(now(), Ordering::Relaxed);
