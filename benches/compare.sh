@@ -12,6 +12,10 @@
 # samples (DIR/samples.jsonl), then the table (DIR/compare.md, also
 # printed), DIR/compare.json and DIR/compare.png (compare-report).
 #
+# Last, both replay the same slice of a real trace (KTH's SP2) as `sleep`
+# jobs, time compressed, and report utilisation, mean wait and mean
+# bounded slowdown.
+#
 # --quick: smaller counts, one repetition (about 3 minutes). --slurm-htc:
 # Slurm with the settings of its high-throughput guide rather than its
 # defaults. Every loop is bounded in count and time. Run as root (slurmd
@@ -37,10 +41,16 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 if [ $QUICK = 1 ]; then
-    REPS=1 N_SUB=200 N_TINY=100 N_PEND=2000 N_SRUN=20
+    REPS=1 N_SUB=200 N_TINY=100 N_PEND=2000 N_SRUN=20 N_TRACE=25
 else
-    REPS=3 N_SUB=1000 N_TINY=1000 N_PEND=10000 N_SRUN=100
+    REPS=3 N_SUB=1000 N_TINY=1000 N_PEND=10000 N_SRUN=100 N_TRACE=60
 fi
+# The trace slice both clusters replay: KTH's SP2 (100 CPUs) from its
+# 2,000th job, time compressed TRACE_SCALE times, each job's CPUs capped at
+# the 64 both clusters have.
+TRACE=$ROOT/../shared/traces/KTH-SP2-1996-2.1-cln.swf.gz
+TRACE_FROM=2000
+TRACE_SCALE=600
 
 mkdir -p "$OUT"
 SAMPLES=$OUT/samples.jsonl
@@ -112,6 +122,76 @@ submit_n() {
 # Percentile $2 (0-100) of the numbers in file $1.
 pct() { sort -n "$1" | awk -v p="$2" '{v[NR]=$1} END {i=int((NR-1)*p/100+0.5)+1; print v[i]}'; }
 
+# The slice as `offset_s cpus run_s limit_s` lines: submit offsets and run
+# times divided by TRACE_SCALE (runs at least 1 s), the limit at least the
+# run (SWF: 2 submit, 4 run, 5 allocated CPUs, 8 requested, 9 requested
+# time).
+trace_slice() {
+    zcat "$TRACE" | awk -v from="$TRACE_FROM" -v n="$N_TRACE" -v f="$TRACE_SCALE" '
+        /^;/ { next }
+        { i++ }
+        i >= from && i < from + n {
+            if (i == from) s = $2
+            cpus = ($8 > 0) ? $8 : $5; if (cpus > 64) cpus = 64; if (cpus < 1) cpus = 1
+            run = $4 / f; if (run < 1) run = 1
+            lim = (($9 > 0) ? $9 : $4) / f; if (lim < run) lim = run
+            printf "%.2f %d %.1f %d\n", ($2 - s) / f, cpus, run, int(lim) + 1
+        }'
+}
+
+# Replays the slice in real time through sbatch (`sleep` jobs), waits for
+# the queue to empty, and reads each job's submit, start and end from
+# `scontrol show job -o` (both keep finished jobs 300 s): utilisation of
+# the 64 CPUs from the first submit to the last end, mean wait, and mean
+# bounded slowdown (runs under 10 s count as 10 s).
+trace_quality() {
+    local slice=$SCRATCH/trace.txt t0 off cpus run lim now target
+    trace_slice > "$slice"
+    say "$SYS: replaying $(wc -l < "$slice") jobs of the trace, $TRACE_SCALE times faster"
+    t0=$(ms_now)
+    while read -r off cpus run lim; do
+        now=$(( $(ms_now) - t0 ))
+        target=$(echo "$off * 1000 / 1" | bc)
+        if [ "$target" -gt "$now" ]; then sleep "$(echo "($target - $now) / 1000" | bc -l)"; fi
+        sbatch -J trace -n "$cpus" -t "$(( lim / 60 )):$(printf %02d $(( lim % 60 )))" \
+            -o /dev/null --wrap "sleep $run" > /dev/null
+    done < "$slice"
+    wait_empty 900
+    local times=$SCRATCH/trace-times-$SYS
+    : > "$times"
+    scontrol show job -o | tr ' ' '\n' | awk -F= '
+        $1 == "JobName" { name = $2 }
+        $1 == "NumCPUs" { cpus = $2 }
+        $1 == "SubmitTime" { subm = $2 }
+        $1 == "StartTime" { st = $2 }
+        $1 == "EndTime" { en = $2; if (name == "trace") print subm, st, en, cpus }' |
+    while read -r sub st en cpus; do
+        echo "$(date -d "$sub" +%s) $(date -d "$st" +%s) $(date -d "$en" +%s) $cpus" >> "$times"
+    done
+    local got
+    got=$(wc -l < "$times")
+    if [ "$got" != "$(wc -l < "$slice")" ]; then
+        say "$SYS: $got of $(wc -l < "$slice") trace jobs seen by scontrol"
+    fi
+    awk -v tau=10 '
+        { s[NR] = $1; b[NR] = $2; e[NR] = $3; c[NR] = $4
+          if (NR == 1 || $1 < first) first = $1; if ($3 > last) last = $3 }
+        END {
+            for (i = 1; i <= NR; i++) {
+                run = e[i] - b[i]; wait = b[i] - s[i]
+                work += run * c[i]; waits += wait
+                sd = (wait + run) / (run > tau ? run : tau); bsd += (sd > 1 ? sd : 1)
+            }
+            printf "%.4f %.2f %.3f\n", work / (64 * (last - first)), waits / NR, bsd / NR
+        }' "$times" > "$SCRATCH/trace-quality-$SYS"
+    local util wait bsd
+    read -r util wait bsd < "$SCRATCH/trace-quality-$SYS"
+    say "$SYS: trace utilisation $util, mean wait $wait s, mean bounded slowdown $bsd"
+    sample "trace slice: utilisation of 64 CPUs" "$util" fraction higher
+    sample "trace slice: mean wait" "$wait" s lower
+    sample "trace slice: mean bounded slowdown" "$bsd" ratio lower
+}
+
 workloads() {
     say "$SYS: workloads (reps $REPS)"
     sample "controller memory, idle" "$(rss_mib "$CTLD_PID")" MiB lower
@@ -177,6 +257,7 @@ workloads() {
         sample "srun $what, p50" "$(pct "$lat" 50)" ms lower
         sample "srun $what, p99" "$(pct "$lat" 99)" ms lower
     done
+    trace_quality
 }
 
 # ---- Slurm --------------------------------------------------------------

@@ -235,9 +235,10 @@ fn transport(idle: Duration, streams: u32, keep_alive: bool) -> Arc<quinn::Trans
 /// long its nodes take to notice.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
 
-/// Requests one agent may have in flight to ctld at once (its CLIs'
-/// requests beyond these wait for a stream to free). quinn keeps about
-/// 120 bytes for each from the start: 128 cost 15 KiB per node.
+/// Requests one agent may have in flight to ctld at first (its CLIs'
+/// requests beyond these wait for a stream to free; ctld allows a node
+/// that uses them more). quinn keeps about 120 bytes for each from the
+/// start: 128 cost 15 KiB per node, 4,096 cost 420 KiB.
 pub const AGENT_STREAMS: u32 = 128;
 
 /// Streams on srun's step connections (one per task's I/O at most).

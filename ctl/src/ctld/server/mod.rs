@@ -87,6 +87,10 @@ struct Heard {
     running: Mutex<Option<Vec<JobRun>>>,
 }
 
+/// The most streams one agent's connection is allowed, once its
+/// requests have filled the ones it had.
+const MOST_AGENT_STREAMS: u64 = 4096;
+
 /// Requests of one (unprivileged) user served at once.
 const REQUESTS_PER_USER: usize = 2;
 
@@ -491,11 +495,27 @@ impl Server {
             }
         };
         let logged = Arc::new(AtomicBool::new(false));
+        // A node starts with few streams (quinn keeps each one's state
+        // from the start); one whose requests fill half of them (a login
+        // node's burst of sbatch) is given twice as many, up to
+        // `MOST_AGENT_STREAMS`: a busy node gets the depth that keeps the
+        // store's commits full, the thousands of quiet ones cost little.
+        let open = Arc::new(AtomicU64::new(0));
+        let mut allowed = u64::from(tls::AGENT_STREAMS);
         while let Ok((send, recv)) = conn.accept_bi().await {
-            tokio::spawn(
-                self.clone()
-                    .stream(conn.clone(), send, recv, logged.clone()),
-            );
+            let now_open = open.fetch_add(1, Ordering::Relaxed) + 1;
+            if now_open * 2 > allowed && allowed < MOST_AGENT_STREAMS {
+                allowed = (allowed * 2).min(MOST_AGENT_STREAMS);
+                conn.set_max_concurrent_bi_streams(
+                    quinn::VarInt::from_u64(allowed).unwrap_or(quinn::VarInt::MAX),
+                );
+            }
+            let (me, conn, logged, open) =
+                (self.clone(), conn.clone(), logged.clone(), open.clone());
+            tokio::spawn(async move {
+                me.stream(conn, send, recv, logged).await;
+                open.fetch_sub(1, Ordering::Relaxed);
+            });
         }
     }
 
