@@ -159,7 +159,7 @@ trace_quality() {
     wait_empty 900
     local times=$SCRATCH/trace-times-$SYS
     : > "$times"
-    scontrol show job -o | tr ' ' '\n' | awk -F= '
+    scontrol -o show job | tr ' ' '\n' | awk -F= '
         $1 == "JobName" { name = $2 }
         $1 == "NumCPUs" { cpus = $2 }
         $1 == "SubmitTime" { subm = $2 }

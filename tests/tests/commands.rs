@@ -221,6 +221,10 @@ fn scontrol_shows_and_manages_as_slurm_does() {
     // One record per line with -o, every key Slurm prints for a job.
     let held = env.ok(&["scontrol", "-o", "show", "job", &a]);
     assert_eq!(held.lines().count(), 1, "{held}");
+    // Slurm takes the option after the command too.
+    let after = env.ok(&["scontrol", "show", "job", &a, "-o"]);
+    assert_eq!(pairs(&after).len(), pairs(&held).len(), "{after}");
+    assert_eq!(after.lines().count(), 1, "{after}");
     let keys: Vec<String> = pairs(&held).into_iter().map(|(k, _)| k).collect();
     for key in [
         "JobId",

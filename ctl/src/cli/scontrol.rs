@@ -640,8 +640,9 @@ pub fn main(args: &[OsString]) -> i32 {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    // Options before the command: `-o` prints each record on one line;
-    // the others change nothing Corral prints.
+    // Options, before the command or anywhere after it (Slurm's getopt
+    // takes `scontrol show job -o` too): `-o` prints each record on one
+    // line; the others change nothing Corral prints.
     let mut rest = rest;
     let mut oneliner = false;
     while let Some(first) = rest.first() {
@@ -652,6 +653,14 @@ pub fn main(args: &[OsString]) -> i32 {
         }
         rest.remove(0);
     }
+    rest.retain(|a| match a.as_str() {
+        "-o" | "--oneliner" => {
+            oneliner = true;
+            false
+        }
+        "-d" | "--details" | "-a" | "--all" | "-Q" | "--quiet" | "-v" | "--verbose" => false,
+        _ => true,
+    });
     if rest.first().is_some_and(|a| a == "-h" || a == "--help") {
         return emit(CMD, "usage: scontrol show job|node|partition [NAME] | show hostnames|hostlist LIST\n       scontrol update NodeName=LIST State=DRAIN|RESUME|DOWN [Reason=TEXT]\n       scontrol hold|release|requeue|requeuehold JOBID[,JOBID]\n");
     }
