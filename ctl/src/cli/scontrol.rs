@@ -807,9 +807,23 @@ pub fn main(args: &[OsString]) -> i32 {
                 Action::Remote(r) => (r, None),
                 Action::Hostnames(_) | Action::Hostlist { .. } => return 0,
             };
-            let resp = match remote(req).await {
-                Ok(r) => r,
-                Err(e) => return fail(CMD, e),
+            let resp = match req {
+                // Every page: `show job` of a queue past one page (5,000
+                // jobs, finished ones included) showed the first page only.
+                Request::Jobs(f) => {
+                    let mut c = match Client::connect().await {
+                        Ok(c) => c,
+                        Err(e) => return fail(CMD, e.to_string()),
+                    };
+                    match c.jobs(f).await {
+                        Ok(jobs) => Response::Jobs(jobs),
+                        Err(e) => return fail(CMD, e),
+                    }
+                }
+                req => match remote(req).await {
+                    Ok(r) => r,
+                    Err(e) => return fail(CMD, e),
+                },
             };
             let want = show.flatten();
             let recs = match resp {
