@@ -118,16 +118,17 @@ impl JobRecord {
 
     /// The current run as accounting records it (now, whatever its state).
     pub(super) fn acct(&self, now: u64) -> AcctJob {
+        let spec = self.spec();
         let running = !self.alloc.is_empty();
-        let req_tasks = self.spec.ntasks.unwrap_or(self.spec.nodes.unwrap_or(1));
-        let req_nodes = self.spec.nodes.unwrap_or(1);
-        let req_gpus = match self.spec.gpus {
+        let req_tasks = spec.ntasks.unwrap_or(spec.nodes.unwrap_or(1));
+        let req_nodes = spec.nodes.unwrap_or(1);
+        let req_gpus = match spec.gpus {
             GpuAsk::None => 0,
             GpuAsk::PerNode(g) => g * req_nodes,
             GpuAsk::PerTask(g) => g * req_tasks,
             GpuAsk::Total(g) => g,
         };
-        let req_cpus = req_tasks * self.cpus_per_task();
+        let req_cpus = req_tasks * spec.cpus_per_task.unwrap_or(1);
         let (alloc_nodes, alloc_cpus, alloc_gpus, alloc_mem) = if running {
             self.alloc
                 .iter()
@@ -182,9 +183,9 @@ impl JobRecord {
         AcctJob {
             id: self.id,
             run: self.restarts,
-            name: self.spec.name.clone(),
+            name: spec.name.clone(),
             user: self.user,
-            account: self.spec.account.clone().unwrap_or_default(),
+            account: spec.account.clone().unwrap_or_default(),
             partition: self.partition.clone(),
             nodelist: scheduler_core::hostlist::compress_sorted(&names),
             alloc_nodes,
@@ -193,17 +194,17 @@ impl JobRecord {
             alloc_mem_mb: alloc_mem,
             req_nodes,
             req_cpus,
-            req_mem_mb: self.spec.mem_mb.unwrap_or(0),
+            req_mem_mb: spec.mem_mb.unwrap_or(0),
             req_gpus,
             submit: self.submit,
-            eligible: self.spec.begin.unwrap_or(self.submit).max(self.submit),
+            eligible: spec.begin.unwrap_or(self.submit).max(self.submit),
             start: self.start,
             end: if self.state.is_final() {
                 end.or(Some(now))
             } else {
                 None
             },
-            time_limit: self.spec.time_limit.or_else(|| {
+            time_limit: spec.time_limit.or_else(|| {
                 self.end_by
                     .zip(self.start)
                     .map(|(e, s)| e.saturating_sub(s))
@@ -222,8 +223,8 @@ impl JobRecord {
             ),
             cancelled_by: self.cancelled_by,
             usage: self.used,
-            work_dir: self.spec.work_dir.clone(),
-            comment: self.spec.comment.clone().unwrap_or_default(),
+            work_dir: spec.work_dir.clone(),
+            comment: spec.comment.clone().unwrap_or_default(),
             steps,
             array: self
                 .array
@@ -334,7 +335,7 @@ impl Controller {
             // An array's id names its tasks too (ids after its own).
             let mut ids: std::collections::BTreeSet<JobId> = q.ids.iter().copied().collect();
             for id in &q.ids {
-                let Some(n) = self.jobs.get(id).and_then(|j| j.spec.array.as_ref()) else {
+                let Some(n) = self.jobs.get(id).and_then(|j| j.spec().array) else {
                     continue;
                 };
                 let last = JobId(id.0 + u64::from(n.len()));

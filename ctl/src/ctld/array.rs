@@ -22,8 +22,9 @@ impl JobRecord {
     /// requeue): an array's with what of it is left, a task's naming its
     /// array.
     pub(super) fn core_request(&self) -> JobRequest {
-        let mut req = job_request(self.user, &self.spec);
-        match (self.array.as_deref(), &self.spec.array) {
+        let spec = self.spec();
+        let mut req = job_request(self.user, &spec);
+        match (self.array.as_deref(), &spec.array) {
             (Some(a), Some(spec)) if a.task.is_none() => {
                 req.array = Some(ArrayRequest {
                     tasks: spec.len(),
@@ -41,8 +42,8 @@ impl JobRecord {
 
     /// Where a batch script's output goes when `-o` says nothing: an
     /// array's tasks each to their own file, as Slurm's.
-    pub(super) fn default_output(&self) -> &'static str {
-        if self.spec.array.is_some() {
+    pub(super) fn default_output(spec: &JobSpec) -> &'static str {
+        if spec.array.is_some() {
             "slurm-%A_%a.out"
         } else {
             "slurm-%j.out"
@@ -57,7 +58,7 @@ impl JobRecord {
     /// What a task sees of its array.
     pub(super) fn array_env(&self) -> Option<ArrayEnv> {
         let a = self.array.as_deref()?;
-        let spec = self.spec.array.as_ref()?;
+        let spec = self.spec().array?;
         Some(ArrayEnv {
             job: a.job,
             task: a.task?,
@@ -75,9 +76,9 @@ impl JobRecord {
 
     /// Its place in an array, as squeue shows it; `waiting` are the
     /// positions of the array's tasks still waiting.
-    pub(super) fn array_view(&self, waiting: &[(u32, u32)]) -> Option<ArrayView> {
+    pub(super) fn array_view(&self, spec: &JobSpec, waiting: &[(u32, u32)]) -> Option<ArrayView> {
         let a = self.array.as_deref()?;
-        let spec = self.spec.array.as_ref()?;
+        let spec = spec.array.as_ref()?;
         let waiting = match a.task {
             Some(_) => Vec::new(),
             None => waiting
@@ -142,7 +143,7 @@ impl Controller {
                 .jobs
                 .get(&job)
                 .filter(|j| j.array.as_deref().is_some_and(|a| a.task.is_none()))
-                .and_then(|j| j.spec.array.as_ref())
+                .and_then(|j| j.spec().array)
                 .ok_or(CtldError::UnknownDependencyTask(job, task))?;
             let pos = array
                 .position(task)
@@ -170,7 +171,7 @@ impl Controller {
         let index =
             id.0.checked_sub(array.0 + 1)
                 .and_then(|p| u32::try_from(p).ok())
-                .and_then(|p| entry.spec.array.as_ref()?.index(p));
+                .and_then(|p| entry.spec().array?.index(p));
         let Some(index) = index else {
             return;
         };
@@ -261,7 +262,7 @@ impl Controller {
                 .jobs
                 .get(id)
                 .filter(|j| j.array.as_deref().is_some_and(|a| a.task.is_none()))
-                .and_then(|j| j.spec.array.as_ref())
+                .and_then(|j| j.spec().array)
             else {
                 continue;
             };
@@ -281,9 +282,8 @@ impl Controller {
                 .filter(|j| j.array.as_deref().is_some_and(|a| a.task.is_none()))
                 .ok_or(unknown.clone())?;
             let pos = entry
-                .spec
+                .spec()
                 .array
-                .as_ref()
                 .and_then(|s| s.position(index))
                 .ok_or(unknown.clone())?;
             let task = JobId(array.0 + 1 + u64::from(pos));

@@ -87,7 +87,7 @@ impl Controller {
                 u.bytes += j.bytes;
                 self.unfinished += 1;
             }
-            if j.state == JobState::Pending && j.spec.kill_on_invalid_dep {
+            if j.state == JobState::Pending && j.spec().kill_on_invalid_dep {
                 self.kill_on_invalid_dep.insert(id);
             }
             match j.state {
@@ -258,7 +258,7 @@ impl Controller {
         };
         j.release_nodes(None, &mut self.outbox);
         let adopted = self.sched.job_status(core_id(id)).is_some();
-        if j.spec.requeue && j.state == JobState::Running && !adopted {
+        if j.spec().requeue && j.state == JobState::Running && !adopted {
             let ended = j.reset_for_requeue(now, self.cfg.requeue_delay);
             let req = j.core_request();
             let submit = j.submit;

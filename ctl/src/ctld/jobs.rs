@@ -8,8 +8,8 @@ use super::{
 };
 
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, ExitStatus, Ident, JobChanges, JobFilter, JobId, JobKind, JobRun, JobSpec,
-    JobState, JobUsage, SendSignal, StepId, Suspension,
+    AgentMsg, CtldMsg, ExitStatus, Ident, JobChanges, JobFilter, JobId, JobRun, JobSpec, JobState,
+    JobUsage, SendSignal, StepId, Suspension,
 };
 use scheduler_core::{HoldKind, JobOutcome};
 
@@ -163,7 +163,7 @@ impl Controller {
                     HoldKind::User
                 });
                 let _ = self.sched.requeue(now, core_id(job), kind);
-                j.spec.hold |= hold;
+                j.spec_mut().hold |= hold;
                 let ended = j.reset_for_requeue(now, self.cfg.requeue_delay);
                 self.account(ended);
                 self.dirty = true;
@@ -261,7 +261,7 @@ impl Controller {
         if j.user.uid != who.uid && !privileged {
             return Err(CtldError::NotYourJob(job));
         }
-        if !matches!(j.spec.kind, corral_proto::msg::JobKind::Allocation) {
+        if j.spec.kind() != super::packed::Kind::Allocation {
             return Err(CtldError::NotAllocation(job));
         }
         match j.state {
@@ -291,7 +291,7 @@ impl Controller {
         if j.user.uid != who.uid && !privileged {
             return Err(CtldError::NotYourJob(job));
         }
-        if !matches!(j.spec.kind, corral_proto::msg::JobKind::Allocation) {
+        if j.spec.kind() != super::packed::Kind::Allocation {
             return Err(CtldError::NotAllocation(job));
         }
         self.allocation_seen.insert(job, now);
@@ -308,9 +308,7 @@ impl Controller {
             let Some(j) = self.jobs.get(&id) else {
                 continue;
             };
-            if !matches!(j.spec.kind, corral_proto::msg::JobKind::Allocation)
-                || j.state != JobState::Running
-            {
+            if j.spec.kind() != super::packed::Kind::Allocation || j.state != JobState::Running {
                 continue;
             }
             // Counted from its start, or from a restart.
@@ -344,7 +342,7 @@ impl Controller {
             let due = self
                 .jobs
                 .get(&id)
-                .is_some_and(|j| match (j.spec.limit_signal, j.end_by) {
+                .is_some_and(|j| match (j.spec.limit_signal(), j.end_by) {
                     // A suspended job's limit waits with it.
                     _ if j.suspended() => false,
                     (Some(ls), Some(end_by)) => {
@@ -357,7 +355,7 @@ impl Controller {
             }
             if let Some(j) = self.jobs.get_mut(&id) {
                 j.limit_signalled = true;
-                if let Some(ls) = j.spec.limit_signal {
+                if let Some(ls) = j.spec.limit_signal() {
                     j.send_signal(ls.signal, &mut self.outbox);
                 }
             }
@@ -374,12 +372,14 @@ impl Controller {
         let Some(j) = self.jobs.get_mut_unstored(&id) else {
             return;
         };
-        let script = match &mut j.spec.kind {
+        let mut spec = j.spec_mut();
+        let script = match &mut spec.kind {
             corral_proto::msg::JobKind::Batch { script, .. } => Some(std::mem::take(script)),
             corral_proto::msg::JobKind::Interactive { .. }
             | corral_proto::msg::JobKind::Allocation => None,
         };
-        let payload = crate::ctld::store::NewPayload::new(&std::mem::take(&mut j.spec.env), script);
+        let payload = crate::ctld::store::NewPayload::new(&std::mem::take(&mut spec.env), script);
+        drop(spec);
         j.payload_stored = true;
         self.payloads_out.push((id.0, Some(payload)));
     }
@@ -441,7 +441,7 @@ impl Controller {
             JobRecord {
                 id,
                 user: who,
-                spec,
+                spec: super::packed::PackedSpec::new(&spec),
                 partition,
                 submit: now,
                 state: JobState::Pending,
@@ -470,7 +470,7 @@ impl Controller {
         if self
             .jobs
             .get(&id)
-            .is_some_and(|j| j.spec.kill_on_invalid_dep)
+            .is_some_and(|j| j.spec().kill_on_invalid_dep)
         {
             self.kill_on_invalid_dep.insert(id);
         }
@@ -595,7 +595,7 @@ impl Controller {
                         j.user.uid,
                         j.shown_state(),
                         &j.partition,
-                        &j.spec.name,
+                        &j.spec().name,
                     )
             })
             .map(|j| j.id)
@@ -699,7 +699,7 @@ impl Controller {
         if j.state != JobState::Pending || j.array.is_some() {
             return Err(CtldError::NoLongerPending(id));
         }
-        let mut spec = j.spec.clone();
+        let mut spec = j.spec();
         if let Some(limit) = ch.time_limit {
             limit_change_allowed(id, spec.time_limit, limit, privileged)?;
             spec.time_limit = limit;
@@ -760,7 +760,7 @@ impl Controller {
             .unwrap_or_default()
             .to_string();
         if let Some(j) = self.jobs.get_mut(&id) {
-            j.spec = spec;
+            j.spec = super::packed::PackedSpec::new(&spec);
             j.partition = partition;
             j.bytes = new_bytes;
         }
@@ -783,13 +783,13 @@ impl Controller {
     ) -> Result<(), Refusal> {
         let privileged = self.privileged(who);
         let j = self.jobs.get(&id).ok_or(CtldError::UnknownJob(id))?;
-        let longer = limit_change_allowed(id, j.spec.time_limit, limit, privileged)?;
+        let longer = limit_change_allowed(id, j.spec().time_limit, limit, privileged)?;
         let end = self
             .sched
             .set_running_limit(core_id(id), limit)
             .map_err(CtldError::Control)?;
         if let Some(j) = self.jobs.get_mut(&id) {
-            j.spec.time_limit = limit;
+            j.spec_mut().time_limit = limit;
             j.end_by = (end < scheduler_core::INFINITE).then_some(end);
             if longer {
                 j.limit_signalled = false;
@@ -831,15 +831,15 @@ impl Controller {
         let key = (
             first.user.uid,
             first.partition.clone(),
-            first.spec.account.clone(),
-            first.spec.qos.clone(),
+            first.spec().account,
+            first.spec().qos,
         );
         let same = |j: &JobRecord| {
             (
                 j.user.uid,
                 j.partition.clone(),
-                j.spec.account.clone(),
-                j.spec.qos.clone(),
+                j.spec().account,
+                j.spec().qos,
             ) == key
         };
         let peers_max = self
@@ -863,13 +863,13 @@ impl Controller {
             if now_priority >= target {
                 continue;
             }
-            let mut spec = j.spec.clone();
+            let mut spec = j.spec();
             let lower = (target - now_priority).min(i64::from(i32::MAX));
             spec.nice = (i64::from(spec.nice) - lower).max(-i64::from(super::MAX_NICE)) as i32;
             let req = super::wire::job_request(j.user, &spec);
             self.sched.update(core_id(id), req)?;
             if let Some(j) = self.jobs.get_mut(&id) {
-                j.spec = spec;
+                j.spec = super::packed::PackedSpec::new(&spec);
             }
             moved.push(id);
         }
@@ -917,7 +917,7 @@ impl Controller {
             // Kept with the job, so a restarted controller holds it (or
             // not) as it was.
             if let Some(j) = self.jobs.get_mut(id) {
-                j.spec.hold = !release;
+                j.spec_mut().hold = !release;
             }
         }
         self.dirty = true;
@@ -944,10 +944,8 @@ impl Controller {
                 return Err(CtldError::NotYourJob(*id));
             }
             let why = match j.state {
-                _ if !matches!(j.spec.kind, JobKind::Batch { .. }) => {
-                    Some(RequeueRefusal::NotBatch)
-                }
-                _ if !j.spec.requeue => Some(RequeueRefusal::NotRequeueable),
+                _ if j.spec.kind() != super::packed::Kind::Batch => Some(RequeueRefusal::NotBatch),
+                _ if !j.spec().requeue => Some(RequeueRefusal::NotRequeueable),
                 JobState::Pending => Some(RequeueRefusal::Pending),
                 JobState::Running => None,
                 JobState::Completing => Some(RequeueRefusal::Completing),

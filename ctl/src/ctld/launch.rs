@@ -18,7 +18,7 @@ use scheduler_core::StartDecision;
 struct StepPlan<'a> {
     job: &'a JobRecord,
     step: StepId,
-    work_dir: &'a str,
+    work_dir: std::borrow::Cow<'a, str>,
     env: std::borrow::Cow<'a, [(String, String)]>,
     /// `SLURM_NTASKS` and `SLURM_NNODES` as the step's tasks see them.
     ntasks: u32,
@@ -36,8 +36,11 @@ impl StepPlan<'_> {
     /// The launches for the step's nodes (`only`: for that one alone).
     fn launches(self, only: Option<&str>) -> Vec<(String, Launch)> {
         let j = self.job;
+        let spec = j.spec();
+        let array = j.array_env();
+        let cpus_per_task = j.cpus_per_task();
         let job_nodes: Vec<String> = j.alloc.iter().map(|(n, _)| n.clone()).collect();
-        let gpus_per_task = match j.spec.gpus {
+        let gpus_per_task = match spec.gpus {
             GpuAsk::PerTask(g) => Some(g),
             _ => None,
         };
@@ -57,11 +60,11 @@ impl StepPlan<'_> {
                 continue;
             }
             let launch = Launch {
-                array: j.array_env(),
+                array,
                 job: j.id,
                 run: j.restarts,
                 step: self.step,
-                name: j.spec.name.clone(),
+                name: spec.name.clone(),
                 user: j.user,
                 partition: j.partition.clone(),
                 work_dir: self.work_dir.to_string(),
@@ -72,13 +75,13 @@ impl StepPlan<'_> {
                 ntasks: self.ntasks,
                 first_task,
                 tasks_here: here,
-                cpus_per_task: j.cpus_per_task(),
+                cpus_per_task,
                 cpus: a.cpus.clone(),
                 gpus: a.gpus.clone(),
                 gpus_per_task,
                 memory_mb: a.memory_mb,
                 time_limit,
-                exclusive: j.spec.exclusive,
+                exclusive: spec.exclusive,
                 what: self.what.clone(),
                 step_gpus: self
                     .gpus
@@ -89,12 +92,12 @@ impl StepPlan<'_> {
                     job_tasks: j.alloc.iter().map(|(_, a)| a.tasks).collect(),
                     job_cpus: j.alloc.iter().map(|(_, a)| a.cpus.len() as u32).collect(),
                     step_tasks: self.tasks.clone(),
-                    ntasks_per_node: j.spec.ntasks_per_node,
-                    cpus_per_task_given: j.spec.cpus_per_task.is_some(),
-                    submit_dir: j.spec.submit_dir.clone(),
-                    submit_host: j.spec.submit_host.clone(),
-                    qos: j.spec.qos.clone(),
-                    account: j.spec.account.clone(),
+                    ntasks_per_node: spec.ntasks_per_node,
+                    cpus_per_task_given: spec.cpus_per_task.is_some(),
+                    submit_dir: spec.submit_dir.clone(),
+                    submit_host: spec.submit_host.clone(),
+                    qos: spec.qos.clone(),
+                    account: spec.account.clone(),
                     step_nodes: step_nodes.clone(),
                 },
             };
@@ -156,7 +159,8 @@ impl JobRecord {
     fn primary_plan(&self) -> Option<StepPlan<'_>> {
         let ntasks: u32 = self.alloc.iter().map(|(_, a)| a.tasks).sum();
         let step_nodes = self.alloc.len() as u32;
-        let (step, tasks, what) = match &self.spec.kind {
+        let spec = self.spec();
+        let (step, tasks, what) = match &spec.kind {
             JobKind::Batch {
                 script,
                 args,
@@ -170,9 +174,9 @@ impl JobRecord {
                     args: args.clone(),
                     stdout: stdout
                         .clone()
-                        .unwrap_or_else(|| self.default_output().into()),
+                        .unwrap_or_else(|| JobRecord::default_output(&spec).into()),
                     stderr: stderr.clone(),
-                    append: self.spec.open_append,
+                    append: spec.open_append,
                 },
             ),
             JobKind::Interactive { argv, io, files } => (
@@ -189,8 +193,8 @@ impl JobRecord {
         Some(StepPlan {
             job: self,
             step,
-            work_dir: &self.spec.work_dir,
-            env: std::borrow::Cow::Borrowed(&self.spec.env),
+            work_dir: std::borrow::Cow::Owned(spec.work_dir),
+            env: std::borrow::Cow::Owned(spec.env),
             ntasks,
             step_nodes,
             on: (0..tasks.len()).collect(),
@@ -220,7 +224,7 @@ impl JobRecord {
         // the job's `SLURM_CPUS_PER_TASK`.
         let per_task = s.cpus_per_task.unwrap_or(1).max(1);
         let (base, extra) = (ntasks / nodes, ntasks % nodes);
-        let first_holds_all = matches!(self.spec.kind, JobKind::Interactive { .. });
+        let first_holds_all = self.spec.kind() == super::packed::Kind::Interactive;
         let mut out = Vec::with_capacity(on.len());
         for (i, &k) in on.iter().enumerate() {
             let (node, a) = &self.alloc[k];
@@ -264,7 +268,7 @@ impl JobRecord {
 
     /// A later step's launches.
     fn step_plan<'a>(&'a self, s: &'a OpenStep) -> StepPlan<'a> {
-        let mut env = self.spec.env.clone();
+        let mut env = self.spec().env;
         // The step's own environment wins over the job's.
         for (k, v) in &s.env {
             env.retain(|(key, _)| key != k);
@@ -275,7 +279,7 @@ impl JobRecord {
         StepPlan {
             job: self,
             step: s.step,
-            work_dir: &s.work_dir,
+            work_dir: std::borrow::Cow::Borrowed(&s.work_dir),
             env: std::borrow::Cow::Owned(env),
             ntasks: s.ntasks,
             step_nodes: s.nodes,
@@ -362,13 +366,13 @@ impl Controller {
         j.failure = None;
         j.steps.clear();
         j.open_steps.clear();
-        match &j.spec.kind {
+        match j.spec().kind {
             JobKind::Batch { .. } => {
                 j.step_started(StepId::BATCH, "batch".into(), 1, 1, now);
                 j.primary_left = j.alloc.iter().take(1).map(|(n, _)| n.clone()).collect();
             }
             JobKind::Interactive { argv, .. } => {
-                let (name, nodes) = (super::acct::step_name(argv), j.alloc.len());
+                let (name, nodes) = (super::acct::step_name(&argv), j.alloc.len());
                 let tasks = j.alloc.iter().map(|(_, a)| a.tasks).sum();
                 j.step_started(StepId(0), name, nodes, tasks, now);
                 j.primary_left = j.alloc.iter().map(|(n, _)| n.clone()).collect();

@@ -28,6 +28,7 @@ mod error;
 mod jobs;
 mod launch;
 mod nodes;
+mod packed;
 mod select;
 pub mod server;
 pub mod store;
@@ -267,7 +268,9 @@ impl JobTable {
 struct JobRecord {
     id: JobId,
     user: Ident,
-    spec: JobSpec,
+    /// Encoded: read it with [`JobRecord::spec`], change it with
+    /// [`JobRecord::spec_mut`].
+    spec: packed::PackedSpec,
     partition: String,
     submit: u64,
     state: JobState,
@@ -360,6 +363,17 @@ impl std::ops::DerefMut for JobRecord {
 }
 
 impl JobRecord {
+    /// Its spec, decoded (each call decodes: read it once per use).
+    fn spec(&self) -> JobSpec {
+        self.spec.get()
+    }
+
+    /// Its spec to change; encoded again at the end of the statement
+    /// (or when the guard goes).
+    fn spec_mut(&mut self) -> packed::SpecEdit<'_> {
+        self.spec.edit()
+    }
+
     /// Its state as squeue and selections see it: a running job that is
     /// suspended is SUSPENDED.
     fn shown_state(&self) -> JobState {
@@ -398,8 +412,9 @@ impl JobRecord {
             *unfinished = unfinished.saturating_sub(1);
             self.bytes = u64::MAX;
         }
-        self.spec.env = Vec::new();
-        if let JobKind::Batch { script, .. } = &mut self.spec.kind {
+        let mut spec = self.spec_mut();
+        spec.env = Vec::new();
+        if let JobKind::Batch { script, .. } = &mut spec.kind {
             *script = Vec::new();
         }
     }
@@ -451,7 +466,7 @@ impl JobRecord {
         ended.state = JobState::Requeued;
         ended.end = Some(self.end.unwrap_or(now));
         self.submit = now;
-        self.spec.begin = Some(now.saturating_add(delay));
+        self.spec_mut().begin = Some(now.saturating_add(delay));
         // Its nodes were released: nothing of the run is left to keep.
         self.run_part = None;
         self.accounted = false;
@@ -473,15 +488,15 @@ impl JobRecord {
 
     /// CPUs per task, normalised at submit.
     fn cpus_per_task(&self) -> u32 {
-        self.spec.cpus_per_task.unwrap_or(1)
+        self.spec().cpus_per_task.unwrap_or(1)
     }
 
     /// The step whose end ends the job (an allocation has none: it is
     /// `BATCH`, which none of its steps is).
     fn primary_step(&self) -> StepId {
-        match self.spec.kind {
-            JobKind::Batch { .. } | JobKind::Allocation => StepId::BATCH,
-            JobKind::Interactive { .. } => StepId(0),
+        match self.spec.kind() {
+            packed::Kind::Batch | packed::Kind::Allocation => StepId::BATCH,
+            packed::Kind::Interactive => StepId(0),
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use super::wire::{core_id, job_reason, node_state, wire_id};
 use super::{Controller, JobRecord, Selector};
+use corral_proto::msg::JobSpec;
 use std::collections::HashMap;
 
 use corral_proto::msg::{
@@ -44,7 +45,7 @@ impl Controller {
         sel: &Selector,
         max_views: usize,
         max_scan: usize,
-        now: u64,
+        _now: u64,
     ) -> (Vec<JobView>, Option<JobId>) {
         let from = JobId(sel.after.0.saturating_add(1));
         let candidates: Box<dyn Iterator<Item = &JobRecord>> = match &sel.ids {
@@ -60,16 +61,11 @@ impl Controller {
             if j.spent_array() {
                 continue;
             }
-            if sel.matches(
-                j.id,
-                j.user.uid,
-                j.shown_state(),
-                &j.partition,
-                &j.spec.name,
-            ) {
-                let mut v = self.view(j, sel.detail, now);
+            let spec = j.spec();
+            if sel.matches(j.id, j.user.uid, j.shown_state(), &j.partition, &spec.name) {
+                let mut v = self.view_of(j, &spec, sel.detail);
                 if let (Some(only), Some(spec), Some(a)) =
-                    (sel.only.get(&j.id), &j.spec.array, v.array.as_mut())
+                    (sel.only.get(&j.id), &spec.array, v.array.as_mut())
                 {
                     a.waiting = only.iter().flat_map(|&p| spec.slice(p, p + 1)).collect();
                 }
@@ -80,6 +76,12 @@ impl Controller {
     }
 
     pub(super) fn view(&self, j: &JobRecord, detail: bool, _now: u64) -> JobView {
+        self.view_of(j, &j.spec(), detail)
+    }
+
+    /// [`Controller::view`] with the job's spec decoded.
+    fn view_of(&self, j: &JobRecord, spec: &JobSpec, detail: bool) -> JobView {
+        let cpus_per_task = spec.cpus_per_task.unwrap_or(1);
         // Only a pending job has anything to ask the scheduler (a running
         // one's status would clone its allocation for nothing).
         let status = (j.state == JobState::Pending)
@@ -105,24 +107,24 @@ impl Controller {
         let num_tasks = if running {
             j.alloc.iter().map(|(_, a)| a.tasks).sum()
         } else {
-            j.spec.ntasks.unwrap_or(j.spec.nodes.unwrap_or(1))
+            spec.ntasks.unwrap_or(spec.nodes.unwrap_or(1))
         };
         let num_cpus = if running {
             j.alloc.iter().map(|(_, a)| a.cpus.len() as u32).sum()
         } else {
-            num_tasks * j.cpus_per_task()
+            num_tasks * cpus_per_task
         };
         let gpus = if running {
             j.alloc.iter().map(|(_, a)| a.gpus.len() as u32).sum()
         } else {
-            match j.spec.gpus {
+            match spec.gpus {
                 GpuAsk::None => 0,
-                GpuAsk::PerNode(g) => g * j.spec.nodes.unwrap_or(1),
+                GpuAsk::PerNode(g) => g * spec.nodes.unwrap_or(1),
                 GpuAsk::PerTask(g) => g * num_tasks,
                 GpuAsk::Total(g) => g,
             }
         };
-        let (stdout, stderr, command, batch) = match &j.spec.kind {
+        let (stdout, stderr, command, batch) = match &spec.kind {
             // Slurm's Command: the script's path and arguments, `(null)`
             // for --wrap and standard input.
             JobKind::Batch {
@@ -131,9 +133,13 @@ impl Controller {
                 args,
                 ..
             } => (
-                Some(stdout.clone().unwrap_or_else(|| j.default_output().into())),
+                Some(
+                    stdout
+                        .clone()
+                        .unwrap_or_else(|| JobRecord::default_output(spec).into()),
+                ),
                 stderr.clone(),
-                match &j.spec.script_path {
+                match &spec.script_path {
                     Some(p) if args.is_empty() => p.clone(),
                     Some(p) => format!("{p} {}", args.join(" ")),
                     None => "(null)".into(),
@@ -141,11 +147,11 @@ impl Controller {
                 true,
             ),
             JobKind::Interactive { argv, .. } => (None, None, argv.join(" "), false),
-            JobKind::Allocation => (None, None, j.spec.name.clone(), false),
+            JobKind::Allocation => (None, None, spec.name.clone(), false),
         };
         JobView {
             id: j.id,
-            name: j.spec.name.clone(),
+            name: spec.name.clone(),
             user: j.user,
             partition: j.partition.clone(),
             state: j.shown_state(),
@@ -155,37 +161,36 @@ impl Controller {
             start_time: j.start,
             end_time: j.end.or(j.end_by),
             expected_start: expected,
-            time_limit: j
-                .spec
+            time_limit: spec
                 .time_limit
                 .or_else(|| j.end_by.zip(j.start).map(|(e, s)| e.saturating_sub(s))),
             nodes: j.alloc.iter().map(|(n, _)| n.clone()).collect(),
             num_nodes: if running {
                 j.alloc.len() as u32
             } else {
-                j.spec.nodes.unwrap_or(1)
+                spec.nodes.unwrap_or(1)
             },
             num_tasks,
-            cpus_per_task: j.cpus_per_task(),
+            cpus_per_task,
             num_cpus,
             gpus,
-            mem_mb: j.spec.mem_mb.unwrap_or(0),
+            mem_mb: spec.mem_mb.unwrap_or(0),
             exit: j.exit,
-            work_dir: j.spec.work_dir.clone(),
+            work_dir: spec.work_dir.clone(),
             stdout,
             stderr,
             command,
             batch,
-            requeue: j.spec.requeue,
+            requeue: spec.requeue,
             restarts: j.restarts,
             failure: j.failure.clone(),
             usage: j.used,
-            comment: j.spec.comment.clone(),
-            mail_type: j.spec.mail_type.clone(),
-            mail_user: j.spec.mail_user.clone(),
-            array: j.array_view(self.sched.array_waiting(core_id(j.id))),
+            comment: spec.comment.clone(),
+            mail_type: spec.mail_type.clone(),
+            mail_user: spec.mail_user.clone(),
+            array: j.array_view(spec, self.sched.array_waiting(core_id(j.id))),
             ask: detail.then(|| {
-                let mut a = ask(j, reason);
+                let mut a = ask(j, spec, reason);
                 if j.state == JobState::Pending {
                     if let Some(r) = self.sched.reservation(core_id(j.id)) {
                         a.sched_nodes = r.nodes.iter().map(|p| self.node_name(p.node)).collect();
@@ -315,8 +320,7 @@ impl Controller {
 
 /// Orders names with numbers by value: worker-2 before worker-10.
 /// What a job asked for beyond its shape, for squeue and scontrol.
-fn ask(j: &JobRecord, reason: JobReason) -> JobAsk {
-    let spec = &j.spec;
+fn ask(j: &JobRecord, spec: &JobSpec, reason: JobReason) -> JobAsk {
     // Slurm shows a dependency only while it still holds the job.
     let dependency = (j.state == JobState::Pending && !spec.dependencies.is_empty()).then(|| {
         let mark = if reason == JobReason::DependencyNeverSatisfied {

@@ -1633,8 +1633,8 @@ fn with_a_store_scripts_and_environments_leave_memory_until_the_job_ends() {
         Some(&b"#!/bin/sh\necho a big script\n"[..])
     );
     let j = c.jobs.get(&id).unwrap();
-    assert!(j.spec.env.is_empty());
-    assert!(matches!(&j.spec.kind, JobKind::Batch { script, .. } if script.is_empty()));
+    assert!(j.spec().env.is_empty());
+    assert!(matches!(&j.spec().kind, JobKind::Batch { script, .. } if script.is_empty()));
     // The launch carries no payload: the server fills it from the store.
     c.schedule(2);
     let l = launches(&mut c);
