@@ -1,8 +1,11 @@
 //! `compare-report`: turns the samples `benches/compare.sh` measured (one
-//! JSON object per line: `figure`, `system` (`slurm` or `corral`),
+//! JSON object per line: `figure`, `system` (`slurm`, `slurm-htc` or
+//! `corral`),
 //! `value`, `unit`, `better` (`higher` or `lower`)) into the comparison:
 //! a Markdown table on standard output, a JSON summary and a PNG chart of
-//! Corral's advantage per figure.
+//! Corral's advantage per figure. Where Slurm was measured with both its
+//! defaults (`slurm`) and its high-throughput settings (`slurm-htc`),
+//! each figure compares Corral with the better of the two medians.
 //!
 //! `compare-report SAMPLES.jsonl [--json OUT.json] [--png OUT.png]`
 
@@ -44,7 +47,13 @@ struct Row {
     figure: String,
     unit: String,
     better: Better,
+    /// The better of Slurm's settings for this figure.
     slurm: Option<Spread>,
+    /// Slurm with its defaults and with the HTC settings, when both ran.
+    slurm_defaults: Option<Spread>,
+    slurm_htc: Option<Spread>,
+    /// Which of them `slurm` is (`defaults` or `htc`), when both ran.
+    slurm_setting: Option<&'static str>,
     corral: Option<Spread>,
     /// How many times better Corral's median is (above 1: Corral ahead).
     advantage: Option<f64>,
@@ -91,11 +100,24 @@ fn rows(samples: &[Sample]) -> Vec<Row> {
                 by.get(&(f.clone(), sys.to_string()))
                     .and_then(|v| spread(v))
             };
-            let (slurm, corral) = (get("slurm"), get("corral"));
+            let (defaults, htc, corral) = (get("slurm"), get("slurm-htc"), get("corral"));
             let (unit, better) = meta
                 .get(&f)
                 .cloned()
                 .unwrap_or((String::new(), Better::Lower));
+            let (slurm, slurm_setting) = match (defaults, htc) {
+                (Some(d), Some(h)) => {
+                    let htc_better = match better {
+                        Better::Higher => h.median > d.median,
+                        Better::Lower => h.median < d.median,
+                    };
+                    match htc_better {
+                        true => (Some(h), Some("htc")),
+                        false => (Some(d), Some("defaults")),
+                    }
+                }
+                (d, h) => (d.or(h), None),
+            };
             let advantage = match (slurm, corral) {
                 (Some(s), Some(c)) if s.median > 0.0 && c.median > 0.0 => Some(match better {
                     Better::Higher => c.median / s.median,
@@ -108,6 +130,9 @@ fn rows(samples: &[Sample]) -> Vec<Row> {
                 unit,
                 better,
                 slurm,
+                slurm_defaults: defaults.filter(|_| htc.is_some()),
+                slurm_htc: htc.filter(|_| defaults.is_some()),
+                slurm_setting,
                 corral,
                 advantage,
             }
@@ -134,19 +159,36 @@ fn cell(s: Option<Spread>) -> String {
 }
 
 fn markdown(rows: &[Row]) -> String {
-    let mut out = String::from(
-        "| figure | unit | Slurm | Corral | Corral's advantage |\n|---|---|---|---|---|\n",
-    );
+    // Both Slurm settings ran: a column for each, the better one marked.
+    let both = rows.iter().any(|r| r.slurm_setting.is_some());
+    let mut out = String::from(match both {
+        false => "| figure | unit | Slurm | Corral | Corral's advantage |\n|---|---|---|---|---|\n",
+        true => "| figure | unit | Slurm, defaults | Slurm, HTC settings | Corral | Corral's advantage over the better Slurm |\n|---|---|---|---|---|---|\n",
+    });
     for r in rows {
         let better = match r.better {
             Better::Higher => "higher is better",
             Better::Lower => "lower is better",
         };
+        let slurm = match (both, r.slurm_setting) {
+            (false, _) => cell(r.slurm),
+            (true, None) => format!("{} | –", cell(r.slurm)),
+            (true, Some(which)) => {
+                let mark = |s: Option<Spread>, me: &str| match which == me {
+                    true => format!("**{}**", cell(s)),
+                    false => cell(s),
+                };
+                format!(
+                    "{} | {}",
+                    mark(r.slurm_defaults, "defaults"),
+                    mark(r.slurm_htc, "htc")
+                )
+            }
+        };
         out.push_str(&format!(
-            "| {} | {} ({better}) | {} | {} | {} |\n",
+            "| {} | {} ({better}) | {slurm} | {} | {} |\n",
             r.figure,
             r.unit,
-            cell(r.slurm),
             cell(r.corral),
             r.advantage.map_or("–".into(), |a| format!("{}×", num(a)))
         ));
@@ -306,6 +348,37 @@ mod tests {
         );
         assert!(
             md.contains("| memory | x (lower is better) | – | 90.0 | – |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn the_better_slurm_setting_per_figure() {
+        let samples = vec![
+            s("sbatch/s", "slurm", 30.0, Better::Higher),
+            s("sbatch/s", "slurm-htc", 100.0, Better::Higher),
+            s("sbatch/s", "corral", 90.0, Better::Higher),
+            s("tiny/s", "slurm", 25.0, Better::Higher),
+            s("tiny/s", "slurm-htc", 5.0, Better::Higher),
+            s("tiny/s", "corral", 100.0, Better::Higher),
+            s("srun ms", "slurm", 60.0, Better::Lower),
+            s("srun ms", "slurm-htc", 50.0, Better::Lower),
+            s("srun ms", "corral", 25.0, Better::Lower),
+        ];
+        let r = rows(&samples);
+        assert_eq!(r[0].slurm_setting, Some("htc"));
+        assert_eq!(r[0].advantage, Some(0.9), "against the better: HTC's 100");
+        assert_eq!(r[1].slurm_setting, Some("defaults"));
+        assert_eq!(r[1].advantage, Some(4.0));
+        assert_eq!(r[2].slurm_setting, Some("htc"), "lower is better: 50 ms");
+        assert_eq!(r[2].advantage, Some(2.0));
+        let md = markdown(&r);
+        assert!(
+            md.contains("| Slurm, defaults | Slurm, HTC settings |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| sbatch/s | x (higher is better) | 30.0 | **100** | 90.0 | 0.90× |"),
             "{md}"
         );
     }
