@@ -100,8 +100,12 @@ impl Controller {
     }
 
     /// Ends on `name` the runs its agent has that are not placed there
-    /// (jobs that failed or were requeued while it was silent), and
-    /// completes the clean-ups that waited on runs it no longer has.
+    /// (jobs that failed or were requeued while it was silent), completes
+    /// the clean-ups that waited on runs it no longer has, and sends again
+    /// the `Terminate` of a clean-up that waits on a run it still has (the
+    /// first may have been lost with a connection, or in a controller's
+    /// send buffers when it died: COMPLETING was stored, the message was
+    /// not, and the node would wait for it for good).
     pub(super) fn end_strays(&mut self, now: u64, name: &str, running: &HashSet<JobRun>) {
         for r in running {
             let placed = self.jobs.get(&r.job).is_some_and(|j| {
@@ -117,16 +121,27 @@ impl Controller {
                 ));
             }
         }
-        let done: Vec<JobRun> = self
-            .jobs
-            .live_on_in(name, JobState::Completing)
-            .iter()
-            .filter_map(|id| self.jobs.get(id))
-            .filter(|j| j.cleaning.contains(name) && !running.contains(&j.run()))
-            .map(JobRecord::run)
-            .collect();
+        let (mut done, mut again) = (Vec::new(), Vec::new());
+        for id in self.jobs.live_on_in(name, JobState::Completing) {
+            let Some(j) = self.jobs.get(&id) else {
+                continue;
+            };
+            if !j.cleaning.contains(name) {
+                continue;
+            }
+            match running.contains(&j.run()) {
+                false => done.push(j.run()),
+                // A cancel's or a limit's grace, as the first had.
+                true => again.push((j.run(), j.kill.is_some())),
+            }
+        }
         for r in done {
             self.cleaned(now, name, r);
+        }
+        for (job, killed) in again {
+            let grace_ms = if killed { self.cfg.kill_wait * 1000 } else { 0 };
+            self.outbox
+                .push((name.to_string(), CtldMsg::Terminate { job, grace_ms }));
         }
     }
 

@@ -226,3 +226,62 @@ fn a_step_too_large_to_keep_still_runs_and_the_rest_stay_covered() {
     let again: Vec<StepId> = launches(&mut c).iter().map(|(_, l)| l.step).collect();
     assert_eq!(again, [s1]);
 }
+
+/// What `c` would send now of `Terminate`, by node.
+fn terminates(c: &mut Controller) -> Vec<(String, JobRun)> {
+    c.take_outbox()
+        .into_iter()
+        .filter_map(|(n, m)| match m {
+            CtldMsg::Terminate { job, .. } => Some((n, job)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_terminate_lost_with_the_controller_is_sent_again_to_a_node_still_running_the_run() {
+    // Found by the fleet test: the script exited and COMPLETING was
+    // stored, but the controller died before its Terminate left. The
+    // node registers again still holding the run and waits for a
+    // Terminate that never came; the job stayed COMPLETING for good.
+    let mut c = cluster(2);
+    let mut spec = batch("x");
+    spec.nodes = Some(2);
+    let id = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    launches(&mut c);
+    let run = r0(id);
+    c.agent_message(
+        "worker-0",
+        AgentMsg::StepExited {
+            job: run,
+            step: StepId::BATCH,
+            exit: ExitStatus::default(),
+            oom: false,
+        },
+        3,
+    );
+    assert_eq!(state(&c, id), JobState::Completing);
+    assert_eq!(terminates(&mut c).len(), 2, "one to each node");
+    let mut c = restarted(&mut c, 5);
+    // worker-0 still holds the run; worker-1 had already cleaned it.
+    let w0 = had(run, true, 0);
+    c.register(registered("worker-0", 1, &[run], &[w0]), 6)
+        .unwrap();
+    c.register(registered("worker-1", 1, &[], &[]), 6).unwrap();
+    assert_eq!(
+        terminates(&mut c),
+        vec![("worker-0".to_string(), run)],
+        "again to the node that still runs it, and only there"
+    );
+    assert_eq!(state(&c, id), JobState::Completing);
+    c.agent_message(
+        "worker-0",
+        AgentMsg::JobCleaned {
+            job: run,
+            usage: Default::default(),
+        },
+        7,
+    );
+    assert_eq!(state(&c, id), JobState::Completed);
+}
