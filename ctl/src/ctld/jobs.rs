@@ -590,13 +590,9 @@ impl Controller {
             .filter(|j| {
                 !j.state.is_final()
                     && !j.spent_array()
-                    && sel.matches(
-                        j.id,
-                        j.user.uid,
-                        j.shown_state(),
-                        &j.partition,
-                        &j.spec().name,
-                    )
+                    && sel.matches(j.id, j.user.uid, j.shown_state(), &j.partition, || {
+                        j.spec().name
+                    })
             })
             .map(|j| j.id)
             .collect();

@@ -61,8 +61,10 @@ impl Controller {
             if j.spent_array() {
                 continue;
             }
-            let spec = j.spec();
-            if sel.matches(j.id, j.user.uid, j.shown_state(), &j.partition, &spec.name) {
+            if sel.matches(j.id, j.user.uid, j.shown_state(), &j.partition, || {
+                j.spec().name
+            }) {
+                let spec = j.spec();
                 let mut v = self.view_of(j, &spec, sel.detail);
                 if let (Some(only), Some(spec), Some(a)) =
                     (sel.only.get(&j.id), &spec.array, v.array.as_mut())
