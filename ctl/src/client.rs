@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corral_proto::msg::{
-    AcctJob, AcctQuery, JobFilter, JobView, LocalRequest, Request, Response, JOBS_PER_PAGE,
+    read_response, AcctJob, AcctQuery, JobFilter, JobView, LocalRequest, Request, Response,
 };
-use corral_proto::{read_frame, write_frame, WireError};
+use corral_proto::{write_frame, WireError};
 use tokio::net::UnixStream;
 
 /// Where the local agent listens: `$CORRAL_AGENT_SOCKET`, or the default.
@@ -172,7 +172,7 @@ impl Client {
     pub async fn local(&mut self, req: LocalRequest) -> Result<Response, ClientError> {
         let exchange = async {
             write_frame(&mut self.stream, &req).await?;
-            read_frame(&mut self.stream)
+            read_response(&mut self.stream)
                 .await?
                 .ok_or(ClientError::Closed)
         };
@@ -183,25 +183,11 @@ impl Client {
         Ok(escaped(resp))
     }
 
-    /// Every job the filter selects, page by page.
-    pub async fn jobs(&mut self, mut f: JobFilter) -> Result<Vec<JobView>, String> {
-        let mut all = Vec::new();
-        loop {
-            match self.ok(Request::Jobs(f.clone())).await? {
-                Response::Jobs(page) => {
-                    let full = page.len() >= JOBS_PER_PAGE;
-                    f.after = page.last().map_or(f.after, |j| j.id);
-                    if all.is_empty() {
-                        all = page; // the first page as it came, uncopied
-                    } else {
-                        all.extend(page);
-                    }
-                    if !full {
-                        return Ok(all);
-                    }
-                }
-                other => return Err(format!("unexpected answer {other:?}")),
-            }
+    /// Every job the filter selects (a listing comes whole, in parts).
+    pub async fn jobs(&mut self, f: JobFilter) -> Result<Vec<JobView>, String> {
+        match self.ok(Request::Jobs(f)).await? {
+            Response::Jobs(all) => Ok(all),
+            other => Err(format!("unexpected answer {other:?}")),
         }
     }
 
@@ -252,7 +238,7 @@ pub async fn pipeline_to(
     });
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        out.push(read_frame(&mut r).await?.ok_or(ClientError::Closed)?);
+        out.push(read_response(&mut r).await?.ok_or(ClientError::Closed)?);
     }
     let _ = writer.await;
     Ok(out)
@@ -275,5 +261,68 @@ mod tests {
             Response::Error(e) => assert_eq!(e, "a\\x1b\nb"),
             other => panic!("{other:?}"),
         }
+    }
+    /// A listing comes in parts: the reader puts them together, a relay
+    /// tells a part from the last frame without decoding it, and a
+    /// listing that breaks off is an error, never a short listing.
+    #[test]
+    fn a_listing_in_parts_reads_as_one_answer() {
+        use crate::cli::squeue::tests::job;
+        use corral_proto::frame::encode;
+        use corral_proto::msg::JobState;
+        use tokio::io::AsyncWriteExt;
+        let view = |id| job(id, JobState::Pending);
+        let part = |ids: std::ops::Range<u64>| Response::JobsPart(ids.map(view).collect());
+        let frames = |msgs: &[Response]| -> Vec<u8> {
+            msgs.iter().flat_map(|m| encode(m).unwrap()).collect()
+        };
+        assert!(Response::frame_is_part(&encode(&part(1..3)).unwrap()));
+        assert!(Response::frame_is_part(&encode(&part(0..0)).unwrap()));
+        for whole in [
+            Response::Jobs(vec![view(1)]),
+            Response::Jobs(Vec::new()),
+            Response::Error("x".into()),
+            Response::Done,
+            Response::Busy("y".into()),
+        ] {
+            assert!(
+                !Response::frame_is_part(&encode(&whole).unwrap()),
+                "{whole:?}"
+            );
+        }
+        let read = |bytes: Vec<u8>| {
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(async move {
+                    let (mut w, mut r) = tokio::io::duplex(1 << 16);
+                    let writer = tokio::spawn(async move {
+                        w.write_all(&bytes).await.unwrap();
+                    });
+                    let got = read_response(&mut r).await;
+                    writer.await.unwrap();
+                    got
+                })
+        };
+        let ids = |r: Response| match r {
+            Response::Jobs(v) => v.iter().map(|j| j.id.0).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        let whole = read(frames(&[
+            part(1..4),
+            part(4..5),
+            Response::Jobs(vec![view(5)]),
+        ]));
+        assert_eq!(ids(whole.unwrap().unwrap()), vec![1, 2, 3, 4, 5]);
+        let alone = read(frames(&[Response::Jobs(vec![view(9)])]));
+        assert_eq!(ids(alone.unwrap().unwrap()), vec![9]);
+        let empty_end = read(frames(&[part(1..3), Response::Jobs(Vec::new())]));
+        assert_eq!(ids(empty_end.unwrap().unwrap()), vec![1, 2]);
+        match read(frames(&[part(1..3), Response::Error("broke".into())])) {
+            Ok(Some(Response::Error(e))) => assert_eq!(e, "broke"),
+            other => panic!("{other:?}"),
+        }
+        assert!(read(frames(&[part(1..3)])).is_err(), "parts without an end");
+        assert!(read(Vec::new()).unwrap().is_none());
     }
 }

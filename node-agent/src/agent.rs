@@ -1006,11 +1006,11 @@ impl Agent {
     /// Relays a CLI request to ctld with a fresh credential for `who`;
     /// returns ctld's answer as the frame it came in (its size and version
     /// checked), or an error of the agent's own as a frame.
-    pub async fn relay(&self, who: Ident, request: Request) -> Vec<u8> {
+    pub async fn relay(&self, who: Ident, request: Request) -> Relayed {
         let unreachable = || {
-            frame_of(&Response::Error(
+            Relayed::frame(frame_of(&Response::Error(
                 "Unable to contact slurm controller (connect failure)".into(),
-            ))
+            )))
         };
         let deadline = tokio::time::Instant::now() + RELAY_TIMEOUT;
         // A request that may be repeated safely is sent again over the
@@ -1039,7 +1039,7 @@ impl Agent {
             };
             let token = match self.minter.mint(who, now_ms()) {
                 Ok(t) => t,
-                Err(e) => return frame_of(&Response::Error(e.to_string())),
+                Err(e) => return Relayed::frame(frame_of(&Response::Error(e.to_string()))),
             };
             let request = request.clone();
             // The answer goes back as it came, undecoded: a listing of
@@ -1050,15 +1050,69 @@ impl Agent {
                     .await
                     .ok()?;
                 let _ = send.finish();
-                corral_proto::read_raw_frame(&mut recv).await.ok().flatten()
+                let first = corral_proto::read_raw_frame(&mut recv)
+                    .await
+                    .ok()
+                    .flatten()?;
+                Some((first, recv))
             };
             // A controller that died leaves the connection up until it is
             // reset or times out: give up by the deadline, as Slurm's
             // MessageTimeout does.
             match tokio::time::timeout_at(deadline, exchange).await {
-                Ok(Some(resp)) => return resp,
+                Ok(Some((first, recv))) => {
+                    return Relayed {
+                        rest: Response::frame_is_part(&first).then_some(recv),
+                        first,
+                    }
+                }
                 Ok(None) if repeatable => failed_on = Some(n),
                 _ => return unreachable(),
+            }
+        }
+    }
+}
+
+/// ctld's answer to a relayed request, undecoded: its first frame and,
+/// when that is part of a listing ([`Response::JobsPart`]), the stream its
+/// other parts come on, for the caller to pass on as they come.
+#[derive(Debug)]
+pub struct Relayed {
+    pub first: Vec<u8>,
+    pub rest: Option<quinn::RecvStream>,
+}
+
+impl Relayed {
+    /// An answer of one frame.
+    pub fn frame(first: Vec<u8>) -> Relayed {
+        Relayed { first, rest: None }
+    }
+
+    /// Writes the answer to `w`: the first frame, then each further part
+    /// as it comes from ctld (each within `RELAY_TIMEOUT`), up to the
+    /// frame that ends the listing. A listing that breaks off ends with an
+    /// error, so the reader never waits for a frame that will not come.
+    pub async fn write_to<W: tokio::io::AsyncWrite + Unpin>(
+        self,
+        w: &mut W,
+    ) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        w.write_all(&self.first).await?;
+        let Some(mut rest) = self.rest else {
+            return Ok(());
+        };
+        loop {
+            let next = tokio::time::timeout(RELAY_TIMEOUT, corral_proto::read_raw_frame(&mut rest));
+            let frame = match next.await {
+                Ok(Ok(Some(f))) => f,
+                _ => {
+                    let broke = Response::Error("the controller's answer broke off".into());
+                    return w.write_all(&frame_of(&broke)).await;
+                }
+            };
+            w.write_all(&frame).await?;
+            if !Response::frame_is_part(&frame) {
+                return Ok(());
             }
         }
     }

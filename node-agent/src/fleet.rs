@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use corral_proto::cred::{Minter, DEFAULT_TTL_MS};
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, JobRun, Launch, LaunchKind, Launched, Open,
-    Registration, Request, Response, StepId,
+    read_response, AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, JobRun, Launch, LaunchKind,
+    Launched, Open, Registration, Request, Response, StepId,
 };
 use corral_proto::tls::{self, CertFiles, Identity};
 use corral_proto::{now_ms, read_frame, write_frame};
@@ -228,7 +228,7 @@ impl Fleet {
                 continue;
             }
             let _ = send.finish();
-            let answer = tokio::time::timeout_at(deadline, read_frame::<_, Response>(&mut recv));
+            let answer = tokio::time::timeout_at(deadline, read_response(&mut recv));
             match answer.await {
                 Ok(Ok(Some(r))) => return Ok(r),
                 Ok(_) if repeatable => failed_on = Some(conn.stable_id()),

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::agent::Relayed;
 use corral_proto::frame::{read_body, read_len};
 use corral_proto::msg::{Ident, LocalRequest, Response};
 use corral_proto::ratelimit::LogLimiter;
@@ -167,9 +168,9 @@ impl Drop for Seat {
     }
 }
 
-/// An answer, with the user's relay turn it holds until it is written.
-/// An answer as the frame to write, with the user's relay turn.
-type Answer = (Vec<u8>, Option<OwnedSemaphorePermit>);
+/// An answer to write, with the user's relay turn it holds until it is
+/// written.
+type Answer = (Relayed, Option<OwnedSemaphorePermit>);
 
 /// Bytes of one request, held from before its body is read until its
 /// answer is ready.
@@ -278,16 +279,11 @@ async fn client(agent: Arc<Agent>, stream: UnixStream, shares: Arc<Shares>) {
         while let Some(h) = rx.recv().await {
             // The user's turn is given back once the answer is written, so
             // answers a client does not read count against its share.
-            let (frame, _turn) = h.await.unwrap_or_else(|e| {
-                (
-                    crate::agent::frame_of(&Response::Error(format!("agent: {e}"))),
-                    None,
-                )
+            let (answer, _turn) = h.await.unwrap_or_else(|e| {
+                let error = Response::Error(format!("agent: {e}"));
+                (Relayed::frame(crate::agent::frame_of(&error)), None)
             });
-            if tokio::io::AsyncWriteExt::write_all(&mut w, &frame)
-                .await
-                .is_err()
-            {
+            if answer.write_to(&mut w).await.is_err() {
                 return;
             }
         }
@@ -307,18 +303,21 @@ async fn client(agent: Arc<Agent>, stream: UnixStream, shares: Arc<Shares>) {
             let turn = relays.acquire_owned().await.ok();
             let resp = match req {
                 LocalRequest::Relay(request) => agent.relay(who, request).await,
-                LocalRequest::Credential => {
-                    crate::agent::frame_of(&match agent.minter.mint(who, now_ms()) {
-                        Ok(t) => Response::Credential(t),
-                        Err(e) => Response::Error(e.to_string()),
-                    })
+                LocalRequest::Credential => Relayed::frame(crate::agent::frame_of(&match agent
+                    .minter
+                    .mint(who, now_ms())
+                {
+                    Ok(t) => Response::Credential(t),
+                    Err(e) => Response::Error(e.to_string()),
+                })),
+                LocalRequest::NodeAddress => {
+                    Relayed::frame(crate::agent::frame_of(&match agent.address() {
+                        Some(ip) => Response::Address(ip),
+                        None => Response::Error(
+                            "Unable to contact slurm controller (connect failure)".into(),
+                        ),
+                    }))
                 }
-                LocalRequest::NodeAddress => crate::agent::frame_of(&match agent.address() {
-                    Some(ip) => Response::Address(ip),
-                    None => Response::Error(
-                        "Unable to contact slurm controller (connect failure)".into(),
-                    ),
-                }),
             };
             drop(held);
             (resp, turn)

@@ -904,8 +904,9 @@ pub struct JobFilter {
     pub detail: bool,
 }
 
-/// The most jobs one [`Response::Jobs`] carries; a query whose answer is
-/// this long asks again with [`JobFilter::after`] set to its last id.
+/// The most jobs ctld's in-process listing (`Controller::job_views`, for
+/// tests and tools) returns at once. On the wire a listing comes whole,
+/// in parts ([`Response::JobsPart`]).
 pub const JOBS_PER_PAGE: usize = 5_000;
 
 /// A request to ctld.
@@ -1136,6 +1137,53 @@ pub enum Response {
     /// Not now: what it asks for is in use (a step's GPUs, held by other
     /// steps); asking again later may succeed.
     Busy(String),
+    /// Some of a listing's jobs, in id order, with more frames to follow
+    /// on the same stream: a listing is sent as it is made, so the reader
+    /// decodes one part while ctld makes the next. The last frame is a
+    /// [`Response::Jobs`] (or an [`Response::Error`], when the listing
+    /// broke off). [`read_response`] puts them together.
+    JobsPart(Vec<JobView>),
+}
+
+impl Response {
+    /// Whether a whole encoded frame (as [`crate::read_raw_frame`] reads
+    /// it) is a [`Response::JobsPart`]: a relay passing frames on
+    /// undecoded reads on after one.
+    pub fn frame_is_part(frame: &[u8]) -> bool {
+        static TAG: std::sync::LazyLock<u8> = std::sync::LazyLock::new(|| {
+            let f = crate::frame::encode(&Response::JobsPart(Vec::new()))
+                .expect("an empty part encodes");
+            // Length, version, then the variant's index and the empty
+            // list's length: one byte each while there are fewer than
+            // 251 variants.
+            assert_eq!(f.len(), 8, "a variant index past one byte");
+            f[6]
+        });
+        frame.len() > 6 && frame[6] == *TAG
+    }
+}
+
+/// Reads one answer from a stream: a listing's parts
+/// ([`Response::JobsPart`]) are put together into the one
+/// [`Response::Jobs`] that ends them; an error that ends a listing is the
+/// answer. `Ok(None)`: the stream ended before an answer began.
+pub async fn read_response<R>(r: &mut R) -> Result<Option<Response>, crate::WireError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+{
+    let mut jobs: Vec<JobView> = Vec::new();
+    loop {
+        match crate::read_frame(r).await? {
+            Some(Response::JobsPart(part)) => jobs.extend(part),
+            Some(Response::Jobs(last)) if !jobs.is_empty() => {
+                jobs.extend(last);
+                return Ok(Some(Response::Jobs(jobs)));
+            }
+            Some(answer) => return Ok(Some(answer)),
+            None if jobs.is_empty() => return Ok(None),
+            None => return Err(crate::WireError::Truncated),
+        }
+    }
 }
 
 /// A job as `squeue` and `scontrol show job` show it.

@@ -235,6 +235,12 @@ fn hostile_filters_neither_stall_the_controller_nor_take_nodes_down() {
     assert!(answers
         .iter()
         .all(|r| matches!(r, Response::Submitted { .. })));
+    // The listing comes through the agent in parts (500 views each) and
+    // arrives whole: every job once, in one answer.
+    let listed = env.ok(&["squeue", "-h", "-o", "%i"]);
+    let ids: std::collections::BTreeSet<u64> =
+        listed.lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert_eq!((ids.len(), listed.lines().count()), (20_000, 20_000));
     // Filters far past the bound are refused at once.
     let huge = JobFilter {
         states: vec![JobState::Running; 2_000_000],

@@ -31,7 +31,7 @@ async fn ask(conn: &quinn::Connection, open: &Open) -> Result<Response, String> 
         .await
         .map_err(|e| e.to_string())?;
     let _ = send.finish();
-    read_frame::<_, Response>(&mut recv)
+    corral_proto::msg::read_response(&mut recv)
         .await
         .map_err(|e| e.to_string())?
         .ok_or_else(|| "closed".into())
@@ -41,10 +41,13 @@ async fn raw(conn: &quinn::Connection, bytes: &[u8]) -> Option<Response> {
     let (mut send, mut recv) = conn.open_bi().await.ok()?;
     let _ = tokio::io::AsyncWriteExt::write_all(&mut send, bytes).await;
     let _ = send.finish();
-    tokio::time::timeout(Duration::from_secs(5), read_frame::<_, Response>(&mut recv))
-        .await
-        .ok()?
-        .ok()?
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        corral_proto::msg::read_response(&mut recv),
+    )
+    .await
+    .ok()?
+    .ok()?
 }
 
 fn jobs() -> Request {

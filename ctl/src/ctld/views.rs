@@ -65,11 +65,18 @@ impl Controller {
                 j.spec().name
             }) {
                 let spec = j.spec();
-                let mut v = self.view_of(j, &spec, sel.detail);
-                if let (Some(only), Some(spec), Some(a)) =
-                    (sel.only.get(&j.id), &spec.array, v.array.as_mut())
-                {
-                    a.waiting = only.iter().flat_map(|&p| spec.slice(p, p + 1)).collect();
+                let only = sel
+                    .only
+                    .get(&j.id)
+                    .zip(spec.array.as_ref())
+                    .map(|(only, a)| {
+                        only.iter()
+                            .flat_map(|&p| a.slice(p, p + 1))
+                            .collect::<Vec<_>>()
+                    });
+                let mut v = self.view_of(j, spec, sel.detail);
+                if let (Some(waiting), Some(a)) = (only, v.array.as_mut()) {
+                    a.waiting = waiting;
                 }
                 views.push(v);
             }
@@ -78,11 +85,13 @@ impl Controller {
     }
 
     pub(super) fn view(&self, j: &JobRecord, detail: bool, _now: u64) -> JobView {
-        self.view_of(j, &j.spec(), detail)
+        self.view_of(j, j.spec(), detail)
     }
 
-    /// [`Controller::view`] with the job's spec decoded.
-    fn view_of(&self, j: &JobRecord, spec: &JobSpec, detail: bool) -> JobView {
+    /// [`Controller::view`] with the job's spec decoded. The view takes
+    /// the decoded spec's strings rather than copies of them: a listing
+    /// of ten thousand jobs made and freed each one twice.
+    fn view_of(&self, j: &JobRecord, mut spec: JobSpec, detail: bool) -> JobView {
         let cpus_per_task = spec.cpus_per_task.unwrap_or(1);
         // Only a pending job has anything to ask the scheduler (a running
         // one's status would clone its allocation for nothing).
@@ -126,7 +135,22 @@ impl Controller {
                 GpuAsk::Total(g) => g,
             }
         };
-        let (stdout, stderr, command, batch) = match &spec.kind {
+        // What needs the whole spec first; then its strings move.
+        let array = j.array_view(&spec, self.sched.array_waiting(core_id(j.id)));
+        let ask = detail.then(|| {
+            let mut a = ask(j, &spec, reason);
+            if j.state == JobState::Pending {
+                if let Some(r) = self.sched.reservation(core_id(j.id)) {
+                    a.sched_nodes = r.nodes.iter().map(|p| self.node_name(p.node)).collect();
+                }
+            }
+            Box::new(a)
+        });
+        let default_output = match &spec.kind {
+            JobKind::Batch { stdout: None, .. } => Some(JobRecord::default_output(&spec)),
+            _ => None,
+        };
+        let (stdout, stderr, command, batch) = match &mut spec.kind {
             // Slurm's Command: the script's path and arguments, `(null)`
             // for --wrap and standard input.
             JobKind::Batch {
@@ -135,14 +159,10 @@ impl Controller {
                 args,
                 ..
             } => (
-                Some(
-                    stdout
-                        .clone()
-                        .unwrap_or_else(|| JobRecord::default_output(spec).into()),
-                ),
-                stderr.clone(),
-                match &spec.script_path {
-                    Some(p) if args.is_empty() => p.clone(),
+                stdout.take().or_else(|| default_output.map(Into::into)),
+                stderr.take(),
+                match spec.script_path.take() {
+                    Some(p) if args.is_empty() => p,
                     Some(p) => format!("{p} {}", args.join(" ")),
                     None => "(null)".into(),
                 },
@@ -153,7 +173,7 @@ impl Controller {
         };
         JobView {
             id: j.id,
-            name: spec.name.clone(),
+            name: std::mem::take(&mut spec.name),
             user: j.user,
             partition: j.partition.clone(),
             state: j.shown_state(),
@@ -178,7 +198,7 @@ impl Controller {
             gpus,
             mem_mb: spec.mem_mb.unwrap_or(0),
             exit: j.exit,
-            work_dir: spec.work_dir.clone(),
+            work_dir: std::mem::take(&mut spec.work_dir),
             stdout,
             stderr,
             command,
@@ -187,19 +207,11 @@ impl Controller {
             restarts: j.restarts,
             failure: j.failure.clone(),
             usage: j.used,
-            comment: spec.comment.clone(),
-            mail_type: spec.mail_type.clone(),
-            mail_user: spec.mail_user.clone(),
-            array: j.array_view(spec, self.sched.array_waiting(core_id(j.id))),
-            ask: detail.then(|| {
-                let mut a = ask(j, spec, reason);
-                if j.state == JobState::Pending {
-                    if let Some(r) = self.sched.reservation(core_id(j.id)) {
-                        a.sched_nodes = r.nodes.iter().map(|p| self.node_name(p.node)).collect();
-                    }
-                }
-                Box::new(a)
-            }),
+            comment: spec.comment.take(),
+            mail_type: spec.mail_type.take(),
+            mail_user: spec.mail_user.take(),
+            array,
+            ask,
             steps: j
                 .steps
                 .iter()

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 use corral_proto::error_chain as chain;
 use corral_proto::msg::{
     AgentMsg, CtldMsg, JobFilter, JobId, JobRun, LaunchKind, Open, Registration, Request, Response,
-    JOBS_PER_PAGE,
 };
 use corral_proto::ratelimit::LogLimiter;
 use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
@@ -105,6 +104,9 @@ enum Phase {
     /// The answer, to send once the changes of `ticket` are stored (with
     /// the user's turn, held until then).
     Commit(Response, u64, Option<tokio::sync::OwnedSemaphorePermit>),
+    /// A listing of jobs, to write as it is made (with the user's turn,
+    /// held until it is written).
+    Listing(JobFilter, Option<tokio::sync::OwnedSemaphorePermit>),
 }
 
 /// Lines a peer can cause are rate-limited.
@@ -536,6 +538,12 @@ impl Server {
             Phase::Done => return,
             Phase::Control(reg) => return Box::pin(self.control(conn, *reg, send, recv)).await,
             Phase::Answer(resp) => resp,
+            Phase::Listing(f, turn) => {
+                Box::pin(self.list_jobs(f, &mut send)).await;
+                drop(turn);
+                let _ = send.finish();
+                return;
+            }
             Phase::Commit(resp, ticket, turn) => {
                 let resp = self.acknowledged(resp, ticket).await;
                 drop(turn);
@@ -622,7 +630,7 @@ impl Server {
             sem.acquire_owned().await.ok()
         };
         let request = match request {
-            Request::Jobs(f) => return Phase::Answer(self.jobs(f).await),
+            Request::Jobs(f) => return Phase::Listing(f, turn),
             Request::Accounting(q) => return Phase::Answer(self.accounting(who, q).await),
             Request::Reconfigure if !privileged => {
                 return Phase::Answer(Response::Error(
@@ -739,7 +747,7 @@ impl Server {
                 Ok(jobs) => Response::Affected { jobs },
                 Err(e) => Response::Error(e.to_string()),
             },
-            // Job views never come here: `jobs` builds them in slices,
+            // Job views never come here: `list_jobs` writes them in slices,
             // releasing the lock between them.
             Request::Jobs(_) => Response::Error("job views are served in slices".into()),
             Request::Accounting(_) => Response::Error("accounting is served apart".into()),
@@ -774,30 +782,50 @@ impl Server {
         (resp, ticket)
     }
 
-    /// One page of jobs, built in slices: the filter's sets are made
-    /// before the lock is taken, and the lock is released between slices.
-    async fn jobs(&self, f: JobFilter) -> Response {
+    /// A listing of jobs, written as it is made: the filter's sets are
+    /// made before the lock is taken, the lock is released between slices,
+    /// and each [`VIEWS_PER_SLICE`] views go out as a
+    /// [`Response::JobsPart`] while the next are made (the reader decodes
+    /// one part as ctld makes the next); the last goes as
+    /// [`Response::Jobs`]. A reader that stops reading stops the listing
+    /// where the stream's window fills.
+    async fn list_jobs(&self, f: JobFilter, send: &mut quinn::SendStream) {
         let mut sel = match Selector::new(f) {
             Ok(s) => s,
-            Err(e) => return Response::Error(e.to_string()),
+            Err(e) => {
+                let _ = write_frame(send, &Response::Error(e.to_string())).await;
+                return;
+            }
         };
-        if let Err(e) = self.ctl.lock().resolve_arrays(&mut sel) {
-            return Response::Error(e.to_string());
+        let resolved = self.ctl.lock().resolve_arrays(&mut sel);
+        if let Err(e) = resolved {
+            let _ = write_frame(send, &Response::Error(e.to_string())).await;
+            return;
         }
-        let mut page = Vec::new();
+        let mut part = Vec::new();
         loop {
-            let want = (JOBS_PER_PAGE - page.len()).min(VIEWS_PER_SLICE);
+            let want = VIEWS_PER_SLICE - part.len();
             let (views, next) = self
                 .ctl
                 .lock()
                 .job_views_chunk(&sel, want, SCAN_PER_SLICE, now());
-            page.extend(views);
-            match next {
-                Some(after) if page.len() < JOBS_PER_PAGE => {
-                    sel.after = after;
-                    tokio::task::yield_now().await;
+            if part.is_empty() {
+                part = views;
+            } else {
+                part.extend(views);
+            }
+            let Some(after) = next else {
+                let _ = write_frame(send, &Response::Jobs(part)).await;
+                return;
+            };
+            sel.after = after;
+            if part.len() >= VIEWS_PER_SLICE {
+                let full = Response::JobsPart(std::mem::take(&mut part));
+                if write_frame(send, &full).await.is_err() {
+                    return;
                 }
-                _ => return Response::Jobs(page),
+            } else {
+                tokio::task::yield_now().await;
             }
         }
     }
