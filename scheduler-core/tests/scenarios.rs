@@ -491,9 +491,18 @@ fn a_requeued_job_frees_its_gpus_and_waits_the_delay_before_it_runs_again() {
         .requeue(now, c, Some(HoldKind::User))
         .expect("requeue held");
     sim.d.ends.remove(&c);
+    // Held from the requeue on, before any pass (a pass no longer reads
+    // held jobs), and in the held index the audit checks.
+    assert_eq!(sim.reason(c), PendingReason::JobHeldUser);
+    sim.d.s.audit().unwrap();
     sim.d.now = now + 1_000;
     sim.pass();
     assert_eq!(sim.reason(c), PendingReason::JobHeldUser);
+    sim.d.s.release(c, HoldKind::User).unwrap();
+    sim.d.s.audit().unwrap();
+    sim.pass();
+    assert_eq!(sim.start(c), Some(now + 1_000), "released, it runs again");
+    sim.d.s.audit().unwrap();
 }
 
 #[test]

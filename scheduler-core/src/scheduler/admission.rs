@@ -28,6 +28,7 @@ impl Scheduler {
             job.array = Some(self.join_array(a));
         }
         self.jobs.insert(id, Box::new(job));
+        self.note_hold(id);
         Ok(())
     }
 
@@ -49,6 +50,7 @@ impl Scheduler {
         let mut job = self.validate(submit, req)?;
         job.hold = hold.or(job.hold);
         self.jobs.insert(id, Box::new(job));
+        self.note_hold(id);
         Ok(())
     }
 

@@ -99,6 +99,7 @@ impl Scheduler {
             self.array_task_started(a);
         }
         self.jobs.insert(id, Box::new(job));
+        self.note_hold(id);
         Ok(end_by)
     }
 }

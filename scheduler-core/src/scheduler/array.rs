@@ -157,9 +157,11 @@ impl Scheduler {
         task.set_pending(PendingReason::None, None);
         if empty {
             self.jobs.remove(&id);
+            self.forget_job(id);
         }
         let tid = task_id(id, a);
         self.jobs.insert(tid, Box::new(task));
+        self.note_hold(tid);
         Some(tid)
     }
 
@@ -219,6 +221,7 @@ impl Scheduler {
         }
         if waiting.is_empty() {
             self.jobs.remove(&array);
+            self.forget_job(array);
         }
         self.finished
             .insert(task_id(array, position), JobOutcome::Cancelled);

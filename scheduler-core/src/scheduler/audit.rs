@@ -10,6 +10,30 @@ impl Scheduler {
     /// over capacity, exclusive jobs alone, free counts matching the
     /// allocations. Cheap enough for tests and fuzzing, not for every call.
     pub fn audit(&self) -> Result<(), String> {
+        // The held index is exactly the pending jobs with a hold.
+        let mut held_users: std::collections::BTreeMap<_, u32> = Default::default();
+        for (&id, j) in &self.jobs {
+            let is = j.is_pending() && j.hold.is_some();
+            if is != self.held.contains_key(&id) {
+                return Err(format!("job {id} held {is} but the index says otherwise"));
+            }
+            if is {
+                *held_users.entry(j.user).or_default() += 1;
+                if self.held[&id] != j.user {
+                    return Err(format!("held job {id} indexed under another user"));
+                }
+            }
+        }
+        let unheld = self.jobs.keys().filter(|id| !self.held.contains_key(id));
+        if !unheld.eq(self.unheld.iter()) {
+            return Err("the jobs not held are filed wrongly".into());
+        }
+        if self.held.len() != held_users.values().sum::<u32>() as usize {
+            return Err("the held index names jobs that are gone".into());
+        }
+        if held_users != self.held_users {
+            return Err("held jobs counted per user wrongly".into());
+        }
         for (i, node) in self.nodes.iter().enumerate() {
             let Some(node) = node else { continue };
             let mut cpus_seen: HashSet<u32> = HashSet::new();

@@ -211,6 +211,7 @@ impl Scheduler {
                 lost.push(LostJob::Requeued(job));
             } else {
                 self.jobs.remove(&job);
+                self.forget_job(job);
                 self.finished.insert(job, JobOutcome::NodeFail);
                 lost.push(LostJob::Failed(job));
             }

@@ -29,10 +29,25 @@ impl Scheduler {
             .max(1);
         let max_qos = self.cfg.qos.iter().map(|q| q.1).max().unwrap_or(0).max(1);
         let mut users: BTreeSet<UserId> = self.fairshare.known_users().collect();
+        users.extend(self.held_users.keys().copied());
         let mut any_singleton = false;
-        for j in self.jobs.values() {
-            users.insert(j.user);
+        // One walk over the jobs not held: each one's user, whether any
+        // waits as a singleton, and the pending ones to look at again.
+        // Held jobs are never read: their users are counted apart and
+        // their reason was set when they were held.
+        let mut candidates: Vec<JobId> = Vec::new();
+        let mut last_user = None;
+        for id in &self.unheld {
+            let Some(j) = self.jobs.get(id) else { continue };
+            // Jobs come in runs of one user's: the set sees each run once.
+            if last_user != Some(j.user) {
+                users.insert(j.user);
+                last_user = Some(j.user);
+            }
             any_singleton |= j.deps.contains(&Dependency::Singleton);
+            if j.is_pending() {
+                candidates.push(*id);
+            }
         }
         // The first job (running first, then lowest id) of each user and
         // name, only when some job waits on it.
@@ -47,15 +62,15 @@ impl Scheduler {
         }
         let parties = users.len();
         let mut fs_cache: FastMap<(UserId, AccountId), f64> = FastMap::default();
-        // One walk in id order decides each pending job: blocked (with a
-        // reason) or ranked (with a priority); a second walk writes back.
+        // Each candidate is blocked (with a reason) or ranked (with a
+        // priority); a second look writes back.
         let mut order: Vec<(i64, Secs, JobId)> = Vec::new();
-        let mut verdicts: Vec<Result<i64, PendingReason>> = Vec::new();
-        for (&id, j) in &self.jobs {
-            if !j.is_pending() {
-                continue;
-            }
+        let mut verdicts: Vec<Result<i64, PendingReason>> = Vec::with_capacity(candidates.len());
+        for &id in &candidates {
+            let j = &self.jobs[&id];
             let part = &self.partitions[j.partition.0 as usize].spec;
+            // A held job is in `held` and never a candidate; were the
+            // index ever wrong, it still would not be ranked.
             let blocked = if let Some(h) = j.hold {
                 Some(match h {
                     HoldKind::User => PendingReason::JobHeldUser,
@@ -97,12 +112,12 @@ impl Scheduler {
             verdicts.push(Ok(p));
             order.push((p, j.submit, id));
         }
-        let mut verdict = verdicts.into_iter();
-        for j in self.jobs.values_mut().filter(|j| j.is_pending()) {
-            match verdict.next() {
-                Some(Ok(p)) => j.priority = p,
-                Some(Err(reason)) => j.set_pending(reason, None),
-                None => break,
+        for (id, verdict) in candidates.into_iter().zip(verdicts) {
+            if let Some(j) = self.jobs.get_mut(&id) {
+                match verdict {
+                    Ok(p) => j.priority = p,
+                    Err(reason) => j.set_pending(reason, None),
+                }
             }
         }
         order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
