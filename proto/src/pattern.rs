@@ -18,6 +18,26 @@ pub struct PatternVars<'a> {
     pub node_index: Option<u32>,
 }
 
+/// Whether a pattern names what differs between a step's tasks or nodes
+/// (`%t`, `%n`, `%N`, with or without a width): a file each task or node
+/// opens for itself. Any other names one file for the whole step.
+pub fn names_task_or_node(pat: &str) -> bool {
+    let mut chars = pat.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            continue;
+        }
+        let mut next = chars.next();
+        while next.is_some_and(|d| d.is_ascii_digit()) {
+            next = chars.next();
+        }
+        if matches!(next, Some('t' | 'n' | 'N')) {
+            return true;
+        }
+    }
+    false
+}
+
 /// Expands Slurm's filename pattern: `%j` job id, `%J` job.step, `%x` job
 /// name, `%N` node, `%u` user, `%A` the array's id (outside an array, the
 /// job's), `%a` the task's index in its array (4294967294, Slurm's value
@@ -60,4 +80,26 @@ pub fn expand_pattern(pat: &str, v: &PatternVars<'_>) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_naming_a_task_or_node_are_told_from_the_others() {
+        for each in ["out-%t.txt", "%N.log", "r%3t", "%n", "a%%b-%t"] {
+            assert!(names_task_or_node(each), "{each}");
+        }
+        for one in [
+            "out.txt",
+            "slurm-%j.out",
+            "%J-%s-%x-%u",
+            "100%%t",
+            "x%",
+            "%5j",
+        ] {
+            assert!(!names_task_or_node(one), "{one}");
+        }
+    }
 }

@@ -862,6 +862,31 @@ fn srun_writes_and_reads_each_tasks_files() {
         "hi",
     ]);
     assert_eq!(env.read("shared.txt"), "hi\nhi\nhi\n");
+    // One file named for the step, for tasks on two nodes and both their
+    // streams: srun writes it, so no node truncates another's lines.
+    env.ok(&[
+        "srun",
+        "-N2",
+        "-n4",
+        "-o",
+        "both-%j.%s.txt",
+        "sh",
+        "-c",
+        "echo out; echo err >&2",
+    ]);
+    let both = std::fs::read_dir(&env.work)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("both-") && n.ends_with(".0.txt"))
+        .expect("named with the job and step");
+    let text = env.read(&both);
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["err"; 4].into_iter().chain(["out"; 4]).collect::<Vec<_>>()
+    );
     std::fs::write(env.work.join("in-0.txt"), "zero\n").unwrap();
     std::fs::write(env.work.join("in-1.txt"), "one\n").unwrap();
     let out = env.ok(&["srun", "-n2", "-l", "-i", "in-%t.txt", "cat"]);

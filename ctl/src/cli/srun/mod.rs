@@ -167,6 +167,66 @@ struct Session {
     /// Wakes the stdin pump once task 0's node has dialed in.
     stdin_ready: Notify,
     labeller: Mutex<Labeller>,
+    /// The step's output files srun writes itself.
+    sinks: Sinks,
+}
+
+/// An output file srun writes: one for the whole step, shared by its
+/// standard output and error when both go there.
+type Sink = Arc<Mutex<std::fs::File>>;
+
+/// A step's output named once for all its tasks (a name without `%t`,
+/// `%n` or `%N`) is written here, from the tasks' output as it comes, as
+/// Slurm's srun does: tasks on several nodes each opening the one file
+/// would truncate and overwrite one another's lines.
+#[derive(Debug, Default)]
+struct Sinks {
+    stdout: Option<Sink>,
+    stderr: Option<Sink>,
+}
+
+/// Which of `-o` and `-e` srun writes itself (the patterns, unexpanded);
+/// the rest go to the tasks' nodes as before.
+fn own_files(output: Option<&str>, error: Option<&str>) -> (Option<String>, Option<String>) {
+    use corral_proto::pattern::names_task_or_node as each;
+    let out = output.filter(|o| !each(o));
+    let err = match (error, output) {
+        // Standard error alone to the nodes' files would follow their
+        // standard output's (per task): leave both to the nodes.
+        (Some(e), Some(o)) if !each(e) && each(o) => None,
+        (Some(e), _) => (!each(e)).then_some(e),
+        (None, _) => out,
+    };
+    (out.map(Into::into), err.map(Into::into))
+}
+
+impl Sinks {
+    /// Opens (truncating) the files srun writes, named for the step.
+    fn open(
+        own: &(Option<String>, Option<String>),
+        cwd: &std::path::Path,
+        v: &corral_proto::pattern::PatternVars<'_>,
+    ) -> Result<Sinks, String> {
+        let path = |p: &str| cwd.join(corral_proto::pattern::expand_pattern(p, v));
+        let open = |p: &std::path::Path| -> Result<Sink, String> {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(p)
+                .map(|f| Arc::new(Mutex::new(f)))
+                .map_err(|e| format!("Could not open output file {}: {e}", p.display()))
+        };
+        let out = own.0.as_deref().map(path);
+        let err = own.1.as_deref().map(path);
+        let stdout = out.as_deref().map(open).transpose()?;
+        let stderr = match (&err, &out, &stdout) {
+            (Some(e), Some(o), Some(f)) if e == o => Some(f.clone()),
+            (Some(e), _, _) => Some(open(e)?),
+            (None, _, _) => None,
+        };
+        Ok(Sinks { stdout, stderr })
+    }
 }
 
 impl Session {
@@ -182,7 +242,25 @@ impl Session {
         } else {
             data.to_vec()
         };
-        write_out(stderr, &bytes).await;
+        self.emit(stderr, &bytes).await;
+    }
+
+    /// Output to its file, if srun writes one, or to srun's own stream.
+    async fn emit(&self, stderr: bool, bytes: &[u8]) {
+        let sink = if stderr {
+            &self.sinks.stderr
+        } else {
+            &self.sinks.stdout
+        };
+        match sink {
+            Some(f) => {
+                use std::io::Write;
+                if let Err(e) = f.lock().write_all(bytes) {
+                    eprintln!("{CMD}: error: writing output: {e}");
+                }
+            }
+            None => write_out(stderr, bytes).await,
+        }
     }
 }
 
@@ -253,7 +331,7 @@ async fn agent_link(s: Arc<Session>, conn: quinn::Connection) {
                     let w = s.width();
                     for stderr in [false, true] {
                         let rest = s.labeller.lock().flush(task, stderr, w);
-                        write_out(stderr, &rest).await;
+                        s.emit(stderr, &rest).await;
                     }
                 }
                 if !exit.success() {
@@ -399,13 +477,15 @@ async fn run(a: SrunArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return fail(CMD, e),
     };
+    let own = own_files(a.output.as_deref(), a.error.as_deref());
     let files = corral_proto::msg::TaskFiles {
-        stdout: a.output.clone(),
-        stderr: a.error.clone(),
+        stdout: a.output.clone().filter(|_| own.0.is_none()),
+        stderr: a.error.clone().filter(|_| own.1.is_none()),
         stdin: a.input.clone(),
         pty: a.pty,
     };
-    let (job, step_mode) = if let Some(job) = in_allocation {
+    let mut name = String::new();
+    let (job, step) = if let Some(job) = in_allocation {
         let (nodes, gpus, nodelist, exclude, cpus_per_task) = match a.job.to_spec() {
             Ok(s) => (s.nodes, s.gpus, s.nodelist, s.exclude, s.cpus_per_task),
             Err(e) => return fail(CMD, e),
@@ -443,11 +523,12 @@ async fn run(a: SrunArgs) -> i32 {
         let mut said = false;
         loop {
             match client.ok(Request::SubmitStep(spec.clone())).await {
-                Ok(Response::StepCreated { job, .. }) => {
+                Ok(Response::StepCreated { job, step }) => {
                     if said {
                         eprintln!("{CMD}: Step created for job {job}");
                     }
-                    break (job, true);
+                    name = std::env::var("SLURM_JOB_NAME").unwrap_or_default();
+                    break (job, Some(step));
                 }
                 Ok(Response::Busy(why)) => {
                     if !said {
@@ -475,18 +556,40 @@ async fn run(a: SrunArgs) -> i32 {
         }
         spec.work_dir = cwd.to_string_lossy().into_owned();
         spec.requeue = false;
+        name.clone_from(&spec.name);
         spec.kind = JobKind::Interactive {
             files: files.clone(),
             argv: a.command.clone(),
             io,
         };
         match client.ok(Request::Submit(spec)).await {
-            Ok(Response::Submitted { job }) => (job, false),
+            Ok(Response::Submitted { job }) => (job, None),
             Ok(other) => return fail(CMD, format!("unexpected answer {other:?}")),
             Err(e) => return fail(CMD, format!("Unable to allocate resources: {e}")),
         }
     };
     drop(client);
+    let (step_mode, step) = (step.is_some(), step.map_or(0, |s| s.0));
+    let user = super::user_name(nix::unistd::getuid().as_raw());
+    let vars = corral_proto::pattern::PatternVars {
+        job: job.0,
+        name: &name,
+        node: "",
+        user: &user,
+        step: Some(step),
+        array: None,
+        task: None,
+        node_index: None,
+    };
+    let sinks = match Sinks::open(&own, &cwd, &vars) {
+        Ok(s) => s,
+        Err(e) => {
+            if !step_mode {
+                cancel(job).await;
+            }
+            return fail(CMD, e);
+        }
+    };
 
     let (events, mut event_rx) = mpsc::unbounded_channel();
     let s = Arc::new(Session {
@@ -496,6 +599,7 @@ async fn run(a: SrunArgs) -> i32 {
         events,
         stdin_ready: Notify::new(),
         labeller: Mutex::new(Labeller::default()),
+        sinks,
     });
     let acceptor = {
         let s = s.clone();
@@ -611,6 +715,54 @@ pub fn main(args: &[OsString]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// srun writes a file named once for the whole step; a file per task
+    /// or node is the nodes' to open; standard error follows standard
+    /// output unless it is named.
+    #[test]
+    fn srun_writes_the_files_named_once_for_the_step() {
+        let own = |o: Option<&str>, e: Option<&str>| own_files(o, e);
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(own(None, None), (None, None));
+        assert_eq!(own(Some("out.txt"), None), (s("out.txt"), s("out.txt")));
+        assert_eq!(own(Some("o-%j"), Some("e-%j")), (s("o-%j"), s("e-%j")));
+        assert_eq!(own(Some("o-%t"), None), (None, None));
+        assert_eq!(own(Some("o-%t"), Some("e.txt")), (None, None));
+        assert_eq!(own(Some("o.txt"), Some("e-%N")), (s("o.txt"), None));
+        assert_eq!(own(None, Some("e.txt")), (None, s("e.txt")));
+        // Both named the same: one file, opened once.
+        let dir = std::env::temp_dir().join(format!("corral-srun-sinks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("j-7.0.txt"), "old run\n").unwrap();
+        let vars = corral_proto::pattern::PatternVars {
+            job: 7,
+            name: "x",
+            node: "",
+            user: "u",
+            step: Some(0),
+            array: None,
+            task: None,
+            node_index: None,
+        };
+        let sinks = Sinks::open(&own(Some("j-%j.%s.txt"), None), &dir, &vars).unwrap();
+        let (o, e) = (sinks.stdout.unwrap(), sinks.stderr.unwrap());
+        assert!(Arc::ptr_eq(&o, &e));
+        {
+            use std::io::Write;
+            o.lock().write_all(b"out\n").unwrap();
+            e.lock().write_all(b"err\n").unwrap();
+        }
+        assert_eq!(
+            std::fs::read_to_string(dir.join("j-7.0.txt")).unwrap(),
+            "out\nerr\n"
+        );
+        let refused = Sinks::open(&own(Some("no-such-dir/x"), None), &dir, &vars).unwrap_err();
+        assert!(
+            refused.starts_with("Could not open output file"),
+            "{refused}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn kill_on_bad_exit_takes_a_value_only_with_equals() {
