@@ -312,7 +312,10 @@ impl Driver {
                             .remove(&j)
                             .ok_or_else(|| format!("job {j} resumed but was never suspended"))?;
                         let end = self.now + left;
-                        if end > end_by {
+                        // A job overdue when it was suspended (its limit
+                        // cut below its run time) is overdue at once
+                        // when resumed: it ends now, past its `end_by`.
+                        if end > end_by.max(self.now) {
                             return Err(format!(
                                 "job {j} resumed to end by {end_by}, runs to {end}"
                             ));
