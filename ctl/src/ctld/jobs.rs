@@ -824,19 +824,16 @@ impl Controller {
         let Some(first) = ids.first().and_then(|id| self.jobs.get(id)) else {
             return Ok(Vec::new());
         };
-        let key = (
-            first.user.uid,
-            first.partition.clone(),
-            first.spec().account,
-            first.spec().qos,
-        );
+        let first_spec = first.spec();
+        let key = (first.user.uid, first.partition.clone());
+        let ask = (first_spec.account, first_spec.qos);
+        // The cheap fields first; a spec is decoded only for a job of the
+        // same user and partition, and once.
         let same = |j: &JobRecord| {
-            (
-                j.user.uid,
-                j.partition.clone(),
-                j.spec().account,
-                j.spec().qos,
-            ) == key
+            (j.user.uid, &j.partition) == (key.0, &key.1) && {
+                let spec = j.spec();
+                (spec.account, spec.qos) == ask
+            }
         };
         let peers_max = self
             .jobs
