@@ -109,6 +109,13 @@ struct Args {
     /// limit).
     #[arg(long, default_value_t = 32768)]
     cgroup_pids_max: u64,
+    /// With cgroups: turn on the cgroup2 root's `favordynmods`, which
+    /// makes each task's move into its cgroup cost well under a
+    /// millisecond instead of an RCU grace period (about 10 ms), at some
+    /// cost to every fork and exit on the node; a machine-wide setting
+    /// that Linux 6.18 keeps until reboot. `off` leaves the node as it is.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    cgroup_favordynmods: Switch,
     /// Kill every job under --cgroup-parent (all nodes), remove it, and
     /// exit: what `corral up` does once its agents are gone.
     #[arg(long)]
@@ -156,6 +163,36 @@ fn gpu_backend(args: &Args, name: &str) -> anyhow::Result<Arc<dyn GpuBackend>> {
             args.sim_gpu_memory,
         )),
     })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Switch {
+    On,
+    Off,
+}
+
+/// Turns on `favordynmods` (see `cgroup::dynmods`); a failure is logged,
+/// never fatal: jobs run the same, each start slower.
+fn favor_dynmods() {
+    use corral_agent::cgroup::dynmods::{favor, Outcome};
+    match favor(
+        &shared_root::Kernel,
+        std::path::Path::new("/proc/self/mountinfo"),
+    ) {
+        Ok(Outcome::TurnedOn { mount }) => {
+            tracing::info!(mount = %mount.display(), "cgroup2 favordynmods turned on: tasks join their cgroups without waiting for an RCU grace period")
+        }
+        Ok(Outcome::AlreadyOn) => tracing::debug!("cgroup2 favordynmods already on"),
+        Ok(Outcome::NoCgroup2) => {
+            tracing::info!("no cgroup2 mount: favordynmods left off; each task's start waits for an RCU grace period")
+        }
+        Ok(Outcome::Ignored { mount }) => {
+            tracing::warn!(mount = %mount.display(), "favordynmods did not take (not the host's cgroup namespace?); each task's start waits for an RCU grace period")
+        }
+        Err(e) => {
+            tracing::warn!(error = %corral_agent::agent::error_chain(&e), "favordynmods left off (Linux before 6.0?); each task's start waits for an RCU grace period")
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -302,6 +339,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let agent = Agent::new(cfg).context("starting agent")?;
     if let Some(cg) = cgroups(cg_mode, &cg_parent, args.cgroup_pids_max, agent.name())? {
+        if args.cgroup_favordynmods == Switch::On {
+            favor_dynmods();
+        }
         agent.use_cgroups(cg);
     }
     let listener = local::bind(&args.socket)?;

@@ -377,3 +377,44 @@ fn the_v2_device_program_denies_other_gpus_and_cgroup_kill_empties_a_step() {
     }
     node.cg.end_job(job);
 }
+
+/// The agent's start-up step: the cgroup2 root gets `favordynmods` (moving
+/// a task into its cgroup then waits for no RCU grace period), the mount
+/// keeps its other options, and a second start finds it on. The option is
+/// machine-wide and, from Linux 6.18, stays until reboot: on a machine
+/// that runs this suite that is the agent's default anyway.
+#[test]
+fn favordynmods_is_turned_on_once_and_the_mounts_options_stay() {
+    use corral_agent::cgroup::dynmods::{favor, parse_mountinfo, Outcome};
+    let test = "favordynmods_is_turned_on_once_and_the_mounts_options_stay";
+    if !root_or_skip(test) {
+        return;
+    }
+    let table = Path::new("/proc/self/mountinfo");
+    let before = parse_mountinfo(&std::fs::read_to_string(table).expect("mountinfo"));
+    let Some(first) = before.first().cloned() else {
+        println!("SKIPPED (no cgroup2 mount): {test}");
+        return;
+    };
+    let outcome = favor(&shared_root::Kernel, table).expect("favordynmods");
+    assert!(
+        matches!(outcome, Outcome::TurnedOn { .. } | Outcome::AlreadyOn),
+        "{outcome:?}"
+    );
+    let after = parse_mountinfo(&std::fs::read_to_string(table).expect("mountinfo"));
+    let m = after
+        .iter()
+        .find(|m| m.point == first.point)
+        .expect("the mount is still there");
+    assert!(m.super_options.iter().any(|o| o == "favordynmods"), "{m:?}");
+    for o in first.super_options.iter().chain(&first.mount_options) {
+        assert!(
+            m.super_options.contains(o) || m.mount_options.contains(o),
+            "option {o} lost: {m:?}"
+        );
+    }
+    assert_eq!(
+        favor(&shared_root::Kernel, table).expect("again"),
+        Outcome::AlreadyOn
+    );
+}

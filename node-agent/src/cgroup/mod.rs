@@ -19,6 +19,7 @@
 //! device program) it does not have.
 
 pub mod bpf;
+pub mod dynmods;
 
 use std::collections::BTreeSet;
 use std::fs;
