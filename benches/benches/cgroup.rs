@@ -52,12 +52,7 @@ fn benches(c: &mut Criterion) {
             cg.end_job(job)
         })
     });
-    let on = std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|t| {
-            corral_agent::cgroup::dynmods::parse_mountinfo(&t)
-                .iter()
-                .any(|m| m.super_options.iter().any(|o| o == "favordynmods"))
-        })
+    let on = corral_agent::cgroup::dynmods::is_on(std::path::Path::new("/proc/self/mountinfo"))
         .unwrap_or(false);
     println!(
         "cgroup/join: favordynmods is {}",

@@ -391,7 +391,8 @@ fn favordynmods_is_turned_on_once_and_the_mounts_options_stay() {
         return;
     }
     let table = Path::new("/proc/self/mountinfo");
-    let before = parse_mountinfo(&std::fs::read_to_string(table).expect("mountinfo"));
+    let before =
+        parse_mountinfo(&std::fs::read_to_string(table).expect("mountinfo")).expect("parses");
     let Some(first) = before.first().cloned() else {
         println!("SKIPPED (no cgroup2 mount): {test}");
         return;
@@ -401,12 +402,14 @@ fn favordynmods_is_turned_on_once_and_the_mounts_options_stay() {
         matches!(outcome, Outcome::TurnedOn { .. } | Outcome::AlreadyOn),
         "{outcome:?}"
     );
-    let after = parse_mountinfo(&std::fs::read_to_string(table).expect("mountinfo"));
+    let after =
+        parse_mountinfo(&std::fs::read_to_string(table).expect("mountinfo")).expect("parses");
     let m = after
         .iter()
         .find(|m| m.point == first.point)
         .expect("the mount is still there");
     assert!(m.super_options.iter().any(|o| o == "favordynmods"), "{m:?}");
+    assert!(m.favors(), "{m:?}");
     for o in first.super_options.iter().chain(&first.mount_options) {
         assert!(
             m.super_options.contains(o) || m.mount_options.contains(o),

@@ -47,7 +47,8 @@ pub struct Cgroup2Mount {
 }
 
 impl Cgroup2Mount {
-    fn favors(&self) -> bool {
+    /// Whether the root's options include `favordynmods`.
+    pub fn favors(&self) -> bool {
         self.super_options.iter().any(|o| o == OPTION)
     }
 }
@@ -168,27 +169,33 @@ pub fn apply(sys: &impl Syscall, plan: &Plan) -> Result<(), DynmodsError> {
         })
 }
 
-/// The cgroup2 mounts in `mountinfo` (the text of `/proc/PID/mountinfo`):
-/// `ID PARENT MAJ:MIN ROOT POINT MOUNT_OPTS [TAGS...] - TYPE SOURCE SUPER_OPTS`.
-/// Lines that do not parse are skipped.
-pub fn parse_mountinfo(mountinfo: &str) -> Vec<Cgroup2Mount> {
-    let split = |s: &str| -> Vec<String> { s.split(',').map(String::from).collect() };
-    mountinfo
-        .lines()
-        .filter_map(|line| {
-            let (head, tail) = line.split_once(" - ")?;
-            let head: Vec<&str> = head.split(' ').collect();
-            let tail: Vec<&str> = tail.split(' ').collect();
-            if tail.first() != Some(&"cgroup2") || head.len() < 6 || tail.len() < 3 {
-                return None;
-            }
-            Some(Cgroup2Mount {
-                point: PathBuf::from(unescape(head[4])),
-                mount_options: split(head[5]),
-                super_options: split(tail[2]),
+/// The cgroup2 mounts in `mountinfo` (the text of `/proc/PID/mountinfo`,
+/// parsed by procfs as `Layout::detect` does); each option list sorted,
+/// so a remount's options are the same from run to run.
+pub fn parse_mountinfo(mountinfo: &str) -> Result<Vec<Cgroup2Mount>, DynmodsError> {
+    use procfs::FromBufRead;
+    let sorted = |o: std::collections::HashMap<String, Option<String>>| -> Vec<String> {
+        let mut v: Vec<String> = o
+            .into_iter()
+            .map(|(k, v)| match v {
+                Some(v) => format!("{k}={v}"),
+                None => k,
             })
+            .collect();
+        v.sort();
+        v
+    };
+    let all = procfs::process::MountInfos::from_buf_read(mountinfo.as_bytes())
+        .map_err(|e| DynmodsError::Mounts(std::io::Error::other(e)))?;
+    Ok(all
+        .into_iter()
+        .filter(|m| m.fs_type == "cgroup2")
+        .map(|m| Cgroup2Mount {
+            point: PathBuf::from(unescape(&m.mount_point.to_string_lossy())),
+            mount_options: sorted(m.mount_options),
+            super_options: sorted(m.super_options),
         })
-        .collect()
+        .collect())
 }
 
 /// The mount table escapes space, tab, newline and backslash as `\ooo`.
@@ -215,9 +222,14 @@ fn unescape(s: &str) -> String {
 }
 
 fn read_mounts(mountinfo: &Path) -> Result<Vec<Cgroup2Mount>, DynmodsError> {
-    std::fs::read_to_string(mountinfo)
-        .map(|t| parse_mountinfo(&t))
-        .map_err(DynmodsError::Mounts)
+    parse_mountinfo(&std::fs::read_to_string(mountinfo).map_err(DynmodsError::Mounts)?)
+}
+
+/// Whether the cgroup2 root has `favordynmods`, by the mount table at
+/// `mountinfo`. (On Linux 6.18 the kernel keeps its effect after the
+/// option is removed again, which the table does not show.)
+pub fn is_on(mountinfo: &Path) -> Result<bool, DynmodsError> {
+    Ok(read_mounts(mountinfo)?.iter().any(Cgroup2Mount::favors))
 }
 
 /// Turns `favordynmods` on for this machine if it is off, reading the
@@ -229,7 +241,7 @@ pub fn favor(sys: &impl Syscall, mountinfo: &Path) -> Result<Outcome, DynmodsErr
         Plan::AlreadyOn => Outcome::AlreadyOn,
         Plan::NoCgroup2 => Outcome::NoCgroup2,
         Plan::Remount { target, .. } => {
-            if plan(&read_mounts(mountinfo)?) == Plan::AlreadyOn {
+            if is_on(mountinfo)? {
                 Outcome::TurnedOn { mount: target }
             } else {
                 Outcome::Ignored { mount: target }
@@ -255,29 +267,31 @@ mod tests {
 
     #[test]
     fn reads_cgroup2_mounts_with_both_option_lists() {
-        let m = parse_mountinfo(SYSTEMD);
+        let m = parse_mountinfo(SYSTEMD).expect("parses");
         assert_eq!(
             m,
             [Cgroup2Mount {
                 point: "/sys/fs/cgroup".into(),
-                mount_options: ["rw", "nosuid", "nodev", "noexec", "relatime"]
+                mount_options: ["nodev", "noexec", "nosuid", "relatime", "rw"]
                     .map(String::from)
                     .to_vec(),
-                super_options: ["rw", "nsdelegate", "memory_recursiveprot"]
+                super_options: ["memory_recursiveprot", "nsdelegate", "rw"]
                     .map(String::from)
                     .to_vec(),
             }]
         );
-        assert_eq!(parse_mountinfo(HYBRID).len(), 1);
-        assert!(parse_mountinfo("garbage\n1 2 - cgroup2\n").is_empty());
+        assert!(!m[0].favors());
+        assert_eq!(parse_mountinfo(HYBRID).expect("parses").len(), 1);
+        assert!(parse_mountinfo("garbage\n1 2 - cgroup2\n").is_err());
         // An escaped space in a mount point.
         let odd = "41 31 0:38 / /mnt/cg\\040two rw - cgroup2 cgroup2 rw\n";
-        assert_eq!(parse_mountinfo(odd)[0].point, Path::new("/mnt/cg two"));
+        let m = parse_mountinfo(odd).expect("parses");
+        assert_eq!(m[0].point, Path::new("/mnt/cg two"));
     }
 
     #[test]
     fn a_remount_keeps_the_roots_options_and_the_mounts_flags() {
-        let plan = plan(&parse_mountinfo(SYSTEMD));
+        let plan = plan(&parse_mountinfo(SYSTEMD).expect("parses"));
         assert_eq!(
             plan,
             Plan::Remount {
@@ -287,7 +301,7 @@ mod tests {
                     | MsFlags::MS_NODEV
                     | MsFlags::MS_NOEXEC
                     | MsFlags::MS_RELATIME,
-                data: "nsdelegate,memory_recursiveprot,favordynmods".into(),
+                data: "memory_recursiveprot,nsdelegate,favordynmods".into(),
             }
         );
         let rec = Recorder::default();
@@ -296,7 +310,7 @@ mod tests {
             rec.calls(),
             ["mount cgroup2 /sys/fs/cgroup cgroup2 \
               MS_NOSUID|MS_NODEV|MS_NOEXEC|MS_REMOUNT|MS_RELATIME \
-              nsdelegate,memory_recursiveprot,favordynmods"]
+              memory_recursiveprot,nsdelegate,favordynmods"]
         );
     }
 
@@ -310,7 +324,7 @@ mod tests {
                 Plan::NoCgroup2,
             ),
         ] {
-            let p = plan(&parse_mountinfo(table));
+            let p = plan(&parse_mountinfo(table).expect("parses"));
             assert_eq!(p, want);
             let rec = Recorder::default();
             apply(&rec, &p).expect("no call");
