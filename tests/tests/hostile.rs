@@ -669,6 +669,18 @@ fn a_full_spool_fails_one_job_and_leaves_nothing_behind() {
         }
     }
     let _unmount = Unmount(&spool);
+    // The agent must see the tmpfs where it writes scripts (this test
+    // once saw a 2 MB script run instead of failing; if that was the
+    // agent writing elsewhere, this names it).
+    let agent = env.cluster.agent_pid(0).expect("the agent's pid");
+    let seen = std::fs::read_to_string(format!("/proc/{agent}/mountinfo")).expect("mountinfo");
+    let at = format!(" {} ", spool.display());
+    assert!(
+        seen.lines()
+            .any(|l| l.contains(&at) && l.contains(" - tmpfs ")),
+        "the agent (pid {agent}) does not see the tmpfs on {}:\n{seen}",
+        spool.display()
+    );
     let mut script = String::from("#!/bin/sh\n");
     script.push_str(&"# 2 MB of comments to fill a 1 MB spool .................\n".repeat(36_000));
     let id = env.sbatch(&["-o", "/dev/null"], &script);
