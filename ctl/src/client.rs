@@ -262,6 +262,55 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+    /// A listing frame made of views encoded one by one, texts borrowed
+    /// (as ctld makes it), is byte for byte the frame of the owned views'
+    /// `Response`, and reads back as them.
+    #[test]
+    fn a_listing_of_borrowed_views_is_the_listing_of_owned_ones() {
+        use crate::cli::squeue::tests::job;
+        use corral_proto::frame::{decode_body, encode};
+        use corral_proto::msg::{encode_view, listing_frame, JobState, JobView};
+        use std::borrow::Cow;
+        let mut views: Vec<JobView> = (1..300).map(|id| job(id, JobState::Pending)).collect();
+        views[3].stdout = Some("out-%j".into());
+        views[4].comment = Some("note".into());
+        views[5].nodes = vec!["n1".into(), "n2".into()];
+        // ctld's views borrow most texts and own some (a command made
+        // of a path and arguments); a Cow writes as a str either way.
+        let borrowed: Vec<JobView<Cow<'_, str>>> = views
+            .iter()
+            .map(|v| v.clone().map_texts(Cow::Owned))
+            .collect();
+        for last in [false, true] {
+            let mut body = Vec::new();
+            for v in &borrowed {
+                encode_view(v, &mut body).unwrap();
+            }
+            let made = listing_frame(last, borrowed.len(), &body).unwrap();
+            let whole = if last {
+                Response::Jobs(views.clone())
+            } else {
+                Response::JobsPart(views.clone())
+            };
+            assert_eq!(made, encode(&whole).unwrap(), "last: {last}");
+            assert_eq!(Response::frame_is_part(&made), !last);
+            match decode_body::<Response>(&made[4..]).unwrap() {
+                Response::Jobs(back) | Response::JobsPart(back) => assert_eq!(back, views),
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(
+                borrowed
+                    .iter()
+                    .cloned()
+                    .map(JobView::into_owned)
+                    .collect::<Vec<_>>(),
+                views
+            );
+        }
+        let empty = listing_frame(true, 0, &[]).unwrap();
+        assert_eq!(empty, encode(&Response::Jobs(Vec::new())).unwrap());
+    }
+
     /// A listing comes in parts: the reader puts them together, a relay
     /// tells a part from the last frame without decoding it, and a
     /// listing that breaks off is an error, never a short listing.

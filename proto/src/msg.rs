@@ -902,6 +902,12 @@ pub struct JobFilter {
     /// ([`JobView::ask`]) and its running steps; without it those are left
     /// out, and a plain `squeue` moves half the bytes.
     pub detail: bool,
+    /// Views without the texts only some fields show: the working
+    /// directory, the command, the output paths, the comment, the mail
+    /// settings and a launch failure (empty or `None` instead). A layout
+    /// that prints none of them asks for this, and ten thousand views
+    /// carry four fewer texts each.
+    pub brief: bool,
 }
 
 /// The most jobs ctld's in-process listing (`Controller::job_views`, for
@@ -1186,13 +1192,17 @@ where
     }
 }
 
-/// A job as `squeue` and `scontrol show job` show it.
+/// A job as `squeue` and `scontrol show job` show it. Its texts are
+/// `String`s, or in ctld, which encodes views as it makes them, texts
+/// borrowed from its own tables (`JobView<Cow<str>>`): bincode writes a
+/// `str` and a `String` alike, so the bytes are the same
+/// ([`JobView::into_owned`] makes the one from the other).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobView {
+pub struct JobView<S = String> {
     pub id: JobId,
-    pub name: String,
+    pub name: S,
     pub user: Ident,
-    pub partition: String,
+    pub partition: S,
     pub state: JobState,
     /// Why it waits, or why it ended as it did.
     pub reason: JobReason,
@@ -1203,7 +1213,7 @@ pub struct JobView {
     /// Expected start of a pending job with a reservation.
     pub expected_start: Option<UnixSecs>,
     pub time_limit: Option<u64>,
-    pub nodes: Vec<String>,
+    pub nodes: Vec<S>,
     pub num_nodes: u32,
     pub num_tasks: u32,
     pub cpus_per_task: u32,
@@ -1211,21 +1221,21 @@ pub struct JobView {
     pub gpus: u32,
     pub mem_mb: u64,
     pub exit: ExitStatus,
-    pub work_dir: String,
-    pub stdout: Option<String>,
-    pub stderr: Option<String>,
-    pub command: String,
+    pub work_dir: S,
+    pub stdout: Option<S>,
+    pub stderr: Option<S>,
+    pub command: S,
     pub batch: bool,
     pub requeue: bool,
     pub restarts: u32,
     /// Why the job failed to launch, naming the step and node.
-    pub failure: Option<String>,
+    pub failure: Option<S>,
     /// What the job used, summed over its nodes (CPU) or the most on one
     /// node (memory), once its nodes have reported it.
     pub usage: Option<JobUsage>,
-    pub comment: Option<String>,
-    pub mail_type: Option<String>,
-    pub mail_user: Option<String>,
+    pub comment: Option<S>,
+    pub mail_type: Option<S>,
+    pub mail_user: Option<S>,
     /// Of an array: the array's id, and this task's index or, for the
     /// tasks still waiting (one view for all), their indices.
     pub array: Option<ArrayView>,
@@ -1238,6 +1248,99 @@ pub struct JobView {
     pub steps: Vec<StepView>,
     /// Its run's suspensions, if it was ever suspended.
     pub suspension: Option<Suspension>,
+}
+
+impl<S> JobView<S> {
+    /// The same view with each text made anew by `f`.
+    pub fn map_texts<T>(self, mut f: impl FnMut(S) -> T) -> JobView<T> {
+        JobView {
+            id: self.id,
+            name: f(self.name),
+            user: self.user,
+            partition: f(self.partition),
+            state: self.state,
+            reason: self.reason,
+            priority: self.priority,
+            submit_time: self.submit_time,
+            start_time: self.start_time,
+            end_time: self.end_time,
+            expected_start: self.expected_start,
+            time_limit: self.time_limit,
+            nodes: self.nodes.into_iter().map(&mut f).collect(),
+            num_nodes: self.num_nodes,
+            num_tasks: self.num_tasks,
+            cpus_per_task: self.cpus_per_task,
+            num_cpus: self.num_cpus,
+            gpus: self.gpus,
+            mem_mb: self.mem_mb,
+            exit: self.exit,
+            work_dir: f(self.work_dir),
+            stdout: self.stdout.map(&mut f),
+            stderr: self.stderr.map(&mut f),
+            command: f(self.command),
+            batch: self.batch,
+            requeue: self.requeue,
+            restarts: self.restarts,
+            failure: self.failure.map(&mut f),
+            usage: self.usage,
+            comment: self.comment.map(&mut f),
+            mail_type: self.mail_type.map(&mut f),
+            mail_user: self.mail_user.map(&mut f),
+            array: self.array,
+            ask: self.ask,
+            steps: self.steps,
+            suspension: self.suspension,
+        }
+    }
+}
+
+impl<S: Into<String>> JobView<S> {
+    /// The view with texts of its own.
+    pub fn into_owned(self) -> JobView {
+        self.map_texts(Into::into)
+    }
+}
+
+/// Appends one view, encoded, to the views of a listing frame
+/// ([`listing_frame`]).
+pub fn encode_view<S: Serialize>(
+    v: &JobView<S>,
+    out: &mut Vec<u8>,
+) -> Result<(), crate::WireError> {
+    bincode::serde::encode_into_std_write(v, out, bincode::config::standard())
+        .map(drop)
+        .map_err(crate::WireError::Encode)
+}
+
+/// A whole frame of a listing from `count` views encoded one by one with
+/// [`encode_view`]: byte for byte what [`crate::frame::encode`] makes of a
+/// [`Response::JobsPart`] of them, or, `last`, of a [`Response::Jobs`].
+/// ctld encodes each view as it makes it, its texts borrowed, so none is
+/// copied on the way out.
+pub fn listing_frame(last: bool, count: usize, views: &[u8]) -> Result<Vec<u8>, crate::WireError> {
+    // The variant's tag, from the enum itself: an empty listing's frame is
+    // length, version, tag, and the empty list's length (one byte, 0).
+    let empty = crate::frame::encode(&if last {
+        Response::Jobs(Vec::new())
+    } else {
+        Response::JobsPart(Vec::new())
+    })?;
+    let tag = &empty[6..empty.len() - 1];
+    let mut f = Vec::with_capacity(empty.len() + 9 + views.len());
+    f.extend_from_slice(&empty[..6]);
+    f.extend_from_slice(tag);
+    bincode::serde::encode_into_std_write(count as u64, &mut f, bincode::config::standard())
+        .map_err(crate::WireError::Encode)?;
+    f.extend_from_slice(views);
+    let len = f.len() as u64 - 4;
+    if len > u64::from(crate::MAX_FRAME) {
+        return Err(crate::WireError::TooLarge {
+            len: u32::try_from(len).unwrap_or(u32::MAX),
+            max: crate::MAX_FRAME,
+        });
+    }
+    f[..4].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(f)
 }
 
 /// What a view without detail asked for: nothing beyond its shape.

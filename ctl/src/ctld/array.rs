@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use corral_proto::msg::{ArrayEnv, ArrayView, Dep, DepCond, JobId, JobSpec, JobState};
+use corral_proto::msg::{ArrayEnv, ArraySpec, ArrayView, Dep, DepCond, JobId, JobSpec, JobState};
 use scheduler_core::{ArrayRequest, JobRequest};
 
 use super::wire::{core_id, job_request};
@@ -42,8 +42,8 @@ impl JobRecord {
 
     /// Where a batch script's output goes when `-o` says nothing: an
     /// array's tasks each to their own file, as Slurm's.
-    pub(super) fn default_output(spec: &JobSpec) -> &'static str {
-        if spec.array.is_some() {
+    pub(super) fn default_output(array: bool) -> &'static str {
+        if array {
             "slurm-%A_%a.out"
         } else {
             "slurm-%j.out"
@@ -76,9 +76,13 @@ impl JobRecord {
 
     /// Its place in an array, as squeue shows it; `waiting` are the
     /// positions of the array's tasks still waiting.
-    pub(super) fn array_view(&self, spec: &JobSpec, waiting: &[(u32, u32)]) -> Option<ArrayView> {
+    pub(super) fn array_view(
+        &self,
+        spec: Option<&ArraySpec>,
+        waiting: &[(u32, u32)],
+    ) -> Option<ArrayView> {
         let a = self.array.as_deref()?;
-        let spec = spec.array.as_ref()?;
+        let spec = spec?;
         let waiting = match a.task {
             Some(_) => Vec::new(),
             None => waiting

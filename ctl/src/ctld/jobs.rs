@@ -591,7 +591,7 @@ impl Controller {
                 !j.state.is_final()
                     && !j.spent_array()
                     && sel.matches(j.id, j.user.uid, j.shown_state(), &j.partition, || {
-                        j.spec().name
+                        j.spec.read().name
                     })
             })
             .map(|j| j.id)

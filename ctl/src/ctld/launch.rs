@@ -174,7 +174,7 @@ impl JobRecord {
                     args: args.clone(),
                     stdout: stdout
                         .clone()
-                        .unwrap_or_else(|| JobRecord::default_output(&spec).into()),
+                        .unwrap_or_else(|| JobRecord::default_output(spec.array.is_some()).into()),
                     stderr: stderr.clone(),
                     append: spec.open_append,
                 },

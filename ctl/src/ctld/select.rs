@@ -31,6 +31,8 @@ pub struct Selector {
     pub after: JobId,
     /// Views with what jobs asked and their steps.
     pub detail: bool,
+    /// Views without the texts few fields show ([`JobFilter::brief`]).
+    pub brief: bool,
 }
 
 fn state_bit(s: JobState) -> u16 {
@@ -66,18 +68,19 @@ impl Selector {
             names: set(f.names),
             tasks: f.tasks,
             detail: f.detail,
+            brief: f.brief,
             only: Default::default(),
             after: f.after,
         })
     }
 
-    pub fn matches(
+    pub fn matches<'n>(
         &self,
         id: JobId,
         uid: u32,
         state: JobState,
         partition: &str,
-        name: impl FnOnce() -> String,
+        name: impl FnOnce() -> &'n str,
     ) -> bool {
         self.ids.as_ref().is_none_or(|s| s.contains(&id))
             && self.users.as_ref().is_none_or(|s| s.contains(&uid))
@@ -88,7 +91,7 @@ impl Selector {
                 .is_none_or(|s| s.contains(partition))
             // Last, and only when asked for: a job's name is decoded from
             // its spec (a flood of filters that match nothing stays cheap).
-            && self.names.as_ref().is_none_or(|s| s.contains(&name()))
+            && self.names.as_ref().is_none_or(|s| s.contains(name()))
     }
 }
 
@@ -99,7 +102,7 @@ mod tests {
     #[test]
     fn empty_selects_all_and_lists_are_sets() {
         let all = Selector::new(JobFilter::default()).unwrap();
-        assert!(all.matches(JobId(1), 5, JobState::Failed, "p", || "n".into()));
+        assert!(all.matches(JobId(1), 5, JobState::Failed, "p", || "n"));
         let f = JobFilter {
             users: vec![5; 1000],
             states: vec![JobState::Running; 100_000],
@@ -107,10 +110,10 @@ mod tests {
             ..JobFilter::default()
         };
         let s = Selector::new(f).unwrap();
-        assert!(s.matches(JobId(1), 5, JobState::Running, "p", || "n".into()));
-        assert!(!s.matches(JobId(1), 6, JobState::Running, "p", || "n".into()));
-        assert!(!s.matches(JobId(1), 5, JobState::Pending, "p", || "n".into()));
-        assert!(!s.matches(JobId(1), 5, JobState::Running, "p", || "m".into()));
+        assert!(s.matches(JobId(1), 5, JobState::Running, "p", || "n"));
+        assert!(!s.matches(JobId(1), 6, JobState::Running, "p", || "n"));
+        assert!(!s.matches(JobId(1), 5, JobState::Pending, "p", || "n"));
+        assert!(!s.matches(JobId(1), 5, JobState::Running, "p", || "m"));
     }
 
     #[test]

@@ -1,14 +1,15 @@
 //! What squeue, sinfo and scontrol show: views built from the job table,
 //! the node registry and the scheduler's status.
 
+use super::packed::{KindRef, SpecRef};
 use super::wire::{core_id, job_reason, node_state, wire_id};
 use super::{Controller, JobRecord, Selector};
-use corral_proto::msg::JobSpec;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use corral_proto::msg::{
-    GpuAsk, JobAsk, JobFilter, JobId, JobKind, JobReason, JobState, JobView, NodeView,
-    PartitionView, StepView, JOBS_PER_PAGE,
+    GpuAsk, JobAsk, JobFilter, JobId, JobReason, JobState, JobView, NodeView, PartitionView,
+    StepView, JOBS_PER_PAGE,
 };
 use scheduler_core::JobStatus;
 
@@ -47,24 +48,44 @@ impl Controller {
         max_scan: usize,
         _now: u64,
     ) -> (Vec<JobView>, Option<JobId>) {
+        let mut views = Vec::new();
+        let next = self.each_job_view(sel, max_views, max_scan, |v| views.push(v.into_owned()));
+        (views, next)
+    }
+
+    /// [`Controller::job_views_chunk`] with each view handed to `each` as
+    /// it is made, its texts borrowed from the job table where they can
+    /// be: a listing encodes them straight from there
+    /// ([`corral_proto::msg::encode_view`]) and copies none. Returns the
+    /// number of views made and where to go on, as the chunk does.
+    pub fn each_job_view<'a>(
+        &'a self,
+        sel: &Selector,
+        max_views: usize,
+        max_scan: usize,
+        mut each: impl FnMut(JobView<Cow<'a, str>>),
+    ) -> Option<JobId> {
         let from = JobId(sel.after.0.saturating_add(1));
         let candidates: Box<dyn Iterator<Item = &JobRecord>> = match &sel.ids {
             Some(ids) => Box::new(ids.range(from..).filter_map(|id| self.jobs.get(id))),
             None => Box::new(self.jobs.range(from..).map(|(_, j)| j)),
         };
-        let mut views = Vec::new();
+        let mut made = 0;
         for (scanned, j) in candidates.enumerate() {
-            if views.len() >= max_views || scanned >= max_scan {
-                return (views, Some(JobId(j.id.0 - 1)));
+            if made >= max_views || scanned >= max_scan {
+                return Some(JobId(j.id.0 - 1));
             }
             // An array whose tasks all started is seen in its tasks.
             if j.spent_array() {
                 continue;
             }
+            // Read once, when the state and the sets have not already
+            // ruled the job out.
+            let mut spec = None;
             if sel.matches(j.id, j.user.uid, j.shown_state(), &j.partition, || {
-                j.spec().name
+                spec.insert(j.spec.read()).name
             }) {
-                let spec = j.spec();
+                let spec = spec.unwrap_or_else(|| j.spec.read());
                 let only = sel
                     .only
                     .get(&j.id)
@@ -74,24 +95,32 @@ impl Controller {
                             .flat_map(|&p| a.slice(p, p + 1))
                             .collect::<Vec<_>>()
                     });
-                let mut v = self.view_of(j, spec, sel.detail);
+                let mut v = self.view_of(j, &spec, sel.detail, sel.brief);
                 if let (Some(waiting), Some(a)) = (only, v.array.as_mut()) {
                     a.waiting = waiting;
                 }
-                views.push(v);
+                each(v);
+                made += 1;
             }
         }
-        (views, None)
+        None
     }
 
     pub(super) fn view(&self, j: &JobRecord, detail: bool, _now: u64) -> JobView {
-        self.view_of(j, j.spec(), detail)
+        self.view_of(j, &j.spec.read(), detail, false).into_owned()
     }
 
-    /// [`Controller::view`] with the job's spec decoded. The view takes
-    /// the decoded spec's strings rather than copies of them: a listing
-    /// of ten thousand jobs made and freed each one twice.
-    fn view_of(&self, j: &JobRecord, mut spec: JobSpec, detail: bool) -> JobView {
+    /// A job's view from its spec read in place
+    /// ([`super::packed::PackedSpec::read`]): texts borrowed from the
+    /// record and the spec where they can be, and with `brief` without
+    /// those few fields show ([`JobFilter::brief`]).
+    fn view_of<'a>(
+        &self,
+        j: &'a JobRecord,
+        spec: &SpecRef<'a>,
+        detail: bool,
+        brief: bool,
+    ) -> JobView<Cow<'a, str>> {
         let cpus_per_task = spec.cpus_per_task.unwrap_or(1);
         // Only a pending job has anything to ask the scheduler (a running
         // one's status would clone its allocation for nothing).
@@ -135,10 +164,9 @@ impl Controller {
                 GpuAsk::Total(g) => g,
             }
         };
-        // What needs the whole spec first; then its strings move.
-        let array = j.array_view(&spec, self.sched.array_waiting(core_id(j.id)));
+        let array = j.array_view(spec.array.as_ref(), self.sched.array_waiting(core_id(j.id)));
         let ask = detail.then(|| {
-            let mut a = ask(j, &spec, reason);
+            let mut a = ask(j, spec, reason);
             if j.state == JobState::Pending {
                 if let Some(r) = self.sched.reservation(core_id(j.id)) {
                     a.sched_nodes = r.nodes.iter().map(|p| self.node_name(p.node)).collect();
@@ -146,36 +174,45 @@ impl Controller {
             }
             Box::new(a)
         });
-        let default_output = match &spec.kind {
-            JobKind::Batch { stdout: None, .. } => Some(JobRecord::default_output(&spec)),
-            _ => None,
-        };
-        let (stdout, stderr, command, batch) = match &mut spec.kind {
+        let text = |s: Option<&'a str>| s.filter(|_| !brief).map(Cow::Borrowed);
+        let (stdout, stderr, command, batch) = match &spec.kind {
+            KindRef::Batch { .. } if brief => (None, None, Cow::Borrowed(""), true),
             // Slurm's Command: the script's path and arguments, `(null)`
             // for --wrap and standard input.
-            JobKind::Batch {
+            KindRef::Batch {
                 stdout,
                 stderr,
                 args,
                 ..
             } => (
-                stdout.take().or_else(|| default_output.map(Into::into)),
-                stderr.take(),
-                match spec.script_path.take() {
-                    Some(p) if args.is_empty() => p,
-                    Some(p) => format!("{p} {}", args.join(" ")),
-                    None => "(null)".into(),
+                Some(Cow::Borrowed(
+                    stdout.unwrap_or(JobRecord::default_output(spec.array.is_some())),
+                )),
+                stderr.map(Cow::Borrowed),
+                match spec.script_path {
+                    Some(p) if args.is_empty() => Cow::Borrowed(p),
+                    Some(p) => Cow::Owned(format!("{p} {}", args.join(" "))),
+                    None => Cow::Borrowed("(null)"),
                 },
                 true,
             ),
-            JobKind::Interactive { argv, .. } => (None, None, argv.join(" "), false),
-            JobKind::Allocation => (None, None, spec.name.clone(), false),
+            KindRef::Interactive { argv, .. } => (
+                None,
+                None,
+                if brief {
+                    Cow::Borrowed("")
+                } else {
+                    Cow::Owned(argv.join(" "))
+                },
+                false,
+            ),
+            KindRef::Allocation => (None, None, text(Some(spec.name)).unwrap_or_default(), false),
         };
         JobView {
             id: j.id,
-            name: std::mem::take(&mut spec.name),
+            name: Cow::Borrowed(spec.name),
             user: j.user,
-            partition: j.partition.clone(),
+            partition: Cow::Borrowed(&j.partition),
             state: j.shown_state(),
             reason,
             priority,
@@ -186,7 +223,11 @@ impl Controller {
             time_limit: spec
                 .time_limit
                 .or_else(|| j.end_by.zip(j.start).map(|(e, s)| e.saturating_sub(s))),
-            nodes: j.alloc.iter().map(|(n, _)| n.clone()).collect(),
+            nodes: j
+                .alloc
+                .iter()
+                .map(|(n, _)| Cow::Borrowed(n.as_str()))
+                .collect(),
             num_nodes: if running {
                 j.alloc.len() as u32
             } else {
@@ -198,18 +239,18 @@ impl Controller {
             gpus,
             mem_mb: spec.mem_mb.unwrap_or(0),
             exit: j.exit,
-            work_dir: std::mem::take(&mut spec.work_dir),
+            work_dir: text(Some(spec.work_dir)).unwrap_or_default(),
             stdout,
             stderr,
             command,
             batch,
             requeue: spec.requeue,
             restarts: j.restarts,
-            failure: j.failure.clone(),
+            failure: text(j.failure.as_deref()),
             usage: j.used,
-            comment: spec.comment.take(),
-            mail_type: spec.mail_type.take(),
-            mail_user: spec.mail_user.take(),
+            comment: text(spec.comment),
+            mail_type: text(spec.mail_type),
+            mail_user: text(spec.mail_user),
             array,
             ask,
             steps: j
@@ -334,7 +375,7 @@ impl Controller {
 
 /// Orders names with numbers by value: worker-2 before worker-10.
 /// What a job asked for beyond its shape, for squeue and scontrol.
-fn ask(j: &JobRecord, spec: &JobSpec, reason: JobReason) -> JobAsk {
+fn ask(j: &JobRecord, spec: &SpecRef<'_>, reason: JobReason) -> JobAsk {
     // Slurm shows a dependency only while it still holds the job.
     let dependency = (j.state == JobState::Pending && !spec.dependencies.is_empty()).then(|| {
         let mark = if reason == JobReason::DependencyNeverSatisfied {
@@ -355,27 +396,28 @@ fn ask(j: &JobRecord, spec: &JobSpec, reason: JobReason) -> JobAsk {
         GpuAsk::PerTask(g) => (None, Some(g), None),
         GpuAsk::Total(g) => (None, None, Some(g)),
     };
+    let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
     JobAsk {
-        account: spec.account.clone(),
-        qos: spec.qos.clone(),
+        account: spec.account.map(str::to_string),
+        qos: spec.qos.map(str::to_string),
         nice: spec.nice,
         dependency,
-        req_nodes: spec.nodelist.clone(),
-        exc_nodes: spec.exclude.clone(),
+        req_nodes: owned(&spec.nodelist),
+        exc_nodes: owned(&spec.exclude),
         features: (!spec.constraint.is_empty()).then(|| {
             spec.constraint
                 .join(if spec.constraint_any { "|" } else { "&" })
         }),
         exclusive: spec.exclusive,
         mem_per_cpu_mb: spec.mem_per_cpu_mb,
-        gpu_type: spec.gpu_type.clone(),
+        gpu_type: spec.gpu_type.map(str::to_string),
         gpus_per_node: per_node,
         gpus_per_task: per_task,
         gpus_total: total,
         begin: spec.begin,
         ntasks_per_node: spec.ntasks_per_node,
         nodes: spec.nodes,
-        submit_host: spec.submit_host.clone(),
+        submit_host: spec.submit_host.map(str::to_string),
         sched_nodes: Vec::new(),
     }
 }

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use corral_proto::error_chain as chain;
 use corral_proto::msg::{
-    AgentMsg, CtldMsg, JobFilter, JobId, JobRun, LaunchKind, Open, Registration, Request, Response,
+    encode_view, listing_frame, AgentMsg, CtldMsg, JobFilter, JobId, JobRun, LaunchKind, Open,
+    Registration, Request, Response,
 };
 use corral_proto::ratelimit::LogLimiter;
 use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
@@ -802,31 +803,46 @@ impl Server {
             let _ = write_frame(send, &Response::Error(e.to_string())).await;
             return;
         }
-        let mut part = Vec::new();
+        // The part being made: its views encoded one by one, straight
+        // from the job table (texts borrowed, none copied), under the lock.
+        let mut body = Vec::new();
+        let mut count = 0;
         loop {
-            let want = VIEWS_PER_SLICE - part.len();
-            let (views, next) = self
+            let want = VIEWS_PER_SLICE - count;
+            let mut broke = None;
+            let next = self
                 .ctl
                 .lock()
-                .job_views_chunk(&sel, want, SCAN_PER_SLICE, now());
-            if part.is_empty() {
-                part = views;
-            } else {
-                part.extend(views);
-            }
-            let Some(after) = next else {
-                let _ = write_frame(send, &Response::Jobs(part)).await;
-                return;
+                .each_job_view(&sel, want, SCAN_PER_SLICE, |v| {
+                    if broke.is_none() {
+                        broke = encode_view(&v, &mut body).err();
+                    }
+                    count += 1;
+                });
+            let last = next.is_none();
+            let frame = match broke {
+                Some(e) => Err(e),
+                None if last || count >= VIEWS_PER_SLICE => listing_frame(last, count, &body),
+                None => {
+                    sel.after = next.unwrap_or(sel.after);
+                    tokio::task::yield_now().await;
+                    continue;
+                }
             };
-            sel.after = after;
-            if part.len() >= VIEWS_PER_SLICE {
-                let full = Response::JobsPart(std::mem::take(&mut part));
-                if write_frame(send, &full).await.is_err() {
+            let sent = match frame {
+                Ok(f) => send.write_all(&f).await.is_ok(),
+                Err(e) => {
+                    let refused = Response::Error(format!("listing: {e}"));
+                    let _ = write_frame(send, &refused).await;
                     return;
                 }
-            } else {
-                tokio::task::yield_now().await;
+            };
+            match next {
+                Some(after) if sent => sel.after = after,
+                _ => return,
             }
+            body.clear();
+            count = 0;
         }
     }
 

@@ -209,6 +209,70 @@ fn failing_exit_is_failed_with_its_code() {
     assert_eq!((v.state, v.exit.code), (JobState::Failed, 3));
 }
 
+/// A brief view (`JobFilter::brief`, a squeue layout without text
+/// fields) leaves out the texts, and only them.
+#[test]
+fn brief_views_leave_out_only_the_texts() {
+    let mut c = cluster(1);
+    let mut spec = batch("#!/bin/sh\ntrue\n");
+    spec.name = "train".into();
+    spec.work_dir = "/home/ada/run".into();
+    spec.script_path = Some("/home/ada/run.sh".into());
+    spec.comment = Some("note".into());
+    spec.mail_type = Some("END".into());
+    spec.mail_user = Some("ada".into());
+    spec.time_limit = Some(600);
+    spec.cpus_per_task = Some(2);
+    spec.kind = JobKind::Batch {
+        script: b"#!/bin/sh\ntrue\n".to_vec(),
+        args: vec!["a".into(), "b".into()],
+        stdout: Some("out-%j".into()),
+        stderr: Some("err-%j".into()),
+    };
+    spec.hold = true;
+    c.submit(ALICE, spec, 0).unwrap();
+    let full = c.job_views(&JobFilter::default(), 1).remove(0);
+    assert_eq!(full.work_dir, "/home/ada/run");
+    assert_eq!(full.command, "/home/ada/run.sh a b");
+    assert_eq!(full.stdout.as_deref(), Some("out-%j"));
+    assert_eq!(full.stderr.as_deref(), Some("err-%j"));
+    assert_eq!(full.comment.as_deref(), Some("note"));
+    assert_eq!(full.mail_type.as_deref(), Some("END"));
+    assert_eq!(full.mail_user.as_deref(), Some("ada"));
+    let brief = c
+        .job_views(
+            &JobFilter {
+                brief: true,
+                ..JobFilter::default()
+            },
+            1,
+        )
+        .remove(0);
+    let mut expected = full.clone();
+    expected.work_dir = String::new();
+    expected.command = String::new();
+    (expected.stdout, expected.stderr) = (None, None);
+    (expected.comment, expected.mail_type, expected.mail_user) = (None, None, None);
+    assert_eq!(brief, expected);
+    assert_eq!((brief.name.as_str(), brief.num_cpus), ("train", 2));
+    assert_eq!(brief.time_limit, Some(600));
+    // A job without --output shows Slurm's default file.
+    let id = c.submit(ALICE, batch("#!/bin/sh\n"), 0).unwrap();
+    let v = c
+        .job_views(
+            &JobFilter {
+                ids: vec![id],
+                ..JobFilter::default()
+            },
+            1,
+        )
+        .remove(0);
+    assert_eq!(
+        (v.stdout.as_deref(), v.command.as_str()),
+        (Some("slurm-%j.out"), "(null)")
+    );
+}
+
 #[test]
 fn an_oom_kill_ends_the_job_out_of_memory_with_its_nodes_usage() {
     let mut c = cluster(2);
