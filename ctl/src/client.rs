@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corral_proto::msg::{
-    read_response, AcctJob, AcctQuery, JobFilter, JobView, LocalRequest, Request, Response,
+    read_answer, read_response, AcctJob, AcctQuery, Answer, JobFilter, JobView, LocalRequest,
+    Request, Response,
 };
 use corral_proto::{write_frame, WireError};
 use tokio::net::UnixStream;
@@ -71,44 +72,45 @@ pub fn escape_controls(s: &mut String) {
     *s = out;
 }
 
+/// A view with every text that another user may have written escaped.
+fn escape_view(j: &mut JobView) {
+    for s in [
+        &mut j.name,
+        &mut j.partition,
+        &mut j.work_dir,
+        &mut j.command,
+    ] {
+        escape_controls(s);
+    }
+    for s in [
+        &mut j.stdout,
+        &mut j.stderr,
+        &mut j.failure,
+        &mut j.comment,
+        &mut j.mail_user,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        escape_controls(s);
+    }
+    if let Some(a) = j.ask.as_deref_mut() {
+        for s in [&mut a.account, &mut a.features, &mut a.qos]
+            .into_iter()
+            .flatten()
+        {
+            escape_controls(s);
+        }
+    }
+    for st in &mut j.steps {
+        escape_controls(&mut st.name);
+    }
+}
+
 /// An answer with every text that another user may have written escaped.
 fn escaped(mut resp: Response) -> Response {
     match &mut resp {
-        Response::Jobs(jobs) => {
-            for j in jobs {
-                for s in [
-                    &mut j.name,
-                    &mut j.partition,
-                    &mut j.work_dir,
-                    &mut j.command,
-                ] {
-                    escape_controls(s);
-                }
-                for s in [
-                    &mut j.stdout,
-                    &mut j.stderr,
-                    &mut j.failure,
-                    &mut j.comment,
-                    &mut j.mail_user,
-                ]
-                .into_iter()
-                .flatten()
-                {
-                    escape_controls(s);
-                }
-                if let Some(a) = j.ask.as_deref_mut() {
-                    for s in [&mut a.account, &mut a.features, &mut a.qos]
-                        .into_iter()
-                        .flatten()
-                    {
-                        escape_controls(s);
-                    }
-                }
-                for st in &mut j.steps {
-                    escape_controls(&mut st.name);
-                }
-            }
-        }
+        Response::Jobs(jobs) => jobs.iter_mut().for_each(escape_view),
         Response::Accounting { jobs, .. } => {
             for j in jobs {
                 for s in [
@@ -170,17 +172,22 @@ impl Client {
     /// One exchange with the agent, bounded in time: a stopped agent (or
     /// one whose controller is gone) must not hang the command.
     pub async fn local(&mut self, req: LocalRequest) -> Result<Response, ClientError> {
+        Ok(escaped(self.exchange(req).await?.into_response()))
+    }
+
+    /// [`Client::local`]'s exchange, its answer as it came (a listing's
+    /// parts apart) and not yet escaped.
+    async fn exchange(&mut self, req: LocalRequest) -> Result<Answer, ClientError> {
         let exchange = async {
             write_frame(&mut self.stream, &req).await?;
-            read_response(&mut self.stream)
+            read_answer(&mut self.stream)
                 .await?
                 .ok_or(ClientError::Closed)
         };
         let limit = call_timeout();
-        let resp = tokio::time::timeout(limit, exchange)
+        tokio::time::timeout(limit, exchange)
             .await
-            .map_err(|_| ClientError::Timeout(limit.as_secs()))??;
-        Ok(escaped(resp))
+            .map_err(|_| ClientError::Timeout(limit.as_secs()))?
     }
 
     /// Every job the filter selects (a listing comes whole, in parts).
@@ -188,6 +195,25 @@ impl Client {
         match self.ok(Request::Jobs(f)).await? {
             Response::Jobs(all) => Ok(all),
             other => Err(format!("unexpected answer {other:?}")),
+        }
+    }
+
+    /// [`Client::jobs`] in the parts the listing came in, never moved
+    /// into one list (squeue sorts references to them).
+    pub async fn job_parts(&mut self, f: JobFilter) -> Result<Vec<Vec<JobView>>, String> {
+        let answer = self
+            .exchange(LocalRequest::Relay(Request::Jobs(f)))
+            .await
+            .map_err(|e| e.to_string())?;
+        match answer {
+            Answer::Listing(mut parts) => {
+                parts.iter_mut().flatten().for_each(escape_view);
+                Ok(parts)
+            }
+            Answer::Other(r) => match escaped(r) {
+                Response::Error(e) => Err(e),
+                other => Err(format!("unexpected answer {other:?}")),
+            },
         }
     }
 

@@ -1169,27 +1169,63 @@ impl Response {
     }
 }
 
-/// Reads one answer from a stream: a listing's parts
-/// ([`Response::JobsPart`]) are put together into the one
-/// [`Response::Jobs`] that ends them; an error that ends a listing is the
-/// answer. `Ok(None)`: the stream ended before an answer began.
+/// An answer as it came off the stream: a listing's parts kept apart
+/// (ten thousand views are not moved again into one list), or any other
+/// answer.
+#[derive(Debug)]
+pub enum Answer {
+    /// The views of a listing, part by part, in id order.
+    Listing(Vec<Vec<JobView>>),
+    Other(Response),
+}
+
+impl Answer {
+    /// The answer as one [`Response`]: a listing's parts put together.
+    pub fn into_response(self) -> Response {
+        match self {
+            Answer::Listing(mut parts) if parts.len() == 1 => {
+                Response::Jobs(parts.pop().unwrap_or_default())
+            }
+            Answer::Listing(parts) => {
+                let mut all = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+                parts.into_iter().for_each(|p| all.extend(p));
+                Response::Jobs(all)
+            }
+            Answer::Other(r) => r,
+        }
+    }
+}
+
+/// Reads one answer: a listing's parts ([`Response::JobsPart`]) up to
+/// the [`Response::Jobs`] that ends them, or any other answer; an error
+/// that ends a listing is the answer. `Ok(None)`: the stream ended before
+/// an answer began.
+pub async fn read_answer<R>(r: &mut R) -> Result<Option<Answer>, crate::WireError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+{
+    let mut parts: Vec<Vec<JobView>> = Vec::new();
+    loop {
+        match crate::read_frame(r).await? {
+            Some(Response::JobsPart(part)) => parts.push(part),
+            Some(Response::Jobs(last)) => {
+                parts.push(last);
+                return Ok(Some(Answer::Listing(parts)));
+            }
+            Some(answer) => return Ok(Some(Answer::Other(answer))),
+            None if parts.is_empty() => return Ok(None),
+            None => return Err(crate::WireError::Truncated),
+        }
+    }
+}
+
+/// [`read_answer`], a listing's parts put together into the one
+/// [`Response::Jobs`].
 pub async fn read_response<R>(r: &mut R) -> Result<Option<Response>, crate::WireError>
 where
     R: tokio::io::AsyncRead + Unpin,
 {
-    let mut jobs: Vec<JobView> = Vec::new();
-    loop {
-        match crate::read_frame(r).await? {
-            Some(Response::JobsPart(part)) => jobs.extend(part),
-            Some(Response::Jobs(last)) if !jobs.is_empty() => {
-                jobs.extend(last);
-                return Ok(Some(Response::Jobs(jobs)));
-            }
-            Some(answer) => return Ok(Some(answer)),
-            None if jobs.is_empty() => return Ok(None),
-            None => return Err(crate::WireError::Truncated),
-        }
-    }
+    Ok(read_answer(r).await?.map(Answer::into_response))
 }
 
 /// A job as `squeue` and `scontrol show job` show it. Its texts are

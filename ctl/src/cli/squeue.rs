@@ -541,9 +541,20 @@ pub fn push_fit(out: &mut String, s: &str, width: Option<usize>, right: bool) {
     if !right {
         out.push_str(cut);
     }
-    out.extend(std::iter::repeat_n(' ', pad));
+    push_spaces(out, pad);
     if right {
         out.push_str(cut);
+    }
+}
+
+/// Appends `n` blanks (a slice at a time, not a char at a time: ten
+/// thousand lines of padding).
+fn push_spaces(out: &mut String, mut n: usize) {
+    const BLANKS: &str = "                                ";
+    while n > 0 {
+        let k = n.min(BLANKS.len());
+        out.push_str(&BLANKS[..k]);
+        n -= k;
     }
 }
 
@@ -955,7 +966,7 @@ fn line(pieces: &[Piece], out: &mut String, get: &dyn Fn(F, &mut String), head: 
                 let duration = matches!(field, F::TimeUsed | F::TimeLimit | F::TimeLeft);
                 if *right && duration && !head {
                     let pad = width.unwrap_or(0).saturating_sub(v.chars().count());
-                    out.extend(std::iter::repeat_n(' ', pad));
+                    push_spaces(out, pad);
                     out.push_str(&v);
                 } else {
                     push_fit(out, &v, *width, *right);
@@ -1005,8 +1016,8 @@ pub fn render(jobs: &[JobView], format: &str, with_header: bool, now: u64) -> St
 
 /// Renders the running steps of jobs (`-s`), in job then step order;
 /// `only` keeps the steps listed (`12.0`, `13.batch`).
-pub fn render_steps(
-    jobs: &[JobView],
+pub fn render_steps<J: Borrow<JobView>>(
+    jobs: &[J],
     pieces: &[Piece],
     only: &[String],
     with_header: bool,
@@ -1018,7 +1029,8 @@ pub fn render_steps(
     }
     let mut steps: Vec<(&JobView, &StepView)> = jobs
         .iter()
-        .flat_map(|j| j.steps.iter().map(move |s| (j, s)))
+        .map(Borrow::borrow)
+        .flat_map(|j: &JobView| j.steps.iter().map(move |s| (j, s)))
         .filter(|(j, s)| only.is_empty() || only.contains(&format!("{}.{}", job_id(j), s.id)))
         .collect();
     steps.sort_by_key(|(j, s)| (j.id, s.id));
@@ -1099,8 +1111,12 @@ fn sort_val(j: &JobView, f: F, now: u64) -> SortVal {
 /// The jobs in the order the keys say (ties by job id). A view is
 /// hundreds of bytes: the order is of references, so ten thousand views
 /// are never moved (a sort moved each one about fourteen times).
-pub fn sorted<'a>(jobs: &'a [JobView], keys: &[SortKey], now: u64) -> Vec<&'a JobView> {
-    let mut order: Vec<&JobView> = jobs.iter().collect();
+pub fn sorted<'a>(
+    jobs: impl IntoIterator<Item = &'a JobView>,
+    keys: &[SortKey],
+    now: u64,
+) -> Vec<&'a JobView> {
+    let mut order: Vec<&JobView> = jobs.into_iter().collect();
     // The default order is common and its keys are cheap: compare the
     // views themselves.
     if keys == parse_sort(DEFAULT_SORT).unwrap_or_default().as_slice() {
@@ -1202,19 +1218,21 @@ impl Layout {
         })
     }
 
-    /// The whole output for these jobs.
-    pub fn print(&self, jobs: Vec<JobView>, array: bool, now: u64) -> String {
-        let jobs = if array { expand_arrays(jobs) } else { jobs };
+    /// The whole output for these jobs, in the parts they came in.
+    pub fn print(&self, parts: Vec<Vec<JobView>>, array: bool, now: u64) -> String {
+        let parts: Vec<Vec<JobView>> = if array {
+            parts.into_iter().map(expand_arrays).collect()
+        } else {
+            parts
+        };
+        let order = sorted(parts.iter().flatten(), &self.sort, now);
         let mut out = String::new();
         if self.dated {
             out.push_str(&strftime("%a %b %d %H:%M:%S %Y\n", now));
         }
         match &self.steps {
-            Some(only) => out.push_str(&render_steps(&jobs, &self.pieces, only, self.header, now)),
-            None => {
-                let order = sorted(&jobs, &self.sort, now);
-                out.push_str(&render_pieces(&order, &self.pieces, self.header, now));
-            }
+            Some(only) => out.push_str(&render_steps(&order, &self.pieces, only, self.header, now)),
+            None => out.push_str(&render_pieces(&order, &self.pieces, self.header, now)),
         }
         out
     }
@@ -1259,8 +1277,8 @@ async fn once(c: &mut Client, f: &JobFilter, extra: &Extra, layout: &Layout, arr
     // error, as Slurm's (one it knows that the other filters leave out is
     // not): `while squeue -j $id` loops end on it.
     let one = (f.ids.len() == 1 && f.tasks.is_empty()).then(|| f.ids[0]);
-    match c.jobs(f.clone()).await {
-        Ok(jobs) if jobs.is_empty() && one.is_some() => {
+    match c.job_parts(f.clone()).await {
+        Ok(parts) if parts.iter().all(Vec::is_empty) && one.is_some() => {
             let only = JobFilter {
                 ids: one.into_iter().collect(),
                 ..JobFilter::default()
@@ -1276,9 +1294,9 @@ async fn once(c: &mut Client, f: &JobFilter, extra: &Extra, layout: &Layout, arr
                 Err(e) => fail(CMD, e),
             }
         }
-        Ok(mut jobs) => {
-            jobs.retain(|j| extra.keeps(j));
-            super::emit(CMD, &layout.print(jobs, array, now()))
+        Ok(mut parts) => {
+            parts.iter_mut().for_each(|p| p.retain(|j| extra.keeps(j)));
+            super::emit(CMD, &layout.print(parts, array, now()))
         }
         Err(e) => fail(CMD, e),
     }
@@ -1675,7 +1693,9 @@ pub(crate) mod tests {
         let now = 1_102;
         let mut jobs = table_jobs();
         let a = SqueueArgs::try_parse_from(["squeue", "-l"]).unwrap();
-        let out = Layout::of(&a).unwrap().print(jobs.clone(), false, now);
+        let out = Layout::of(&a)
+            .unwrap()
+            .print(vec![jobs.clone()], false, now);
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines[0], "Thu Jan 01 00:18:22 1970");
         assert_eq!(
@@ -1710,7 +1730,9 @@ pub(crate) mod tests {
         ];
         let a = SqueueArgs::try_parse_from(["squeue", "-s"]).unwrap();
         assert_eq!(
-            Layout::of(&a).unwrap().print(jobs.clone(), false, now),
+            Layout::of(&a)
+                .unwrap()
+                .print(vec![jobs.clone()], false, now),
             [
                 "         STEPID     NAME PARTITION     USER      TIME NODELIST\n",
                 "          135.0    sleep         p     root      0:02 n1\n",
@@ -1721,7 +1743,9 @@ pub(crate) mod tests {
         let a =
             SqueueArgs::try_parse_from(["squeue", "-s", "-o", "%i %j %P %u %M %N %A %l"]).unwrap();
         assert_eq!(
-            Layout::of(&a).unwrap().print(jobs.clone(), false, now),
+            Layout::of(&a)
+                .unwrap()
+                .print(vec![jobs.clone()], false, now),
             "STEPID NAME PARTITION USER TIME NODELIST TASKS TIME_LIMIT\n\
              135.0 sleep p root 0:02 n1 1 UNLIMITED\n\
              135.batch batch p root 1:42 n1 1 UNLIMITED\n"
@@ -1729,7 +1753,7 @@ pub(crate) mod tests {
         let a = SqueueArgs::try_parse_from(["squeue", "--start"]).unwrap();
         let out = Layout::of(&a)
             .unwrap()
-            .print(jobs[..2].to_vec(), false, now);
+            .print(vec![jobs[..2].to_vec()], false, now);
         assert_eq!(
             out,
             [
