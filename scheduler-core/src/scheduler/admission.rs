@@ -1,7 +1,7 @@
 //! Admission: a [`JobRequest`] becomes an admitted job with a fixed
 //! shape, or a typed [`SubmitError`] saying why it never could run.
 
-use super::{Job, Scheduler, State};
+use super::{Asks, Job, NodeAsk, Scheduler, State};
 
 use crate::error::{ControlError, SubmitError, UpdateError};
 use crate::model::{
@@ -324,6 +324,20 @@ impl Scheduler {
                 )
             }));
         }
+        let nodes = NodeAsk {
+            required,
+            exclude,
+            features,
+            features_any: req.features_any,
+            gpu_type,
+        };
+        let asks = (nodes != NodeAsk::default() || !req.dependencies.is_empty()).then(|| {
+            Box::new(Asks {
+                nodes,
+                deps: req.dependencies,
+                deps_any: req.dependencies_any,
+            })
+        });
         Ok(Job {
             name: req.name,
             user: req.user,
@@ -331,17 +345,11 @@ impl Scheduler {
             partition: pid,
             shape,
             limit,
-            required,
-            exclude,
-            features,
-            features_any: req.features_any,
-            gpu_type,
+            asks,
             qos,
             nice: req.nice,
             hold: req.hold.then_some(HoldKind::User),
             begin: req.begin_time.unwrap_or(now),
-            deps: req.dependencies,
-            deps_any: req.dependencies_any,
             requeue: req.requeue,
             submit: now,
             priority: 0,

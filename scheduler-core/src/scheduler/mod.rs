@@ -195,20 +195,13 @@ struct Job {
     partition: PartitionId,
     shape: Shape,
     limit: Secs,
-    required: Vec<NodeId>,
-    exclude: Vec<NodeId>,
-    features: Vec<String>,
-    /// Any one of `features` suffices (`-C a|b`).
-    features_any: bool,
-    /// Only nodes whose GPUs are all of this model (lowercase).
-    gpu_type: Option<String>,
+    /// Where it may run beyond its partition, and what it waits on: boxed
+    /// and absent for most jobs ([`Asks`]).
+    asks: Option<Box<Asks>>,
     qos: u32,
     nice: i32,
     hold: Option<HoldKind>,
     begin: Secs,
-    deps: Vec<Dependency>,
-    /// Any one of `deps` suffices (`?`), rather than all (`,`).
-    deps_any: bool,
     requeue: bool,
     submit: Secs,
     priority: i64,
@@ -217,7 +210,62 @@ struct Job {
     array: Option<Box<array::Role>>,
 }
 
+/// What few jobs ask: nodes, features or a GPU model (`-w`, `-x`, `-C`,
+/// `--gres=gpu:TYPE:N`), and dependencies (`-d`). Five empty lists and
+/// options took a hundred bytes of every queued job; boxed, a job that
+/// asks none of them carries one empty pointer.
+#[derive(Clone, Default)]
+struct Asks {
+    nodes: NodeAsk,
+    deps: Vec<Dependency>,
+    /// Any one of `deps` suffices (`?`), rather than all (`,`).
+    deps_any: bool,
+}
+
+/// The nodes a job may use within its partition.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+struct NodeAsk {
+    required: Vec<NodeId>,
+    exclude: Vec<NodeId>,
+    features: Vec<String>,
+    /// Any one of `features` suffices (`-C a|b`).
+    features_any: bool,
+    /// Only nodes whose GPUs are all of this model (lowercase).
+    gpu_type: Option<String>,
+}
+
+impl NodeAsk {
+    /// Any node of the partition will do.
+    fn is_any(&self) -> bool {
+        self.features.is_empty()
+            && self.required.is_empty()
+            && self.exclude.is_empty()
+            && self.gpu_type.is_none()
+    }
+}
+
+/// What a job that asks nothing asks.
+static NO_NODE_ASK: NodeAsk = NodeAsk {
+    required: Vec::new(),
+    exclude: Vec::new(),
+    features: Vec::new(),
+    features_any: false,
+    gpu_type: None,
+};
+
 impl Job {
+    fn node_ask(&self) -> &NodeAsk {
+        self.asks.as_deref().map_or(&NO_NODE_ASK, |a| &a.nodes)
+    }
+
+    fn deps(&self) -> &[Dependency] {
+        self.asks.as_deref().map_or(&[], |a| &a.deps)
+    }
+
+    fn deps_any(&self) -> bool {
+        self.asks.as_deref().is_some_and(|a| a.deps_any)
+    }
+
     fn is_pending(&self) -> bool {
         matches!(self.state, State::Pending { .. })
     }
@@ -242,11 +290,7 @@ impl Job {
     fn eligibility(&self) -> EligKey {
         EligKey {
             partition: self.partition,
-            features: self.features.clone(),
-            features_any: self.features_any,
-            gpu_type: self.gpu_type.clone(),
-            required: self.required.clone(),
-            exclude: self.exclude.clone(),
+            nodes: self.node_ask().clone(),
         }
     }
 }
@@ -254,11 +298,7 @@ impl Job {
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct EligKey {
     partition: PartitionId,
-    features: Vec<String>,
-    features_any: bool,
-    gpu_type: Option<String>,
-    required: Vec<NodeId>,
-    exclude: Vec<NodeId>,
+    nodes: NodeAsk,
 }
 
 /// The scheduler. Calls in any order:

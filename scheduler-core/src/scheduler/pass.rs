@@ -230,7 +230,7 @@ impl Scheduler {
                         nodes: &self.nodes,
                         packing: self.cfg.packing,
                         eligible,
-                        required: &job.required,
+                        required: &job.node_ask().required,
                         shape: &shape,
                         len: limit,
                     };
@@ -358,10 +358,7 @@ impl Scheduler {
             let Some(job) = self.jobs.get(&id) else {
                 continue;
             };
-            let simple = job.features.is_empty()
-                && job.required.is_empty()
-                && job.exclude.is_empty()
-                && job.gpu_type.is_none();
+            let simple = job.node_ask().is_any();
             let ei = match simple.then(|| simple_elig.get(&job.partition)).flatten() {
                 Some(&i) => i,
                 None => {
@@ -474,7 +471,8 @@ impl Scheduler {
     /// The nodes a class of jobs may use now, and whether all the nodes it
     /// requires are among them.
     pub(super) fn eligible_nodes(&self, key: &EligKey) -> (Vec<NodeId>, bool) {
-        let members = self.partition_nodes(key.partition);
+        let (partition, key) = (key.partition, &key.nodes);
+        let members = self.partition_nodes(partition);
         let list: Vec<NodeId> = members
             .iter()
             .copied()

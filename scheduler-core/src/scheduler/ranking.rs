@@ -44,7 +44,7 @@ impl Scheduler {
                 users.insert(j.user);
                 last_user = Some(j.user);
             }
-            any_singleton |= j.deps.contains(&Dependency::Singleton);
+            any_singleton |= j.deps().contains(&Dependency::Singleton);
             if j.is_pending() {
                 candidates.push(*id);
             }
@@ -80,7 +80,7 @@ impl Scheduler {
                 Some(PendingReason::BeginTime)
             } else if j.limit > part.max_time.unwrap_or(INFINITE) {
                 Some(PendingReason::PartitionTimeLimit)
-            } else if j.deps.is_empty() {
+            } else if j.deps().is_empty() {
                 None
             } else {
                 self.dependency_reason(id, j, &first_of_name)
@@ -131,7 +131,7 @@ impl Scheduler {
         first_of_name: &HashMap<(UserId, String), JobId>,
     ) -> Option<PendingReason> {
         let (mut waiting, mut never, mut met) = (false, false, false);
-        for d in &job.deps {
+        for d in job.deps() {
             // A job the scheduler no longer holds and never saw end was
             // a task of an array cancelled while it waited.
             let state = |j: JobId| -> (Option<JobOutcome>, bool) {
@@ -179,9 +179,9 @@ impl Scheduler {
                 Some(true) => met = true,
             }
         }
-        if job.deps_any {
+        if job.deps_any() {
             // One met is enough; never, only when none can be.
-            if met || job.deps.is_empty() {
+            if met || job.deps().is_empty() {
                 None
             } else if waiting {
                 Some(PendingReason::Dependency)
