@@ -186,7 +186,7 @@ impl JobRecord {
             name: spec.name.clone(),
             user: self.user,
             account: spec.account.clone().unwrap_or_default(),
-            partition: self.partition.clone(),
+            partition: self.partition.to_string(),
             nodelist: scheduler_core::hostlist::compress_sorted(&names),
             alloc_nodes,
             alloc_cpus,

@@ -151,7 +151,7 @@ impl Controller {
             }
             JobState::OutOfMemory => "out of memory".to_string(),
             _ => match &j.failure {
-                Some(f) => f.clone(),
+                Some(f) => f.to_string(),
                 None if j.exit.signal.is_some() => {
                     format!("killed by signal {}", j.exit.signal.unwrap_or(0))
                 }

@@ -240,7 +240,7 @@ impl Controller {
             if let Err(e) = self.sched.submit(j.submit, core_id(id), req) {
                 if let Some(j) = self.jobs.get_mut(&id) {
                     j.state = JobState::Failed;
-                    j.failure = Some(format!("not queued again after a restart: {e}"));
+                    j.failure = Some(format!("not queued again after a restart: {e}").into());
                     j.end = Some(now);
                     j.shed(&mut self.usage, &mut self.unfinished);
                 }

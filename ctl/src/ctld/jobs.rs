@@ -106,7 +106,7 @@ impl Controller {
             } else {
                 format!("step {step}")
             };
-            j.failure = Some(format!("{what} on {node}: {message}"));
+            j.failure = Some(format!("{what} on {node}: {message}").into());
         }
         if j.primary_left.is_empty() {
             self.complete(now, job, 0);
@@ -326,7 +326,7 @@ impl Controller {
             tracing::warn!(job = %id, "salloc went silent; its allocation ends");
             if let Some(j) = self.jobs.get_mut(&id) {
                 j.kill = Some(Kill::Cancelled);
-                j.failure = Some(format!("salloc silent for over {timeout} s"));
+                j.failure = Some(format!("salloc silent for over {timeout} s").into());
             }
             let grace = self.cfg.kill_wait * 1000;
             self.complete(now, id, grace);
@@ -432,10 +432,8 @@ impl Controller {
         self.stats.submitted += 1;
         // The core resolved the default partition; it says which.
         let partition = self
-            .sched
-            .job_partition(core_id(id))
-            .unwrap_or_default()
-            .to_string();
+            .jobs
+            .name(self.sched.job_partition(core_id(id)).unwrap_or_default());
         self.jobs.insert(
             id,
             JobRecord {
@@ -751,10 +749,8 @@ impl Controller {
         let req = super::wire::job_request(j.user, &spec);
         self.sched.update(core_id(id), req)?;
         let partition = self
-            .sched
-            .job_partition(core_id(id))
-            .unwrap_or_default()
-            .to_string();
+            .jobs
+            .name(self.sched.job_partition(core_id(id)).unwrap_or_default());
         if let Some(j) = self.jobs.get_mut(&id) {
             j.spec = super::packed::PackedSpec::new(&spec);
             j.partition = partition;

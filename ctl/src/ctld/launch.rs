@@ -66,7 +66,7 @@ impl StepPlan<'_> {
                 step: self.step,
                 name: spec.name.clone(),
                 user: j.user,
-                partition: j.partition.clone(),
+                partition: j.partition.to_string(),
                 work_dir: self.work_dir.to_string(),
                 env: self.env.to_vec(),
                 job_nodes: job_nodes.clone(),

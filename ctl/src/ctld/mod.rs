@@ -130,9 +130,23 @@ struct JobTable {
     /// walking every running job for each made it quadratic: 5,000 nodes
     /// took longer than the heartbeat timeout).
     by_node: HashMap<String, std::collections::BTreeSet<JobId>>,
+    /// Partition names, one string each: ten thousand jobs in one
+    /// partition held ten thousand copies of its name (40 bytes a job
+    /// with the allocator's share).
+    names: HashSet<std::sync::Arc<str>>,
 }
 
 impl JobTable {
+    /// The one shared string for a partition's name.
+    fn name(&mut self, s: &str) -> std::sync::Arc<str> {
+        if let Some(n) = self.names.get(s) {
+            return n.clone();
+        }
+        let n: std::sync::Arc<str> = s.into();
+        self.names.insert(n.clone());
+        n
+    }
+
     fn get(&self, id: &JobId) -> Option<&JobRecord> {
         self.map.get(id).map(|r| &**r)
     }
@@ -165,13 +179,15 @@ impl JobTable {
         self.get_mut(id)
     }
 
-    fn insert(&mut self, id: JobId, r: JobRecord) {
+    fn insert(&mut self, id: JobId, mut r: JobRecord) {
+        r.partition = self.name(&r.partition);
         self.dirty.insert(id);
         self.map.insert(id, Box::new(r));
     }
 
     /// A record read back from the store: nothing to store again.
-    fn restore(&mut self, r: JobRecord) {
+    fn restore(&mut self, mut r: JobRecord) {
+        r.partition = self.name(&r.partition);
         if matches!(r.state, JobState::Running | JobState::Completing) {
             self.mark_started(r.id, r.alloc.iter().map(|(n, _)| n.as_str()));
         }
@@ -271,7 +287,8 @@ struct JobRecord {
     /// Encoded: read it with [`JobRecord::spec`], change it with
     /// [`JobRecord::spec_mut`].
     spec: packed::PackedSpec,
-    partition: String,
+    /// One string for every job of the partition ([`JobTable::name`]).
+    partition: std::sync::Arc<str>,
     submit: u64,
     state: JobState,
     start: Option<u64>,
@@ -280,7 +297,7 @@ struct JobRecord {
     exit: ExitStatus,
     /// Times the job was requeued: the number of its current run.
     restarts: u32,
-    failure: Option<String>,
+    failure: Option<Box<str>>,
     /// Bytes of script, arguments and environment held for it (counted
     /// against its user until it is final).
     bytes: u64,
