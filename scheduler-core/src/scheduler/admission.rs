@@ -339,7 +339,7 @@ impl Scheduler {
             })
         });
         Ok(Job {
-            name: req.name,
+            name: req.name.into(),
             user: req.user,
             account: req.account,
             partition: pid,

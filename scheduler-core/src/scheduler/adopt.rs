@@ -90,7 +90,7 @@ impl Scheduler {
         job.state = State::Running {
             start,
             end_by,
-            alloc,
+            alloc: alloc.into(),
             paused: 0,
             suspended: None,
         };

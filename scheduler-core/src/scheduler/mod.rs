@@ -178,7 +178,9 @@ enum State {
         /// When its time limit ends it: `start + limit + paused`, or
         /// never while it is suspended.
         end_by: Secs,
-        alloc: Vec<NodeAllocation>,
+        /// Fixed once it starts (a boxed slice: eight bytes less of every
+        /// job, pending ones too).
+        alloc: Box<[NodeAllocation]>,
         /// Seconds it spent suspended and resumed since; they do not
         /// count against its limit.
         paused: Secs,
@@ -189,7 +191,8 @@ enum State {
 
 #[derive(Clone)]
 struct Job {
-    name: String,
+    /// Read only for `--dependency=singleton`.
+    name: Box<str>,
     user: UserId,
     account: AccountId,
     partition: PartitionId,
@@ -403,7 +406,7 @@ impl Scheduler {
                 }
                 Ok(Cancelled::Pending)
             }
-            State::Running { alloc, .. } => Ok(Cancelled::Running(alloc.clone())),
+            State::Running { alloc, .. } => Ok(Cancelled::Running(alloc.to_vec())),
         }
     }
 
@@ -622,7 +625,7 @@ impl Scheduler {
             } => JobStatus::Running {
                 start: *start,
                 end_by: *end_by,
-                nodes: alloc.clone(),
+                nodes: alloc.to_vec(),
             },
         })
     }

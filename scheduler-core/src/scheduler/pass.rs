@@ -548,7 +548,7 @@ impl Scheduler {
         job.state = State::Running {
             start: p.start,
             end_by: end,
-            alloc: allocs.clone(),
+            alloc: allocs.clone().into(),
             paused: 0,
             suspended: None,
         };

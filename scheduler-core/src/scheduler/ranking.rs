@@ -51,10 +51,10 @@ impl Scheduler {
         }
         // The first job (running first, then lowest id) of each user and
         // name, only when some job waits on it.
-        let mut first_of_name: HashMap<(UserId, String), JobId> = HashMap::new();
+        let mut first_of_name: HashMap<(UserId, &str), JobId> = HashMap::new();
         if any_singleton {
             for (&id, j) in &self.jobs {
-                let e = first_of_name.entry((j.user, j.name.clone())).or_insert(id);
+                let e = first_of_name.entry((j.user, &*j.name)).or_insert(id);
                 if matches!(j.state, State::Running { .. }) {
                     *e = id;
                 }
@@ -128,7 +128,7 @@ impl Scheduler {
         &self,
         id: JobId,
         job: &Job,
-        first_of_name: &HashMap<(UserId, String), JobId>,
+        first_of_name: &HashMap<(UserId, &str), JobId>,
     ) -> Option<PendingReason> {
         let (mut waiting, mut never, mut met) = (false, false, false);
         for d in job.deps() {
@@ -169,7 +169,7 @@ impl Scheduler {
                 Dependency::AfterAny(j) => Some(state(j).0.is_some()),
                 Dependency::Singleton => Some(
                     first_of_name
-                        .get(&(job.user, job.name.clone()))
+                        .get(&(job.user, &*job.name))
                         .is_none_or(|&first| first == id),
                 ),
             };
