@@ -40,7 +40,7 @@ pub enum WireError {
     Io(#[source] std::io::Error),
 }
 
-fn config() -> impl bincode::config::Config {
+pub(crate) fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<{ MAX_FRAME as usize }>()
 }
 

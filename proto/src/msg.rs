@@ -1156,17 +1156,23 @@ impl Response {
     /// it) is a [`Response::JobsPart`]: a relay passing frames on
     /// undecoded reads on after one.
     pub fn frame_is_part(frame: &[u8]) -> bool {
-        static TAG: std::sync::LazyLock<u8> = std::sync::LazyLock::new(|| {
-            let f = crate::frame::encode(&Response::JobsPart(Vec::new()))
-                .expect("an empty part encodes");
-            // Length, version, then the variant's index and the empty
-            // list's length: one byte each while there are fewer than
-            // 251 variants.
+        frame.len() > 6 && frame[6] == listing_tag(false)
+    }
+}
+
+/// The variant tag of a listing's frame ([`Response::JobsPart`], or,
+/// `last`, [`Response::Jobs`]), from the enum itself: an empty listing's
+/// frame is length, version, the tag and the empty list's length, one
+/// byte each while the enum has fewer than 251 variants.
+fn listing_tag(last: bool) -> u8 {
+    static TAGS: std::sync::LazyLock<[u8; 2]> = std::sync::LazyLock::new(|| {
+        [Response::JobsPart(Vec::new()), Response::Jobs(Vec::new())].map(|r| {
+            let f = crate::frame::encode(&r).expect("an empty listing encodes");
             assert_eq!(f.len(), 8, "a variant index past one byte");
             f[6]
-        });
-        frame.len() > 6 && frame[6] == *TAG
-    }
+        })
+    });
+    TAGS[usize::from(last)]
 }
 
 /// An answer as it came off the stream: a listing's parts kept apart
@@ -1343,7 +1349,7 @@ pub fn encode_view<S: Serialize>(
     v: &JobView<S>,
     out: &mut Vec<u8>,
 ) -> Result<(), crate::WireError> {
-    bincode::serde::encode_into_std_write(v, out, bincode::config::standard())
+    bincode::serde::encode_into_std_write(v, out, crate::frame::config())
         .map(drop)
         .map_err(crate::WireError::Encode)
 }
@@ -1354,18 +1360,11 @@ pub fn encode_view<S: Serialize>(
 /// ctld encodes each view as it makes it, its texts borrowed, so none is
 /// copied on the way out.
 pub fn listing_frame(last: bool, count: usize, views: &[u8]) -> Result<Vec<u8>, crate::WireError> {
-    // The variant's tag, from the enum itself: an empty listing's frame is
-    // length, version, tag, and the empty list's length (one byte, 0).
-    let empty = crate::frame::encode(&if last {
-        Response::Jobs(Vec::new())
-    } else {
-        Response::JobsPart(Vec::new())
-    })?;
-    let tag = &empty[6..empty.len() - 1];
-    let mut f = Vec::with_capacity(empty.len() + 9 + views.len());
-    f.extend_from_slice(&empty[..6]);
-    f.extend_from_slice(tag);
-    bincode::serde::encode_into_std_write(count as u64, &mut f, bincode::config::standard())
+    let mut f = Vec::with_capacity(16 + views.len());
+    f.extend_from_slice(&[0; 4]);
+    f.extend_from_slice(&crate::PROTOCOL_VERSION.to_be_bytes());
+    f.push(listing_tag(last));
+    bincode::serde::encode_into_std_write(count as u64, &mut f, crate::frame::config())
         .map_err(crate::WireError::Encode)?;
     f.extend_from_slice(views);
     let len = f.len() as u64 - 4;

@@ -321,6 +321,51 @@ fn hostile_filters_neither_stall_the_controller_nor_take_nodes_down() {
     assert!(!nodes.contains("down"), "{nodes}");
 }
 
+/// Jobs whose texts are huge (a 1 MiB name each, printable, within the
+/// byte limit) must not break the listing for everyone: ten of them made
+/// one part of a listing larger than a frame may be.
+#[test]
+fn huge_job_names_do_not_break_everyones_listing() {
+    let _one = serial();
+    let env = cluster(1, 30);
+    let sock = env.cluster.socket(0);
+    let jobs: Vec<Request> = (0..10)
+        .map(|i| {
+            let mut j = corral_e2e::tiny_job(&env.work, true);
+            j.name = format!("{i}").repeat(1 << 20);
+            Request::Submit(j)
+        })
+        .chain(std::iter::once(Request::Submit(corral_e2e::tiny_job(
+            &env.work, true,
+        ))))
+        .collect();
+    let answers = runtime()
+        .block_on(corral_ctl::client::pipeline_to(&sock, jobs))
+        .unwrap();
+    assert!(
+        answers
+            .iter()
+            .all(|r| matches!(r, Response::Submitted { .. })),
+        "{answers:?}"
+    );
+    assert!(10 * (1u64 << 20) > u64::from(MAX_FRAME));
+    let (code, listed, e) = as_user_or_self(&env, CAROL, &["squeue", "-h", "-o", "%i %.8j"]);
+    assert_eq!(code, 0, "{e}");
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 11, "{e}");
+    // The names cut to the column's eight characters; ids come in the
+    // order the submissions reached ctld.
+    let huge = lines
+        .iter()
+        .filter(|l| (0..10).any(|i| l.ends_with(&i.to_string().repeat(8))))
+        .count();
+    assert_eq!(huge, 10, "{listed}");
+    assert_eq!(lines.iter().filter(|l| l.ends_with(" tiny")).count(), 1);
+    // And whole, as scontrol reads every job.
+    let shown = env.ok(&["scontrol", "show", "job"]);
+    assert_eq!(shown.matches("JobId=").count(), 11);
+}
+
 /// As another uid when root, else as ourselves (the latency is the point).
 fn as_user_or_self(env: &Env, uid: u32, args: &[&str]) -> (i32, String, String) {
     if is_root() {

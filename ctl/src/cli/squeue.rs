@@ -1196,17 +1196,15 @@ impl Layout {
             None if a.start => vec![(F::StartTime, false)],
             None => parse_sort(DEFAULT_SORT)?,
         };
-        let detail = is_steps
-            || a.account.is_some()
-            || a.qos.is_some()
-            || sort.iter().any(|&(f, _)| !basic(f))
-            || pieces
-                .iter()
-                .any(|p| matches!(p, Piece::Field { field, .. } if !basic(*field)));
-        let brief = !sort.iter().any(|&(f, _)| textual(f))
-            && !pieces
-                .iter()
-                .any(|p| matches!(p, Piece::Field { field, .. } if textual(*field)));
+        // Whether some field printed or sorted by is one `pred` says.
+        let uses = |pred: fn(F) -> bool| {
+            sort.iter().any(|&(f, _)| pred(f))
+                || pieces
+                    .iter()
+                    .any(|p| matches!(p, Piece::Field { field, .. } if pred(*field)))
+        };
+        let detail = is_steps || a.account.is_some() || a.qos.is_some() || uses(|f| !basic(f));
+        let brief = !uses(textual);
         Ok(Layout {
             pieces,
             sort,

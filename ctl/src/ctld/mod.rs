@@ -179,13 +179,15 @@ impl JobTable {
         self.get_mut(id)
     }
 
-    fn insert(&mut self, id: JobId, mut r: JobRecord) {
-        r.partition = self.name(&r.partition);
+    /// A new record; its partition name comes from [`JobTable::name`] (a
+    /// submission's) or from the record it copies (an array's task).
+    fn insert(&mut self, id: JobId, r: JobRecord) {
         self.dirty.insert(id);
         self.map.insert(id, Box::new(r));
     }
 
-    /// A record read back from the store: nothing to store again.
+    /// A record read back from the store: nothing to store again. Its
+    /// partition name, read as its own string, becomes the shared one.
     fn restore(&mut self, mut r: JobRecord) {
         r.partition = self.name(&r.partition);
         if matches!(r.state, JobState::Running | JobState::Completing) {

@@ -49,21 +49,25 @@ impl Controller {
         _now: u64,
     ) -> (Vec<JobView>, Option<JobId>) {
         let mut views = Vec::new();
-        let next = self.each_job_view(sel, max_views, max_scan, |v| views.push(v.into_owned()));
+        let next = self.each_job_view(sel, max_views, max_scan, |v| {
+            views.push(v.into_owned());
+            true
+        });
         (views, next)
     }
 
     /// [`Controller::job_views_chunk`] with each view handed to `each` as
     /// it is made, its texts borrowed from the job table where they can
     /// be: a listing encodes them straight from there
-    /// ([`corral_proto::msg::encode_view`]) and copies none. Returns the
-    /// number of views made and where to go on, as the chunk does.
+    /// ([`corral_proto::msg::encode_view`]) and copies none. `each` says
+    /// whether to go on (a part full of bytes stops early). Returns where
+    /// to go on, as the chunk does.
     pub fn each_job_view<'a>(
         &'a self,
         sel: &Selector,
         max_views: usize,
         max_scan: usize,
-        mut each: impl FnMut(JobView<Cow<'a, str>>),
+        mut each: impl FnMut(JobView<Cow<'a, str>>) -> bool,
     ) -> Option<JobId> {
         let from = JobId(sel.after.0.saturating_add(1));
         let candidates: Box<dyn Iterator<Item = &JobRecord>> = match &sel.ids {
@@ -99,8 +103,10 @@ impl Controller {
                 if let (Some(waiting), Some(a)) = (only, v.array.as_mut()) {
                     a.waiting = waiting;
                 }
-                each(v);
                 made += 1;
+                if !each(v) {
+                    return Some(j.id);
+                }
             }
         }
         None
@@ -175,8 +181,9 @@ impl Controller {
             Box::new(a)
         });
         let text = |s: Option<&'a str>| s.filter(|_| !brief).map(Cow::Borrowed);
-        let (stdout, stderr, command, batch) = match &spec.kind {
-            KindRef::Batch { .. } if brief => (None, None, Cow::Borrowed(""), true),
+        let batch = matches!(spec.kind, KindRef::Batch { .. });
+        let (stdout, stderr, command) = match &spec.kind {
+            _ if brief => (None, None, Cow::Borrowed("")),
             // Slurm's Command: the script's path and arguments, `(null)`
             // for --wrap and standard input.
             KindRef::Batch {
@@ -194,19 +201,9 @@ impl Controller {
                     Some(p) => Cow::Owned(format!("{p} {}", args.join(" "))),
                     None => Cow::Borrowed("(null)"),
                 },
-                true,
             ),
-            KindRef::Interactive { argv, .. } => (
-                None,
-                None,
-                if brief {
-                    Cow::Borrowed("")
-                } else {
-                    Cow::Owned(argv.join(" "))
-                },
-                false,
-            ),
-            KindRef::Allocation => (None, None, text(Some(spec.name)).unwrap_or_default(), false),
+            KindRef::Interactive { argv, .. } => (None, None, Cow::Owned(argv.join(" "))),
+            KindRef::Allocation => (None, None, Cow::Borrowed(spec.name)),
         };
         JobView {
             id: j.id,

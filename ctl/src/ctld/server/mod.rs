@@ -116,6 +116,10 @@ static LOGS: std::sync::LazyLock<LogLimiter> = std::sync::LazyLock::new(LogLimit
 /// Views built per hold of the controller's lock, and jobs looked at: a
 /// large squeue is built in slices with the lock released between them.
 const VIEWS_PER_SLICE: usize = 500;
+/// A listing's part goes out once its views take this many bytes, however
+/// few they are: a user's jobs may carry megabytes of text each, and one
+/// part past [`corral_proto::MAX_FRAME`] broke every user's listing.
+const PART_BYTES: usize = 1 << 20;
 const SCAN_PER_SLICE: usize = 20_000;
 
 /// Changes waiting for the store, and the messages for agents that must
@@ -785,7 +789,7 @@ impl Server {
 
     /// A listing of jobs, written as it is made: the filter's sets are
     /// made before the lock is taken, the lock is released between slices,
-    /// and each [`VIEWS_PER_SLICE`] views go out as a
+    /// and each [`VIEWS_PER_SLICE`] views (or [`PART_BYTES`]) go out as a
     /// [`Response::JobsPart`] while the next are made (the reader decodes
     /// one part as ctld makes the next); the last goes as
     /// [`Response::Jobs`]. A reader that stops reading stops the listing
@@ -808,26 +812,24 @@ impl Server {
         let mut body = Vec::new();
         let mut count = 0;
         loop {
-            let want = VIEWS_PER_SLICE - count;
             let mut broke = None;
-            let next = self
-                .ctl
-                .lock()
-                .each_job_view(&sel, want, SCAN_PER_SLICE, |v| {
-                    if broke.is_none() {
+            let next =
+                self.ctl
+                    .lock()
+                    .each_job_view(&sel, VIEWS_PER_SLICE - count, SCAN_PER_SLICE, |v| {
                         broke = encode_view(&v, &mut body).err();
-                    }
-                    count += 1;
-                });
-            let last = next.is_none();
-            let frame = match broke {
-                Some(e) => Err(e),
-                None if last || count >= VIEWS_PER_SLICE => listing_frame(last, count, &body),
-                None => {
-                    sel.after = next.unwrap_or(sel.after);
+                        count += 1;
+                        broke.is_none() && body.len() < PART_BYTES
+                    });
+            let full = count >= VIEWS_PER_SLICE || body.len() >= PART_BYTES;
+            let frame = match (broke, next) {
+                (Some(e), _) => Err(e),
+                (None, Some(after)) if !full => {
+                    sel.after = after;
                     tokio::task::yield_now().await;
                     continue;
                 }
+                (None, next) => listing_frame(next.is_none(), count, &body),
             };
             let sent = match frame {
                 Ok(f) => send.write_all(&f).await.is_ok(),

@@ -285,3 +285,20 @@ fn a_terminate_lost_with_the_controller_is_sent_again_to_a_node_still_running_th
     );
     assert_eq!(state(&c, id), JobState::Completed);
 }
+
+/// Records read back from the store each bring their partition's name as
+/// a string of their own; the restored table shares one again.
+#[test]
+fn restored_jobs_share_their_partitions_name() {
+    let mut c = cluster(1);
+    let a = c.submit(ALICE, super::batch("#!/bin/sh\n"), 0).unwrap();
+    let b = c.submit(ALICE, super::batch("#!/bin/sh\n"), 0).unwrap();
+    let shared = |c: &Controller| {
+        let (ja, jb) = (c.jobs.get(&a).unwrap(), c.jobs.get(&b).unwrap());
+        assert_eq!(&*ja.partition, "gpu");
+        std::sync::Arc::ptr_eq(&ja.partition, &jb.partition)
+    };
+    assert!(shared(&c), "submissions share the name");
+    let c2 = restarted(&mut c, 1);
+    assert!(shared(&c2), "and so do the records read back");
+}
