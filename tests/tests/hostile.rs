@@ -726,10 +726,34 @@ fn a_full_spool_fails_one_job_and_leaves_nothing_behind() {
         "the agent (pid {agent}) does not see the tmpfs on {}:\n{seen}",
         spool.display()
     );
-    let mut script = String::from("#!/bin/sh\n");
+    // Should the script run after all (it did twice in CI, cause
+    // unknown), it says from where, and what its file system was.
+    let ran = env.work.join("ran-from");
+    let mut script = format!(
+        "#!/bin/sh\n{{ echo \"$0\"; stat -f -c '%T %b' \"$0\"; ls -la \"$(dirname \"$0\")\"; \
+         grep spool /proc/self/mountinfo; }} > {} 2>&1\n",
+        ran.display()
+    );
     script.push_str(&"# 2 MB of comments to fill a 1 MB spool .................\n".repeat(36_000));
     let id = env.sbatch(&["-o", "/dev/null"], &script);
-    env.wait_state(id, &["FAILED"], 20);
+    let t0 = Instant::now();
+    loop {
+        let st = env.state(id);
+        if st == "FAILED" {
+            break;
+        }
+        if st == "COMPLETED" || t0.elapsed() > Duration::from_secs(20) {
+            let log = env.cluster.spec.dir.join("log").join("worker-0.log");
+            panic!(
+                "job {id} is {st}, not FAILED\nthe script said: {}\nthe spool now: {:?}\n\
+                 the agent's log:\n{}",
+                std::fs::read_to_string(&ran).unwrap_or_else(|e| e.to_string()),
+                std::fs::read_dir(&spool).map(|d| d.count()),
+                std::fs::read_to_string(&log).unwrap_or_else(|e| e.to_string())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let show = env.ok(&["scontrol", "show", "job", &id.to_string()]);
     assert!(show.contains("No space left on device"), "{show}");
     let left: Vec<_> = std::fs::read_dir(&spool).unwrap().collect();
