@@ -144,7 +144,7 @@ impl JobRecord {
             (0, 0, 0, 0)
         };
         let names: Vec<&str> = self.alloc.iter().map(|(n, _)| n.as_str()).collect();
-        let end = self.end;
+        let end = self.end.get();
         let steps = self
             .steps
             .iter()
@@ -198,7 +198,7 @@ impl JobRecord {
             req_gpus,
             submit: self.submit,
             eligible: spec.begin.unwrap_or(self.submit).max(self.submit),
-            start: self.start,
+            start: self.start.get(),
             end: if self.state.is_final() {
                 end.or(Some(now))
             } else {
@@ -206,7 +206,8 @@ impl JobRecord {
             },
             time_limit: spec.time_limit.or_else(|| {
                 self.end_by
-                    .zip(self.start)
+                    .get()
+                    .zip(self.start.get())
                     .map(|(e, s)| e.saturating_sub(s))
             }),
             state: self.shown_state(),
@@ -293,7 +294,7 @@ impl Controller {
             };
             if j.state.is_final() && !j.accounted {
                 j.accounted = true;
-                let rec = j.acct(j.end.unwrap_or(j.submit));
+                let rec = j.acct(j.end.get().unwrap_or(j.submit));
                 self.acct_out.push(rec);
             }
         }

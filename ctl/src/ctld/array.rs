@@ -241,7 +241,7 @@ impl Controller {
                     _ => JobState::Failed,
                 };
                 j.accounted = true;
-                j.end = Some(self.clock);
+                j.end = super::Stamp::at(self.clock);
                 j.shed(&mut self.usage, &mut self.unfinished);
             }
             None => {}

@@ -167,7 +167,7 @@ impl Controller {
                 .filter_map(|(n, a)| self.nodes.get(n).map(|r| a.on(r.id)))
                 .collect();
             let req = j.core_request();
-            let start = j.start.unwrap_or(now);
+            let start = j.start.get().unwrap_or(now);
             let suspension = j.suspension;
             let adopted = self
                 .sched
@@ -184,7 +184,7 @@ impl Controller {
             match adopted {
                 Ok(end_by) => {
                     if let Some(j) = self.jobs.get_mut(&id) {
-                        j.end_by = (end_by < scheduler_core::INFINITE).then_some(end_by);
+                        j.end_by = (end_by < scheduler_core::INFINITE).then_some(end_by).into();
                     }
                     tracing::info!(job = %id, "running job adopted after a restart");
                 }
@@ -241,7 +241,7 @@ impl Controller {
                 if let Some(j) = self.jobs.get_mut(&id) {
                     j.state = JobState::Failed;
                     j.failure = Some(format!("not queued again after a restart: {e}").into());
-                    j.end = Some(now);
+                    j.end = super::Stamp::at(now);
                     j.shed(&mut self.usage, &mut self.unfinished);
                 }
             }
@@ -275,7 +275,9 @@ impl Controller {
                     JobState::Failed
                 };
             }
-            j.end.get_or_insert(now);
+            if j.end.is_none() {
+                j.end = super::Stamp::at(now);
+            }
             j.shed(&mut self.usage, &mut self.unfinished);
             self.stats.finished += 1;
         }

@@ -120,7 +120,7 @@ impl Controller {
             return;
         };
         j.state = JobState::Completing;
-        j.end = Some(now);
+        j.end = super::Stamp::at(now);
         j.end_suspension(now);
         j.open_steps.clear();
         j.cleaning = j.alloc.iter().map(|(n, _)| n.clone()).collect();
@@ -234,7 +234,7 @@ impl Controller {
         self.silent_allocations(now);
         let age = self.cfg.min_job_age;
         self.jobs.retain(|_, j| {
-            !(j.state.is_final() && j.end.is_some_and(|e| now.saturating_sub(e) > age))
+            !(j.state.is_final() && j.end.get().is_some_and(|e| now.saturating_sub(e) > age))
         });
         self.finish_leaving(now);
         self.end_recovery(now);
@@ -339,17 +339,17 @@ impl Controller {
     fn limit_signals(&mut self, now: u64) {
         for id in self.jobs.running_ids() {
             // The run's end by its limit, its own or its partition's.
-            let due = self
-                .jobs
-                .get(&id)
-                .is_some_and(|j| match (j.spec.limit_signal(), j.end_by) {
-                    // A suspended job's limit waits with it.
-                    _ if j.suspended() => false,
-                    (Some(ls), Some(end_by)) => {
-                        !j.limit_signalled && now.saturating_add(u64::from(ls.before)) >= end_by
-                    }
-                    _ => false,
-                });
+            let due =
+                self.jobs
+                    .get(&id)
+                    .is_some_and(|j| match (j.spec.limit_signal(), j.end_by.get()) {
+                        // A suspended job's limit waits with it.
+                        _ if j.suspended() => false,
+                        (Some(ls), Some(end_by)) => {
+                            !j.limit_signalled && now.saturating_add(u64::from(ls.before)) >= end_by
+                        }
+                        _ => false,
+                    });
             if !due {
                 continue;
             }
@@ -401,7 +401,7 @@ impl Controller {
             j.release_nodes(None, &mut self.outbox);
             j.shed(&mut self.usage, &mut self.unfinished);
             j.accounted = true;
-            j.end = Some(now);
+            j.end = super::Stamp::at(now);
         }
         self.jobs.retain(|k, _| *k != id);
         self.stats.submitted = self.stats.submitted.saturating_sub(1);
@@ -443,9 +443,9 @@ impl Controller {
                 partition,
                 submit: now,
                 state: JobState::Pending,
-                start: None,
-                end: None,
-                end_by: None,
+                start: super::Stamp::NONE,
+                end: super::Stamp::NONE,
+                end_by: super::Stamp::NONE,
                 exit: ExitStatus::default(),
                 restarts: 0,
                 failure: None,
@@ -637,7 +637,7 @@ impl Controller {
                     if let Some(j) = self.jobs.get_mut(&id) {
                         j.state = JobState::Cancelled;
                         j.cancelled_by = Some(who.uid);
-                        j.end = Some(now);
+                        j.end = super::Stamp::at(now);
                         j.shed(&mut self.usage, &mut self.unfinished);
                     }
                     self.stats.finished += 1;
@@ -782,7 +782,7 @@ impl Controller {
             .map_err(CtldError::Control)?;
         if let Some(j) = self.jobs.get_mut(&id) {
             j.spec_mut().time_limit = limit;
-            j.end_by = (end < scheduler_core::INFINITE).then_some(end);
+            j.end_by = (end < scheduler_core::INFINITE).then_some(end).into();
             if longer {
                 j.limit_signalled = false;
             }
@@ -1007,7 +1007,7 @@ impl Controller {
                 continue;
             };
             let run_secs = now
-                .saturating_sub(j.start.unwrap_or(now))
+                .saturating_sub(j.start.get().unwrap_or(now))
                 .saturating_sub(j.suspension.map_or(0, |s| s.paused));
             let s = j.suspension.get_or_insert_with(Suspension::default);
             s.changed = now;
@@ -1019,7 +1019,7 @@ impl Controller {
                 s.pre_suspend = run_secs;
             }
             if let Some(end) = end {
-                j.end_by = (end < scheduler_core::INFINITE).then_some(end);
+                j.end_by = (end < scheduler_core::INFINITE).then_some(end).into();
             }
             let run = j.run();
             for (n, _) in &j.alloc {

@@ -44,7 +44,11 @@ impl StepPlan<'_> {
             GpuAsk::PerTask(g) => Some(g),
             _ => None,
         };
-        let time_limit = j.end_by.zip(j.start).map(|(e, s)| e.saturating_sub(s));
+        let time_limit = j
+            .end_by
+            .get()
+            .zip(j.start.get())
+            .map(|(e, s)| e.saturating_sub(s));
         let mut first_task = 0;
         let mut out = Vec::with_capacity(self.tasks.len());
         // Named in the launch only when they are not the job's first.
@@ -358,8 +362,10 @@ impl Controller {
             return;
         };
         j.state = JobState::Running;
-        j.start = Some(now);
-        j.end_by = (d.end_by < scheduler_core::INFINITE).then_some(d.end_by);
+        j.start = super::Stamp::at(now);
+        j.end_by = (d.end_by < scheduler_core::INFINITE)
+            .then_some(d.end_by)
+            .into();
         j.alloc = alloc;
         j.exit = ExitStatus::default();
         j.kill = None;

@@ -261,7 +261,7 @@ impl Controller {
                 self.account(ended);
             } else {
                 j.state = JobState::NodeFail;
-                j.end = Some(now);
+                j.end = super::Stamp::at(now);
                 j.shed(&mut self.usage, &mut self.unfinished);
                 self.stats.finished += 1;
             }

@@ -21,11 +21,13 @@ fn config() -> bincode::config::Configuration {
 /// An encoded [`JobSpec`]: [`PackedSpec::get`] decodes it,
 /// [`PackedSpec::edit`] changes it. What the clock looks at in every
 /// running job each tick (its kind, its `--signal`) is kept beside the
-/// bytes, made from the same spec.
+/// encoded spec, made from the same spec: the kind as one more byte after
+/// it (a field of its own would cost eight with its padding, and the
+/// record a larger allocation).
 #[derive(Clone, PartialEq, Eq)]
 pub(super) struct PackedSpec {
+    /// The encoded spec, then its [`Kind`]'s byte.
     bytes: Box<[u8]>,
-    kind: Kind,
     /// Boxed: few jobs have one, and eight bytes less of every record
     /// put it in a smaller allocation.
     limit_signal: Option<Box<LimitSignal>>,
@@ -41,21 +43,26 @@ pub(super) enum Kind {
 
 impl PackedSpec {
     pub(super) fn new(spec: &JobSpec) -> PackedSpec {
-        let bytes = bincode::serde::encode_to_vec(spec, config())
+        let mut bytes = bincode::serde::encode_to_vec(spec, config())
             .expect("a JobSpec always encodes: it holds only strings, numbers and lists");
+        let kind = match spec.kind {
+            JobKind::Batch { .. } => Kind::Batch,
+            JobKind::Interactive { .. } => Kind::Interactive,
+            JobKind::Allocation => Kind::Allocation,
+        };
+        bytes.push(kind as u8);
         PackedSpec {
             bytes: bytes.into_boxed_slice(),
-            kind: match spec.kind {
-                JobKind::Batch { .. } => Kind::Batch,
-                JobKind::Interactive { .. } => Kind::Interactive,
-                JobKind::Allocation => Kind::Allocation,
-            },
             limit_signal: spec.limit_signal.map(Box::new),
         }
     }
 
     pub(super) fn kind(&self) -> Kind {
-        self.kind
+        match self.bytes.last() {
+            Some(&b) if b == Kind::Interactive as u8 => Kind::Interactive,
+            Some(&b) if b == Kind::Allocation as u8 => Kind::Allocation,
+            _ => Kind::Batch,
+        }
     }
 
     pub(super) fn limit_signal(&self) -> Option<LimitSignal> {
@@ -406,6 +413,13 @@ mod tests {
                     .map(|(k, v)| (k.as_str(), v.as_str()))
                     .collect::<Vec<_>>()
             );
+            // The kind kept after the spec's bytes is the spec's.
+            let kept = match s.kind {
+                JobKind::Batch { .. } => Kind::Batch,
+                JobKind::Interactive { .. } => Kind::Interactive,
+                JobKind::Allocation => Kind::Allocation,
+            };
+            assert_eq!(p.kind(), kept);
             match (&r.kind, &s.kind) {
                 (
                     KindRef::Batch {
@@ -465,7 +479,7 @@ mod tests {
             // And it read them all: nothing was left over.
             let (_, used): (SpecRef<'_>, usize) =
                 bincode::serde::borrow_decode_from_slice(&p.bytes, config()).expect("decode");
-            assert_eq!(used, p.bytes.len());
+            assert_eq!(used + 1, p.bytes.len());
         }
     }
 

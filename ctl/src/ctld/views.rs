@@ -214,12 +214,15 @@ impl Controller {
             reason,
             priority,
             submit_time: j.submit,
-            start_time: j.start,
-            end_time: j.end.or(j.end_by),
+            start_time: j.start.get(),
+            end_time: j.end.get().or(j.end_by.get()),
             expected_start: expected,
-            time_limit: spec
-                .time_limit
-                .or_else(|| j.end_by.zip(j.start).map(|(e, s)| e.saturating_sub(s))),
+            time_limit: spec.time_limit.or_else(|| {
+                j.end_by
+                    .get()
+                    .zip(j.start.get())
+                    .map(|(e, s)| e.saturating_sub(s))
+            }),
             nodes: j
                 .alloc
                 .iter()
