@@ -776,6 +776,11 @@ impl Agent {
         if matches!(l.what, LaunchKind::Batch { .. }) && self.cfg.no_exec {
             return Ok((ExitStatus::default(), false));
         }
+        // srun's connection is made while the cgroup is.
+        let dialing = match &l.what {
+            LaunchKind::Step { io, .. } => Some(crate::step::dial(self, l, *io)),
+            LaunchKind::Batch { .. } => None,
+        };
         let cgroup = self.step_cgroup(l).await?;
         let join = cgroup.as_ref().map(|(j, _)| j.clone());
         let result = match &l.what {
@@ -794,7 +799,8 @@ impl Agent {
                 self.run_batch(l, script, args, out, join).await
             }
             LaunchKind::Step { argv, io, files } => {
-                crate::step::run(self, l, argv, *io, files, join).await
+                let d = dialing.unwrap_or_else(|| crate::step::dial(self, l, *io));
+                crate::step::run(self, l, argv, files, join, d).await
             }
         };
         // What the step left behind goes with it.

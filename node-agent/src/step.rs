@@ -108,50 +108,102 @@ pub(crate) fn task_io(
     (stdin, stdout, stderr)
 }
 
-/// Runs this node's tasks of a step; returns the worst exit.
-pub(crate) async fn run(
-    agent: &Arc<Agent>,
-    l: &Launch,
-    argv: &[String],
-    io: StepIo,
-    files: &TaskFiles,
-    cgroup: Option<Arc<crate::cgroup::Join>>,
-) -> Result<ExitStatus, StepError> {
-    let jail = agent.jail_for(l)?;
-    let cfg = tls::pinned_client_config(io.cert_sha256).map_err(StepError::Pin)?;
-    let dial = |e: Box<dyn std::error::Error + Send + Sync>| StepError::Dial {
-        addr: io.addr,
-        source: e,
-    };
-    let conn = agent
-        .endpoint
-        .connect_with(cfg, io.addr, "srun")
-        .map_err(|e| dial(e.into()))?
-        .await
-        .map_err(|e| dial(e.into()))?;
-    let (mut send, mut recv) = conn.open_bi().await.map_err(StepError::Stream)?;
-    let tasks: Vec<u32> = (l.first_task..l.first_task + l.tasks_here).collect();
+/// srun's connection, with the step's hello sent on it.
+type Dialed = (quinn::Connection, quinn::SendStream, quinn::RecvStream);
+
+/// srun's connection being made. The agent starts it as a step's launch
+/// arrives, so the QUIC and TLS handshake (a few milliseconds: the larger
+/// part of a short `srun`'s time here) goes on while the step's cgroup is
+/// made and its tasks start. Dropped unfinished, it is abandoned.
+pub(crate) struct Dialing {
+    addr: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<Result<Dialed, StepError>>,
+}
+
+impl Drop for Dialing {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Dials srun for this node's part of the step `l` and says hello.
+pub(crate) fn dial(agent: &Arc<Agent>, l: &Launch, io: StepIo) -> Dialing {
+    let endpoint = agent.endpoint.clone();
     let hello = StepUp::Hello {
         secret: io.secret,
         node: agent.name().to_string(),
         node_index: l.node_index,
         step_nodes: l.step_nodes,
         ntasks: l.ntasks,
-        tasks: tasks.clone(),
+        tasks: (l.first_task..l.first_task + l.tasks_here).collect(),
     };
-    write_frame(&mut send, &hello)
-        .await
-        .map_err(StepError::Hello)?;
+    let task = tokio::spawn(async move {
+        let cfg = tls::pinned_client_config(io.cert_sha256).map_err(StepError::Pin)?;
+        let dial = |e: Box<dyn std::error::Error + Send + Sync>| StepError::Dial {
+            addr: io.addr,
+            source: e,
+        };
+        let conn = endpoint
+            .connect_with(cfg, io.addr, "srun")
+            .map_err(|e| dial(e.into()))?
+            .await
+            .map_err(|e| dial(e.into()))?;
+        let (mut send, recv) = conn.open_bi().await.map_err(StepError::Stream)?;
+        write_frame(&mut send, &hello)
+            .await
+            .map_err(StepError::Hello)?;
+        Ok((conn, send, recv))
+    });
+    Dialing {
+        addr: io.addr,
+        task,
+    }
+}
 
+/// Runs this node's tasks of a step; returns the worst exit. The tasks
+/// start while `dialing` is still under way; their output waits for it,
+/// and if srun cannot be reached they are killed and the step fails.
+pub(crate) async fn run(
+    agent: &Arc<Agent>,
+    l: &Launch,
+    argv: &[String],
+    files: &TaskFiles,
+    cgroup: Option<Arc<crate::cgroup::Join>>,
+    mut dialing: Dialing,
+) -> Result<ExitStatus, StepError> {
+    let jail = agent.jail_for(l)?;
+    let tasks: Vec<u32> = (l.first_task..l.first_task + l.tasks_here).collect();
+
+    // Up to srun: once connected, everything the tasks send, in order;
+    // if the connection never comes, nothing (drained so no task waits).
     let (tx, mut rx) = mpsc::channel::<StepUp>(256);
+    let (connected, on_connect) = tokio::sync::oneshot::channel();
+    let addr = dialing.addr;
     let writer = tokio::spawn(async move {
-        while let Some(msg) = rx.recv().await {
-            if write_frame(&mut send, &msg).await.is_err() {
-                break;
+        let dialed = match (&mut dialing.task).await {
+            Ok(r) => r,
+            Err(e) => Err(StepError::Dial {
+                addr,
+                source: e.into(),
+            }),
+        };
+        match dialed {
+            Ok((conn, mut send, recv)) => {
+                let _ = connected.send(Ok((conn, recv)));
+                while let Some(msg) = rx.recv().await {
+                    if write_frame(&mut send, &msg).await.is_err() {
+                        break;
+                    }
+                }
+                let _ = send.finish();
+                Some(send)
+            }
+            Err(e) => {
+                let _ = connected.send(Err(e));
+                while rx.recv().await.is_some() {}
+                None
             }
         }
-        let _ = send.finish();
-        send
     });
 
     let (user, groups) = agent.user_of(l);
@@ -290,6 +342,27 @@ pub(crate) async fn run(
     }
     drop(tx);
 
+    let dialed = match on_connect.await {
+        Ok(r) => r,
+        Err(e) => Err(StepError::Dial {
+            addr,
+            source: e.into(),
+        }),
+    };
+    let (conn, mut recv) = match dialed {
+        Ok(c) => c,
+        Err(e) => {
+            // No srun to serve: the tasks that started go, and the step
+            // fails as it did when the dial came first.
+            agent.signal(run, SignalTo::Step(l.step), Signal::SIGKILL);
+            for w in waits {
+                let _ = w.await;
+            }
+            let _ = writer.await;
+            return Err(e);
+        }
+    };
+
     // srun → tasks: stdin to task 0, signals to the live ones.
     let sig_agent = agent.clone();
     let step = l.step;
@@ -331,7 +404,7 @@ pub(crate) async fn run(
             worst = st;
         }
     }
-    if let Ok(send) = writer.await {
+    if let Ok(Some(send)) = writer.await {
         // Give srun the chance to read everything before the connection
         // goes; it closes once every task of the step has exited.
         let _ = tokio::time::timeout(Duration::from_secs(5), send.stopped()).await;

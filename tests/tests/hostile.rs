@@ -804,3 +804,60 @@ fn an_agent_short_of_descriptors_drains_its_node_until_it_recovers() {
     env.wait_state(id, &["COMPLETED"], 20);
     assert!(env.ok(&["sinfo", "-N", "-h"]).contains("idle"));
 }
+
+/// The agent starts a step's tasks while it dials srun back (the
+/// handshake overlaps their start). Where no srun answers (here ctld's
+/// own port, whose certificate is not the one pinned), the tasks that
+/// started are killed and the step fails with the reason.
+#[test]
+fn a_step_whose_srun_never_answers_leaves_no_task_running() {
+    use corral_proto::msg::{JobKind, StepIo, TaskFiles};
+    let _one = serial();
+    let env = cluster(1, 30);
+    let ctld: std::net::SocketAddr =
+        std::fs::read_to_string(env.cluster.spec.dir.join("ctld.addr"))
+            .expect("ctld's address")
+            .trim()
+            .parse()
+            .expect("an address");
+    let pid_file = env.work.join("task.pid");
+    let mut spec = corral_e2e::tiny_job(&env.work, false);
+    spec.kind = JobKind::Interactive {
+        argv: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("echo $$ > {}; exec sleep 300", pid_file.display()),
+        ],
+        io: StepIo {
+            addr: ctld,
+            cert_sha256: [7; 32],
+            secret: [9; 32],
+        },
+        files: TaskFiles::default(),
+    };
+    let rt = runtime();
+    let answers = rt
+        .block_on(corral_ctl::client::pipeline_to(
+            &env.cluster.socket(0),
+            vec![Request::Submit(spec)],
+        ))
+        .unwrap();
+    let id = match &answers[..] {
+        [Response::Submitted { job }] => job.0,
+        other => panic!("{other:?}"),
+    };
+    env.wait_state(id, &["FAILED"], 20);
+    let show = env.ok(&["scontrol", "show", "job", &id.to_string()]);
+    assert!(show.contains("connect to srun at"), "{show}");
+    // The task may have got as far as writing its pid before it was
+    // killed (or not); either way it is gone with its step. Were it left
+    // running, its pid would be there within a moment.
+    std::thread::sleep(Duration::from_secs(1));
+    if let Ok(p) = std::fs::read_to_string(&pid_file) {
+        let pid: i32 = p.trim().parse().expect("a pid");
+        assert!(
+            kill(Pid::from_raw(pid), None).is_err(),
+            "task {pid} still runs"
+        );
+    }
+}
