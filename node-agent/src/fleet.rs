@@ -112,6 +112,8 @@ struct SimNode {
     runs: Mutex<HashMap<JobRun, Launched>>,
     recent: Mutex<Recent>,
     counters: Arc<Counters>,
+    /// Times this node registered.
+    registered: AtomicU64,
 }
 
 impl Fleet {
@@ -144,6 +146,7 @@ impl Fleet {
                 runs: Mutex::new(HashMap::new()),
                 recent: Mutex::new(Recent::default()),
                 counters: counters.clone(),
+                registered: AtomicU64::new(0),
             }));
             rxs.push(rx);
         }
@@ -170,6 +173,14 @@ impl Fleet {
     /// Nodes registered now.
     pub fn connected(&self) -> usize {
         self.counters.connected.load(Ordering::Relaxed)
+    }
+
+    /// Times each node registered so far.
+    pub fn registrations_by_node(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .map(|n| n.registered.load(Ordering::Relaxed))
+            .collect()
     }
 
     /// Runs held by all nodes now.
@@ -333,6 +344,7 @@ impl SimNode {
         self.counters.registrations.fetch_add(1, Ordering::Relaxed);
         self.counters.connected.fetch_add(1, Ordering::Relaxed);
         self.conn.send_replace(Some(conn.clone()));
+        self.registered.fetch_add(1, Ordering::Relaxed);
         let me = self.clone();
         let mut reader = tokio::spawn(async move {
             loop {
