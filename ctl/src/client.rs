@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corral_proto::msg::{
-    read_answer, read_response, AcctJob, AcctQuery, Answer, JobFilter, JobView, LocalRequest,
-    Request, Response,
+    read_answer, read_answer_each, read_response, AcctJob, AcctQuery, Answer, JobFilter, JobView,
+    LocalRequest, Request, Response,
 };
 use corral_proto::{write_frame, WireError};
 use tokio::net::UnixStream;
@@ -198,18 +198,30 @@ impl Client {
         }
     }
 
-    /// [`Client::jobs`] in the parts the listing came in, never moved
-    /// into one list (squeue sorts references to them).
-    pub async fn job_parts(&mut self, f: JobFilter) -> Result<Vec<Vec<JobView>>, String> {
-        let answer = self
-            .exchange(LocalRequest::Relay(Request::Jobs(f)))
+    /// [`Client::jobs`] in the parts the listing comes in, each handed to
+    /// `part` as it arrives (escaped), so the caller works on one while
+    /// the next comes (squeue renders each part's lines).
+    pub async fn job_parts_each(
+        &mut self,
+        f: JobFilter,
+        mut part: impl FnMut(Vec<JobView>),
+    ) -> Result<(), String> {
+        let exchange = async {
+            write_frame(&mut self.stream, &LocalRequest::Relay(Request::Jobs(f))).await?;
+            read_answer_each(&mut self.stream, |mut p| {
+                p.iter_mut().for_each(escape_view);
+                part(p)
+            })
+            .await?
+            .ok_or(ClientError::Closed)
+        };
+        let limit = call_timeout();
+        let answer = tokio::time::timeout(limit, exchange)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| ClientError::Timeout(limit.as_secs()).to_string())?
+            .map_err(|e: ClientError| e.to_string())?;
         match answer {
-            Answer::Listing(mut parts) => {
-                parts.iter_mut().flatten().for_each(escape_view);
-                Ok(parts)
-            }
+            Answer::Listing(_) => Ok(()),
             Answer::Other(r) => match escaped(r) {
                 Response::Error(e) => Err(e),
                 other => Err(format!("unexpected answer {other:?}")),

@@ -1211,15 +1211,36 @@ where
     R: tokio::io::AsyncRead + Unpin,
 {
     let mut parts: Vec<Vec<JobView>> = Vec::new();
+    let answer = read_answer_each(r, |p| parts.push(p)).await?;
+    Ok(answer.map(|a| match a {
+        Answer::Listing(_) => Answer::Listing(parts),
+        other => other,
+    }))
+}
+
+/// [`read_answer`], a listing's parts handed to `part` as each arrives
+/// (the answer is then an empty [`Answer::Listing`]), so the reader
+/// works on one while the next comes.
+pub async fn read_answer_each<R>(
+    r: &mut R,
+    mut part: impl FnMut(Vec<JobView>),
+) -> Result<Option<Answer>, crate::WireError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+{
+    let mut any = false;
     loop {
         match crate::read_frame(r).await? {
-            Some(Response::JobsPart(part)) => parts.push(part),
+            Some(Response::JobsPart(p)) => {
+                any = true;
+                part(p);
+            }
             Some(Response::Jobs(last)) => {
-                parts.push(last);
-                return Ok(Some(Answer::Listing(parts)));
+                part(last);
+                return Ok(Some(Answer::Listing(Vec::new())));
             }
             Some(answer) => return Ok(Some(Answer::Other(answer))),
-            None if parts.is_empty() => return Ok(None),
+            None if !any => return Ok(None),
             None => return Err(crate::WireError::Truncated),
         }
     }

@@ -1218,22 +1218,200 @@ impl Layout {
 
     /// The whole output for these jobs, in the parts they came in.
     pub fn print(&self, parts: Vec<Vec<JobView>>, array: bool, now: u64) -> String {
-        let parts: Vec<Vec<JobView>> = if array {
-            parts.into_iter().map(expand_arrays).collect()
-        } else {
-            parts
-        };
-        let order = sorted(parts.iter().flatten(), &self.sort, now);
-        let mut out = String::new();
-        if self.dated {
-            out.push_str(&strftime("%a %b %d %H:%M:%S %Y\n", now));
+        let mut t = self.table(array, now);
+        for p in parts {
+            t.add(p, |_| true);
         }
-        match &self.steps {
-            Some(only) => out.push_str(&render_steps(&order, &self.pieces, only, self.header, now)),
-            None => out.push_str(&render_pieces(&order, &self.pieces, self.header, now)),
+        t.finish()
+    }
+
+    /// An output to make part by part ([`Table`]).
+    pub fn table(&self, array: bool, now: u64) -> Table<'_> {
+        Table {
+            default_sort: self.sort == parse_sort(DEFAULT_SORT).unwrap_or_default(),
+            layout: self,
+            array,
+            now,
+            text: String::new(),
+            rows: Vec::new(),
+            partitions: Vec::new(),
+            steps: Vec::new(),
+        }
+    }
+}
+
+/// squeue's output, made as a listing's parts arrive: each job's line
+/// is rendered, with its sort key, when its part comes (while ctld makes
+/// the next one), and the part's views go with it. At the end only keys
+/// are sorted and lines copied. Keeping ten thousand views (over 5 MB)
+/// to sort and render after the last part left squeue 10 ms of work
+/// after the listing had come. A step layout (`-s`) keeps its views.
+#[derive(Debug)]
+pub struct Table<'l> {
+    layout: &'l Layout,
+    array: bool,
+    now: u64,
+    default_sort: bool,
+    /// Every line, in the order the jobs came.
+    text: String,
+    rows: Vec<Row>,
+    /// Partition names, in the order first seen (rows hold an index).
+    partitions: Vec<String>,
+    /// `-s`: the views themselves.
+    steps: Vec<Vec<JobView>>,
+}
+
+#[derive(Debug)]
+struct Row {
+    key: RowKey,
+    id: u64,
+    /// Arrival: ties (an array's tasks under `-r`) keep it.
+    seq: u32,
+    line: std::ops::Range<usize>,
+}
+
+#[derive(Debug)]
+enum RowKey {
+    /// Slurm's default order: partition, state, priority (highest first).
+    Default {
+        partition: u32,
+        state: u8,
+        priority: i64,
+    },
+    Keys(Vec<SortVal>),
+}
+
+impl Table<'_> {
+    /// Adds a part's jobs that `keep` says yes to.
+    pub fn add(&mut self, part: Vec<JobView>, keep: impl Fn(&JobView) -> bool) {
+        let mut part = if self.array {
+            expand_arrays(part)
+        } else {
+            part
+        };
+        part.retain(|j| keep(j));
+        if self.layout.steps.is_some() {
+            self.steps.push(part);
+            return;
+        }
+        let now = self.now;
+        for (k, j) in part.iter().enumerate() {
+            let start = self.text.len();
+            line(
+                &self.layout.pieces,
+                &mut self.text,
+                &|f, buf| value_into(buf, j, f, now),
+                false,
+                false,
+            );
+            // Lines are alike: room for the rest of the part at once.
+            if k == 0 {
+                let len = self.text.len() - start;
+                self.text.reserve(len.saturating_mul(part.len()) / 8 * 9);
+            }
+            let key = if self.default_sort {
+                let partition = match self.partitions.iter().position(|p| *p == j.partition) {
+                    Some(i) => i,
+                    None => {
+                        self.partitions.push(j.partition.clone());
+                        self.partitions.len() - 1
+                    }
+                };
+                RowKey::Default {
+                    partition: partition as u32,
+                    state: state_rank(j.state),
+                    priority: j.priority,
+                }
+            } else {
+                RowKey::Keys(
+                    self.layout
+                        .sort
+                        .iter()
+                        .map(|&(f, _)| sort_val(j, f, now))
+                        .collect(),
+                )
+            };
+            self.rows.push(Row {
+                key,
+                id: j.id.0,
+                seq: self.rows.len() as u32,
+                line: start..self.text.len(),
+            });
+        }
+    }
+
+    /// The whole output: date line, header, the lines in order.
+    pub fn finish(mut self) -> String {
+        let layout = self.layout;
+        let mut out = String::new();
+        if layout.dated {
+            out.push_str(&strftime("%a %b %d %H:%M:%S %Y\n", self.now));
+        }
+        if let Some(only) = &layout.steps {
+            let order = sorted(self.steps.iter().flatten(), &layout.sort, self.now);
+            out.push_str(&render_steps(
+                &order,
+                &layout.pieces,
+                only,
+                layout.header,
+                self.now,
+            ));
+            return out;
+        }
+        if layout.header {
+            line(&layout.pieces, &mut out, &|_, _| {}, true, false);
+        }
+        // Partitions by name: the index of each in that order.
+        let mut by_name: Vec<usize> = (0..self.partitions.len()).collect();
+        by_name.sort_unstable_by(|&a, &b| self.partitions[a].cmp(&self.partitions[b]));
+        let mut rank = vec![0u32; by_name.len()];
+        for (r, &i) in by_name.iter().enumerate() {
+            rank[i] = r as u32;
+        }
+        let keys = &layout.sort;
+        self.rows.sort_unstable_by(|a, b| {
+            let o = match (&a.key, &b.key) {
+                (
+                    RowKey::Default {
+                        partition: pa,
+                        state: sa,
+                        priority: xa,
+                    },
+                    RowKey::Default {
+                        partition: pb,
+                        state: sb,
+                        priority: xb,
+                    },
+                ) => rank[*pa as usize]
+                    .cmp(&rank[*pb as usize])
+                    .then(sa.cmp(sb))
+                    .then(xb.cmp(xa)),
+                (RowKey::Keys(ka), RowKey::Keys(kb)) => {
+                    let mut o = std::cmp::Ordering::Equal;
+                    for (i, &(_, desc)) in keys.iter().enumerate() {
+                        let c = ka[i].cmp(&kb[i]);
+                        o = if desc { c.reverse() } else { c };
+                        if o.is_ne() {
+                            break;
+                        }
+                    }
+                    o
+                }
+                _ => std::cmp::Ordering::Equal,
+            };
+            o.then(a.id.cmp(&b.id)).then(a.seq.cmp(&b.seq))
+        });
+        out.reserve(self.text.len());
+        for r in &self.rows {
+            out.push_str(&self.text[r.line.clone()]);
         }
         out
     }
+}
+
+/// A state's place in Slurm's order of states (squeue's `t` key).
+fn state_rank(s: JobState) -> u8 {
+    JobState::ALL.iter().position(|x| *x == s).unwrap_or(0) as u8
 }
 
 pub fn main(args: &[OsString]) -> i32 {
@@ -1275,8 +1453,16 @@ async fn once(c: &mut Client, f: &JobFilter, extra: &Extra, layout: &Layout, arr
     // error, as Slurm's (one it knows that the other filters leave out is
     // not): `while squeue -j $id` loops end on it.
     let one = (f.ids.len() == 1 && f.tasks.is_empty()).then(|| f.ids[0]);
-    match c.job_parts(f.clone()).await {
-        Ok(parts) if parts.iter().all(Vec::is_empty) && one.is_some() => {
+    let mut table = layout.table(array, now());
+    let mut any = false;
+    let listed = c
+        .job_parts_each(f.clone(), |part| {
+            any |= !part.is_empty();
+            table.add(part, |j| extra.keeps(j));
+        })
+        .await;
+    match listed {
+        Ok(()) if !any && one.is_some() => {
             let only = JobFilter {
                 ids: one.into_iter().collect(),
                 ..JobFilter::default()
@@ -1288,14 +1474,11 @@ async fn once(c: &mut Client, f: &JobFilter, extra: &Extra, layout: &Layout, arr
                     let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line);
                     1
                 }
-                Ok(_) => super::emit(CMD, &layout.print(Vec::new(), array, now())),
+                Ok(_) => super::emit(CMD, &table.finish()),
                 Err(e) => fail(CMD, e),
             }
         }
-        Ok(mut parts) => {
-            parts.iter_mut().for_each(|p| p.retain(|j| extra.keeps(j)));
-            super::emit(CMD, &layout.print(parts, array, now()))
-        }
+        Ok(()) => super::emit(CMD, &table.finish()),
         Err(e) => fail(CMD, e),
     }
 }
@@ -1684,6 +1867,47 @@ pub(crate) mod tests {
             parse_sort("i,=").unwrap_err(),
             "Invalid sort specification: ="
         );
+    }
+
+    #[test]
+    fn a_table_made_part_by_part_prints_what_the_whole_list_would() {
+        let now = 1_102;
+        // Many jobs over two partitions and several states and
+        // priorities, in parts of uneven size, the parts not in order.
+        let base = table_jobs();
+        let mut jobs = Vec::new();
+        for i in 0..60u64 {
+            let mut j = base[(i % 3) as usize].clone();
+            j.id = JobId(1000 + (i * 37) % 60);
+            j.priority = (i % 7) as i64;
+            j.partition = if i % 4 == 0 {
+                "cpu".into()
+            } else {
+                "gpu".into()
+            };
+            jobs.push(j);
+        }
+        for args in [
+            vec!["squeue"],
+            vec!["squeue", "-l"],
+            vec!["squeue", "-S", "-p,i"],
+            vec!["squeue", "-S", "P,-t", "-o", "%i %P %t %p"],
+            vec!["squeue", "-h", "-S", "j"],
+        ] {
+            let a = SqueueArgs::try_parse_from(args.clone()).unwrap();
+            let layout = Layout::of(&a).unwrap();
+            let order = sorted(&jobs, &layout.sort, now);
+            let mut whole = String::new();
+            if layout.dated {
+                whole.push_str(&strftime("%a %b %d %H:%M:%S %Y\n", now));
+            }
+            whole.push_str(&render_pieces(&order, &layout.pieces, layout.header, now));
+            let mut t = layout.table(false, now);
+            for range in [40..60, 0..7, 7..40] {
+                t.add(jobs[range].to_vec(), |_| true);
+            }
+            assert_eq!(t.finish(), whole, "{args:?}");
+        }
     }
 
     #[test]
