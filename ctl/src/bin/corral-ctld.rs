@@ -35,7 +35,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One malloc arena for the whole controller. glibc gives threads that
+/// allocate at once arenas of their own (up to eight per core), and
+/// submissions arrive on whichever tokio worker reads them, so a queue's
+/// records were spread over several arenas, each with its own slack. One
+/// arena: 822-829 rather than 902-903 bytes resident per pending job
+/// (10,000 held jobs on `corral up`). Its lock costs little: ctld's work
+/// on jobs runs under the controller's one lock anyway.
+fn one_malloc_arena() {
+    #[cfg(target_env = "gnu")]
+    #[allow(unsafe_code)]
+    // SAFETY: mallopt only sets a parameter of glibc's malloc; it runs
+    // first in main, before any other thread exists.
+    unsafe {
+        nix::libc::mallopt(nix::libc::M_ARENA_MAX, 1);
+    }
+}
+
 fn main() {
+    one_malloc_arena();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CORRAL_LOG")
