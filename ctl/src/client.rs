@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corral_proto::msg::{
-    read_answer, read_answer_each, read_response, AcctJob, AcctQuery, Answer, JobFilter, JobView,
-    LocalRequest, Request, Response,
+    read_answer_each, read_response, AcctJob, AcctQuery, Answer, JobFilter, JobView, LocalRequest,
+    Request, Response,
 };
 use corral_proto::{write_frame, WireError};
 use tokio::net::UnixStream;
@@ -172,15 +172,24 @@ impl Client {
     /// One exchange with the agent, bounded in time: a stopped agent (or
     /// one whose controller is gone) must not hang the command.
     pub async fn local(&mut self, req: LocalRequest) -> Result<Response, ClientError> {
-        Ok(escaped(self.exchange(req).await?.into_response()))
+        let mut parts = Vec::new();
+        let answer = match self.exchange(req, |p| parts.push(p)).await? {
+            Answer::Listing(_) => Answer::Listing(parts),
+            other => other,
+        };
+        Ok(escaped(answer.into_response()))
     }
 
-    /// [`Client::local`]'s exchange, its answer as it came (a listing's
-    /// parts apart) and not yet escaped.
-    async fn exchange(&mut self, req: LocalRequest) -> Result<Answer, ClientError> {
+    /// One exchange, bounded in time: a listing's parts handed to `part`
+    /// as each arrives (not yet escaped), any other answer returned.
+    async fn exchange(
+        &mut self,
+        req: LocalRequest,
+        part: impl FnMut(Vec<JobView>),
+    ) -> Result<Answer, ClientError> {
         let exchange = async {
             write_frame(&mut self.stream, &req).await?;
-            read_answer(&mut self.stream)
+            read_answer_each(&mut self.stream, part)
                 .await?
                 .ok_or(ClientError::Closed)
         };
@@ -206,20 +215,13 @@ impl Client {
         f: JobFilter,
         mut part: impl FnMut(Vec<JobView>),
     ) -> Result<(), String> {
-        let exchange = async {
-            write_frame(&mut self.stream, &LocalRequest::Relay(Request::Jobs(f))).await?;
-            read_answer_each(&mut self.stream, |mut p| {
+        let answer = self
+            .exchange(LocalRequest::Relay(Request::Jobs(f)), |mut p| {
                 p.iter_mut().for_each(escape_view);
                 part(p)
             })
-            .await?
-            .ok_or(ClientError::Closed)
-        };
-        let limit = call_timeout();
-        let answer = tokio::time::timeout(limit, exchange)
             .await
-            .map_err(|_| ClientError::Timeout(limit.as_secs()).to_string())?
-            .map_err(|e: ClientError| e.to_string())?;
+            .map_err(|e| e.to_string())?;
         match answer {
             Answer::Listing(_) => Ok(()),
             Answer::Other(r) => match escaped(r) {

@@ -1080,14 +1080,13 @@ enum SortVal {
 
 fn sort_val(j: &JobView, f: F, now: u64) -> SortVal {
     let n = |v: i128| SortVal::Num(v);
-    let state_rank = |s: JobState| JobState::ALL.iter().position(|x| *x == s).unwrap_or(0) as i128;
     match f {
         F::JobId | F::JobArrayId => n(i128::from(j.id.0)),
         F::ArrayJobId => n(i128::from(j.array.as_ref().map_or(j.id, |a| a.job).0)),
         F::ArrayTaskId => n(j.array.as_ref().and_then(|a| a.task).map_or(-1, i128::from)),
         F::Uid => n(i128::from(j.user.uid)),
         F::Gid => n(i128::from(j.user.gid)),
-        F::StateCompact | F::State => n(state_rank(j.state)),
+        F::StateCompact | F::State => n(i128::from(state_rank(j.state))),
         F::TimeUsed => n(i128::from(run_secs(j, now))),
         F::TimeLimit | F::TimeLeft => n(j.time_limit.map_or(i128::MAX, i128::from)),
         F::NumNodes => n(i128::from(j.num_nodes)),
@@ -1143,10 +1142,9 @@ pub fn sorted<'a>(
 /// Slurm's default order: partition, then state, then priority (highest
 /// first), then id.
 fn default_order(a: &JobView, b: &JobView) -> std::cmp::Ordering {
-    let rank = |s: JobState| JobState::ALL.iter().position(|x| *x == s).unwrap_or(0);
     a.partition
         .cmp(&b.partition)
-        .then(rank(a.state).cmp(&rank(b.state)))
+        .then(state_rank(a.state).cmp(&state_rank(b.state)))
         .then(b.priority.cmp(&a.priority))
         .then(a.id.cmp(&b.id))
 }
