@@ -81,6 +81,10 @@ trap 'exit 130' INT TERM
 
 say() { echo "compare: $*" >&2; }
 ms_now() { echo $(( $(date +%s%N) / 1000000 )); }
+# A single command is timed with bash's clock ($EPOCHREALTIME, in µs once
+# the point goes): `t1=$(date ...)` would time a fork and an exec of date
+# too, 1-3 ms here, as much as a Corral srun's whole difference.
+bash_us() { printf -v "$1" '%s' "${EPOCHREALTIME/[.,]/}"; }
 
 # sample FIGURE VALUE UNIT higher|lower
 sample() {
@@ -209,12 +213,12 @@ workloads() {
     say "$SYS: $pending pending"
     sample "controller memory, $N_PEND pending" "$(rss_mib "$CTLD_PID")" MiB lower
     for r in $(seq 1 $(( REPS * 3 ))); do
-        t0=$(date +%s%N); squeue > /dev/null; t1=$(date +%s%N)
-        sample "squeue, $N_PEND pending" "$(echo "($t1 - $t0) / 1000000" | bc -l)" ms lower
-        t0=$(date +%s%N); squeue -h | wc -l > /dev/null; t1=$(date +%s%N)
-        sample "squeue -h piped to wc -l, $N_PEND pending" "$(echo "($t1 - $t0) / 1000000" | bc -l)" ms lower
-        t0=$(date +%s%N); sinfo > /dev/null; t1=$(date +%s%N)
-        sample "sinfo, $N_PEND pending" "$(echo "($t1 - $t0) / 1000000" | bc -l)" ms lower
+        bash_us t0; squeue > /dev/null; bash_us t1
+        sample "squeue, $N_PEND pending" "$(echo "($t1 - $t0) / 1000" | bc -l)" ms lower
+        bash_us t0; squeue -h | wc -l > /dev/null; bash_us t1
+        sample "squeue -h piped to wc -l, $N_PEND pending" "$(echo "($t1 - $t0) / 1000" | bc -l)" ms lower
+        bash_us t0; sinfo > /dev/null; bash_us t1
+        sample "sinfo, $N_PEND pending" "$(echo "($t1 - $t0) / 1000" | bc -l)" ms lower
     done
     t0=$(ms_now)
     scancel -u root
@@ -253,11 +257,11 @@ workloads() {
     for what in "-N1 true" "-N2 --gres=gpu:1 hostname"; do
         : > "$lat"
         for _ in $(seq 1 "$N_SRUN"); do
-            t0=$(date +%s%N)
+            bash_us t0
             # shellcheck disable=SC2086
             srun $what > /dev/null
-            t1=$(date +%s%N)
-            echo "($t1 - $t0) / 1000000" | bc -l >> "$lat"
+            bash_us t1
+            echo "($t1 - $t0) / 1000" | bc -l >> "$lat"
         done
         sample "srun $what, p50" "$(pct "$lat" 50)" ms lower
         sample "srun $what, p99" "$(pct "$lat" 99)" ms lower

@@ -412,6 +412,8 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // Keeps a kernel static key on for this node's sruns (see there).
+    let _offload = corral_agent::step::hold_udp_offload_key();
     if let Err(e) = rt.block_on(run(args)) {
         eprintln!("corral-agent: error: {e:#}");
         std::process::exit(1);

@@ -220,6 +220,10 @@ fn each_database_keeps_each_run_once_and_answers_sacct_queries() {
     let dir = tempfile::tempdir().expect("tmp");
     let sqlite = format!("sqlite://{}", dir.path().join("acct.sqlite").display());
     rt.block_on(exercise(&sqlite));
+    // The file is in write-ahead-log mode (one fsync a transaction):
+    // bytes 18 and 19 of its header are 2 then, 1 with a rollback journal.
+    let header = std::fs::read(dir.path().join("acct.sqlite")).expect("read the file");
+    assert_eq!(header.get(18..20), Some(&[2u8, 2][..]), "not in WAL mode");
 
     match db::postgres() {
         Ok(pg) => {

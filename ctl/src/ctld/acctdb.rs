@@ -250,6 +250,15 @@ impl AcctDb {
             .acquire_timeout(patience.max(Duration::from_millis(100)))
             .connect(&url)
             .await?;
+        if backend == Backend::Sqlite {
+            // Write-ahead logging (kept in the file once set): a record's
+            // transaction costs one fsync of the log, where the default
+            // rollback journal took three and rewrote the pages in place;
+            // each of them competed with the store's commits for the disk.
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
+        }
         let db = AcctDb {
             pool,
             backend,
