@@ -5,6 +5,7 @@
 //! the search over time lives in the scheduler.
 
 use crate::timeline::{Free, Use};
+use std::num::NonZeroU32;
 
 /// How nodes and GPUs are chosen among those that fit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -49,8 +50,10 @@ pub(crate) struct Shape {
     pub nodes_max: u32,
     pub tasks: u32,
     /// `Some(k)`: every node runs exactly `k` tasks. `None`: tasks spread
-    /// over `nodes_min..=nodes_max` nodes, at least one on each.
-    pub tasks_per_node: Option<u32>,
+    /// over `nodes_min..=nodes_max` nodes, at least one on each. (Never
+    /// zero, which keeps the option in four bytes: the shape in 48, every
+    /// queued job 8 bytes smaller.)
+    pub tasks_per_node: Option<NonZeroU32>,
     pub cpus_per_task: u32,
     pub gpus_per_task: u32,
     pub gpus_per_node: u32,
@@ -91,10 +94,10 @@ impl Shape {
             0 => u32::MAX,
             g => (gpus - self.gpus_per_node) / g,
         };
-        let most = self.tasks_per_node.unwrap_or(self.tasks);
+        let most = self.tasks_per_node.map_or(self.tasks, NonZeroU32::get);
         let k = by_cpu.min(by_gpu).min(by_mem).min(most);
         match self.tasks_per_node {
-            Some(exact) if k < exact => 0,
+            Some(exact) if k < exact.get() => 0,
             _ => k,
         }
     }
@@ -302,7 +305,7 @@ mod tests {
             nodes_min: 1,
             nodes_max: 1,
             tasks: 1,
-            tasks_per_node: Some(1),
+            tasks_per_node: NonZeroU32::new(1),
             cpus_per_task: 1,
             gpus_per_task: 0,
             gpus_per_node,

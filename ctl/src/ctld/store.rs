@@ -235,11 +235,12 @@ fn open_db(path: &Path) -> Result<Database, StoreError> {
     // pages kept for nothing count in its memory. 16 MiB made 1.6 KiB of
     // each of 10,000 pending jobs; 2 MiB still filled, 180 B of each
     // (resident size on `corral up`: 1314 B a held job with 2 MiB, 1135 B
-    // with 256 KiB, 1100 B with 64 KiB, submissions as fast). redb keeps
-    // at most half of it for a commit's pages and writes the rest out
-    // early; the commit's fsync is the same.
+    // with 256 KiB, 1100 B with 64 KiB, submissions as fast; again in
+    // December: 817-818 B with 256 KiB, 799-800 B with 64 KiB). redb
+    // keeps at most half of it for a commit's pages and writes the rest
+    // out early; the commit's fsync is the same.
     Database::builder()
-        .set_cache_size(256 << 10)
+        .set_cache_size(64 << 10)
         .create(path)
         .map_err(|source| StoreError::Open {
             path: path.to_path_buf(),

@@ -1,7 +1,7 @@
 //! Admission: a [`JobRequest`] becomes an admitted job with a fixed
 //! shape, or a typed [`SubmitError`] saying why it never could run.
 
-use super::{Asks, Job, NodeAsk, Scheduler, State};
+use super::{Asks, Job, NodeAsk, Run, Scheduler, State};
 
 use crate::error::{ControlError, SubmitError, UpdateError};
 use crate::model::{
@@ -66,16 +66,16 @@ impl Scheduler {
         limit: Option<Secs>,
     ) -> Result<Secs, ControlError> {
         let job = self.jobs.get_mut(&id).ok_or(ControlError::UnknownJob(id))?;
-        let State::Running {
+        let State::Running(run) = &mut job.state else {
+            return Err(ControlError::NotRunning(id));
+        };
+        let Run {
             start,
             end_by,
             paused,
             suspended,
             ..
-        } = &mut job.state
-        else {
-            return Err(ControlError::NotRunning(id));
-        };
+        } = &mut **run;
         job.limit = limit.unwrap_or(INFINITE);
         let end = limit_end(*start, job.limit, *paused);
         if suspended.is_none() {
@@ -90,12 +90,12 @@ impl Scheduler {
     /// suspended job changes nothing.
     pub fn suspend(&mut self, now: Secs, id: JobId) -> Result<(), ControlError> {
         let job = self.jobs.get_mut(&id).ok_or(ControlError::UnknownJob(id))?;
-        let State::Running {
-            end_by, suspended, ..
-        } = &mut job.state
-        else {
+        let State::Running(run) = &mut job.state else {
             return Err(ControlError::NotRunning(id));
         };
+        let Run {
+            end_by, suspended, ..
+        } = &mut **run;
         if suspended.is_none() {
             *suspended = Some(now);
             *end_by = INFINITE;
@@ -108,16 +108,16 @@ impl Scheduler {
     pub fn resume(&mut self, now: Secs, id: JobId) -> Result<Secs, ControlError> {
         let job = self.jobs.get_mut(&id).ok_or(ControlError::UnknownJob(id))?;
         let limit = job.limit;
-        let State::Running {
+        let State::Running(run) = &mut job.state else {
+            return Err(ControlError::NotRunning(id));
+        };
+        let Run {
             start,
             end_by,
             paused,
             suspended,
             ..
-        } = &mut job.state
-        else {
-            return Err(ControlError::NotRunning(id));
-        };
+        } = &mut **run;
         let since = suspended.take().ok_or(ControlError::NotSuspended(id))?;
         *paused = paused.saturating_add(now.saturating_sub(since));
         *end_by = limit_end(*start, limit, *paused);
@@ -136,16 +136,16 @@ impl Scheduler {
     ) -> Result<Secs, ControlError> {
         let job = self.jobs.get_mut(&id).ok_or(ControlError::UnknownJob(id))?;
         let limit = job.limit;
-        let State::Running {
+        let State::Running(run) = &mut job.state else {
+            return Err(ControlError::NotRunning(id));
+        };
+        let Run {
             start,
             end_by,
             paused: p,
             suspended,
             ..
-        } = &mut job.state
-        else {
-            return Err(ControlError::NotRunning(id));
-        };
+        } = &mut **run;
         *p = paused;
         *suspended = since;
         let end = limit_end(*start, limit, paused);
@@ -155,15 +155,9 @@ impl Scheduler {
 
     /// Whether a running job is suspended.
     pub fn is_suspended(&self, id: JobId) -> bool {
-        self.jobs.get(&id).is_some_and(|j| {
-            matches!(
-                j.state,
-                State::Running {
-                    suspended: Some(_),
-                    ..
-                }
-            )
-        })
+        self.jobs
+            .get(&id)
+            .is_some_and(|j| matches!(&j.state, State::Running(r) if r.suspended.is_some()))
     }
 
     pub(super) fn validate(&self, now: Secs, req: JobRequest) -> Result<Job, SubmitError> {
@@ -460,7 +454,8 @@ impl Scheduler {
             nodes_min,
             nodes_max,
             tasks,
-            tasks_per_node,
+            // Zero was refused above.
+            tasks_per_node: tasks_per_node.and_then(std::num::NonZeroU32::new),
             cpus_per_task: req.cpus_per_task,
             gpus_per_task,
             gpus_per_node,

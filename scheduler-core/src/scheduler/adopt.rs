@@ -87,13 +87,7 @@ impl Scheduler {
             node.jobs.push(id);
         }
         let end_by = start.saturating_add(job.limit).min(INFINITE);
-        job.state = State::Running {
-            start,
-            end_by,
-            alloc: alloc.into(),
-            paused: 0,
-            suspended: None,
-        };
+        job.state = State::running(start, end_by, alloc.into());
         if let Some(a) = array_of {
             job.array = Some(self.join_array(a));
             self.array_task_started(a);

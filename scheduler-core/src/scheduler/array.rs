@@ -321,8 +321,8 @@ impl Scheduler {
             self.jobs
                 .range(JobId(array.0 + 1)..=last)
                 .filter_map(|(_, j)| match j.state {
-                    State::Running { end_by, .. } if j.running_task_of() == Some(array) => {
-                        Some(Reverse(end_by.max(now + 1)))
+                    State::Running(ref r) if j.running_task_of() == Some(array) => {
+                        Some(Reverse(r.end_by.max(now + 1)))
                     }
                     _ => None,
                 })
@@ -370,7 +370,7 @@ impl Job {
     /// Whether it is a running task of an array, and which.
     pub(super) fn running_task_of(&self) -> Option<JobId> {
         match (self.array.as_deref(), &self.state) {
-            (Some(Role::Task { array }), State::Running { .. }) => Some(*array),
+            (Some(Role::Task { array }), State::Running(_)) => Some(*array),
             _ => None,
         }
     }

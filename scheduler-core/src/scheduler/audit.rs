@@ -44,7 +44,7 @@ impl Scheduler {
                     .jobs
                     .get(job)
                     .ok_or(format!("node {} lists unknown job {job}", node.name))?;
-                let State::Running { alloc, .. } = &j.state else {
+                let State::Running(run) = &j.state else {
                     return Err(format!(
                         "node {} lists job {job} that is not running",
                         node.name
@@ -53,7 +53,8 @@ impl Scheduler {
                 if j.shape.exclusive && node.jobs.len() != 1 {
                     return Err(format!("exclusive job {job} shares node {}", node.name));
                 }
-                let a = alloc
+                let a = run
+                    .alloc
                     .iter()
                     .find(|a| a.node.0 as usize == i)
                     .ok_or(format!("job {job} has no allocation on {}", node.name))?;
@@ -98,8 +99,8 @@ impl Scheduler {
             }
         }
         for (id, j) in &self.jobs {
-            if let State::Running { alloc, .. } = &j.state {
-                for a in alloc {
+            if let State::Running(run) = &j.state {
+                for a in &run.alloc {
                     let on = self.slot(a.node).is_some_and(|n| n.jobs.contains(id));
                     if !on {
                         return Err(format!("running job {id} missing from node {}", a.node));

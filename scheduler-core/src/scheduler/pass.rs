@@ -433,17 +433,16 @@ impl Scheduler {
             let tl = &mut self.timelines[i];
             tl.reset(now, node.free);
             for job in &node.jobs {
-                let Some(State::Running { end_by, alloc, .. }) =
-                    self.jobs.get(job).map(|j| &j.state)
-                else {
+                let Some(State::Running(run)) = self.jobs.get(job).map(|j| &j.state) else {
                     continue;
                 };
+                let (end_by, alloc) = (run.end_by, &run.alloc);
                 let Some(a) = alloc.iter().find(|a| a.node.0 as usize == i) else {
                     continue;
                 };
                 // A job past its limit still holds its resources until the
                 // driver reports it gone.
-                let end = (*end_by).max(now + 1);
+                let end = end_by.max(now + 1);
                 let gpus = a.gpus.iter().fold(0u64, |m, &g| m | 1u64 << g);
                 tl.release_at(
                     end,
@@ -545,13 +544,7 @@ impl Scheduler {
         let Some(job) = self.jobs.get_mut(&id) else {
             return Committed::Gone;
         };
-        job.state = State::Running {
-            start: p.start,
-            end_by: end,
-            alloc: allocs.clone().into(),
-            paused: 0,
-            suspended: None,
-        };
+        job.state = State::running(p.start, end, allocs.clone().into());
         let array = job.running_task_of();
         if let Some(a) = array {
             self.array_task_started(a);

@@ -55,7 +55,7 @@ impl Scheduler {
         if any_singleton {
             for (&id, j) in &self.jobs {
                 let e = first_of_name.entry((j.user, &*j.name)).or_insert(id);
-                if matches!(j.state, State::Running { .. }) {
+                if matches!(j.state, State::Running(_)) {
                     *e = id;
                 }
             }
@@ -136,7 +136,7 @@ impl Scheduler {
             // a task of an array cancelled while it waited.
             let state = |j: JobId| -> (Option<JobOutcome>, bool) {
                 let job = self.jobs.get(&j);
-                let started = job.is_some_and(|j| matches!(j.state, State::Running { .. }));
+                let started = job.is_some_and(|j| matches!(j.state, State::Running(_)));
                 let fin = self.finished.get(&j).copied().or_else(|| {
                     (job.is_none() && !self.task_waiting(j)).then_some(JobOutcome::Cancelled)
                 });

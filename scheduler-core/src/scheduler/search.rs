@@ -359,7 +359,7 @@ pub(super) fn select(
         let i = cands.iter().position(|c| c.node == *r)?;
         chosen.push(cands.swap_remove(i));
     }
-    if let Some(tpn) = shape.tasks_per_node {
+    if let Some(tpn) = shape.tasks_per_node.map(std::num::NonZeroU32::get) {
         let n = shape.nodes_min as usize;
         let more = n.checked_sub(chosen.len())?;
         if cands.len() < more {
