@@ -40,8 +40,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
 /// submissions arrive on whichever tokio worker reads them, so a queue's
 /// records were spread over several arenas, each with its own slack. One
 /// arena: 826-829 rather than 904-906 bytes resident per pending job
-/// (10,000 held jobs on `corral up`, 8 clients, 2 runs each). Its lock costs little: ctld's work
-/// on jobs runs under the controller's one lock anyway.
+/// (10,000 held jobs on `corral up`, 8 clients, 2 runs each). Its lock
+/// costs little: ctld's work on jobs runs under the controller's one lock
+/// anyway.
 fn one_malloc_arena() {
     #[cfg(target_env = "gnu")]
     #[allow(unsafe_code)]
