@@ -908,6 +908,13 @@ pub struct JobFilter {
     /// that prints none of them asks for this, and ten thousand views
     /// carry four fewer texts each.
     pub brief: bool,
+    /// Bare views: [`JobFilter::brief`], and of what a job asked only its
+    /// name, partition and node count; the tasks, CPUs, GPUs, memory, time
+    /// limit, batch and requeue flags read zero (a running job's limit is
+    /// still its run's). What `squeue`'s default layout shows needs no
+    /// more, and ctld then reads only the head of each job's spec. An
+    /// array's views, and a query with [`JobFilter::detail`], are whole.
+    pub bare: bool,
 }
 
 /// The most jobs ctld's in-process listing (`Controller::job_views`, for

@@ -421,6 +421,58 @@ fn textual(f: F) -> bool {
     )
 }
 
+/// Whether a field shows the same from a bare view
+/// ([`JobFilter::bare`]) as from a whole one: it reads only the job's
+/// record, its state in the scheduler, its name and its node count. A
+/// layout of such fields (`squeue`'s default is one) asks for bare views.
+pub fn bare(f: F) -> bool {
+    matches!(
+        f,
+        F::JobArrayId
+            | F::JobId
+            | F::ArrayJobId
+            | F::ArrayTaskId
+            | F::Name
+            | F::User
+            | F::Uid
+            | F::Group
+            | F::Gid
+            | F::Partition
+            | F::StateCompact
+            | F::State
+            | F::TimeUsed
+            | F::NumNodes
+            | F::ReasonList
+            | F::Reason
+            | F::NodeList
+            | F::SubmitTime
+            | F::PriorityLong
+            | F::Priority
+            | F::ExitCode
+            | F::RestartCnt
+            | F::Licenses
+            | F::Reservation
+            | F::Wckey
+            | F::Contiguous
+            | F::MinTmpDisk
+            | F::Sockets
+            | F::Cores
+            | F::Threads
+            | F::Sct
+            | F::CoreSpec
+            | F::StdIn
+            | F::MinTime
+    )
+}
+
+/// Every job field squeue knows by an `-O` name, with that name.
+pub fn named_fields() -> impl Iterator<Item = (F, &'static str)> {
+    FIELDS
+        .iter()
+        .filter(|e| !matches!(e.0, F::StepId | F::StepName))
+        .filter_map(|e| e.2.first().map(|n| (e.0, *n)))
+}
+
 /// The field a `%` code names, of jobs or (with `-s`) of steps.
 fn by_code(code: char, steps: bool) -> Option<F> {
     if steps {
@@ -1162,6 +1214,8 @@ pub struct Layout {
     pub detail: bool,
     /// No field or sort key shows a text a brief view leaves out.
     pub brief: bool,
+    /// Every field and sort key shows the same from a bare view.
+    pub bare: bool,
 }
 
 impl Layout {
@@ -1203,6 +1257,7 @@ impl Layout {
         };
         let detail = is_steps || a.account.is_some() || a.qos.is_some() || uses(|f| !basic(f));
         let brief = !uses(textual);
+        let bare = !detail && !uses(|f| !bare(f));
         Ok(Layout {
             pieces,
             sort,
@@ -1211,6 +1266,7 @@ impl Layout {
             dated: a.long && !a.noheader,
             detail,
             brief,
+            bare,
         })
     }
 
@@ -1425,6 +1481,7 @@ pub fn main(args: &[OsString]) -> i32 {
     };
     f.detail = layout.detail;
     f.brief = layout.brief;
+    f.bare = layout.bare;
     block_on(CMD, async move {
         let mut c = match Client::connect().await {
             Ok(c) => c,
@@ -1554,6 +1611,32 @@ pub(crate) mod tests {
             &["-S", "Z"],
         ] {
             assert!(!layout(text).brief, "{text:?}");
+        }
+    }
+
+    /// squeue's default layouts (and the wide one) ask for bare views;
+    /// a field that reads more of the spec asks for whole ones.
+    #[test]
+    fn only_layouts_of_bare_fields_ask_for_bare_views() {
+        let layout = |args: &[&str]| {
+            let mut all = vec!["squeue"];
+            all.extend_from_slice(args);
+            Layout::of(&SqueueArgs::try_parse_from(all).unwrap()).unwrap()
+        };
+        assert!(layout(&[]).bare);
+        assert!(layout(&["-h", "-t", "PD"]).bare);
+        assert!(layout(&["-o", "%i %j %R %Q"]).bare);
+        for whole in [
+            &["-l"][..],
+            &["--start"],
+            &["-o", "%i %l"],
+            &["-o", "%C"],
+            &["-O", "jobid,timeleft"],
+            &["-S", "l"],
+            &["-s"],
+            &["-A", "physics"],
+        ] {
+            assert!(!layout(whole).bare, "{whole:?}");
         }
     }
 

@@ -33,6 +33,8 @@ pub struct Selector {
     pub detail: bool,
     /// Views without the texts few fields show ([`JobFilter::brief`]).
     pub brief: bool,
+    /// Views from the head of each spec only ([`JobFilter::bare`]).
+    pub bare: bool,
 }
 
 fn state_bit(s: JobState) -> u16 {
@@ -69,6 +71,7 @@ impl Selector {
             tasks: f.tasks,
             detail: f.detail,
             brief: f.brief,
+            bare: f.bare,
             only: Default::default(),
             after: f.after,
         })

@@ -1,7 +1,7 @@
 //! What squeue, sinfo and scontrol show: views built from the job table,
 //! the node registry and the scheduler's status.
 
-use super::packed::{KindRef, SpecRef};
+use super::packed::{KindRef, SpecHead, SpecRef};
 use super::wire::{core_id, job_reason, node_state, wire_id};
 use super::{Controller, JobRecord, Selector};
 use std::borrow::Cow;
@@ -84,25 +84,32 @@ impl Controller {
                 continue;
             }
             // Read once, when the state and the sets have not already
-            // ruled the job out.
+            // ruled the job out; only the head of it for a bare view (an
+            // array's needs its indices, at the spec's end).
+            let bare = sel.bare && !sel.detail && j.array.is_none();
             let mut spec = None;
             if sel.matches(j.id, j.user.uid, j.shown_state(), &j.partition, || {
-                spec.insert(j.spec.read()).name
+                spec.insert(Read::of(j, bare)).name()
             }) {
-                let spec = spec.unwrap_or_else(|| j.spec.read());
-                let only = sel
-                    .only
-                    .get(&j.id)
-                    .zip(spec.array.as_ref())
-                    .map(|(only, a)| {
-                        only.iter()
-                            .flat_map(|&p| a.slice(p, p + 1))
-                            .collect::<Vec<_>>()
-                    });
-                let mut v = self.view_of(j, &spec, sel.detail, sel.brief);
-                if let (Some(waiting), Some(a)) = (only, v.array.as_mut()) {
-                    a.waiting = waiting;
-                }
+                let v = match spec.unwrap_or_else(|| Read::of(j, bare)) {
+                    Read::Head(h) => self.bare_view(j, h.name, h.nodes),
+                    Read::Whole(spec) => {
+                        let only = sel
+                            .only
+                            .get(&j.id)
+                            .zip(spec.array.as_ref())
+                            .map(|(only, a)| {
+                                only.iter()
+                                    .flat_map(|&p| a.slice(p, p + 1))
+                                    .collect::<Vec<_>>()
+                            });
+                        let mut v = self.view_of(j, &spec, sel.detail, sel.brief || sel.bare);
+                        if let (Some(waiting), Some(a)) = (only, v.array.as_mut()) {
+                            a.waiting = waiting;
+                        }
+                        v
+                    }
+                };
                 made += 1;
                 if !each(v) {
                     return Some(j.id);
@@ -127,7 +134,105 @@ impl Controller {
         detail: bool,
         brief: bool,
     ) -> JobView<Cow<'a, str>> {
+        let mut v = self.bare_view(j, spec.name, spec.nodes);
         let cpus_per_task = spec.cpus_per_task.unwrap_or(1);
+        let running = !j.alloc.is_empty();
+        let num_tasks = if running {
+            j.alloc.iter().map(|(_, a)| a.tasks).sum()
+        } else {
+            spec.ntasks.unwrap_or(spec.nodes.unwrap_or(1))
+        };
+        v.num_tasks = num_tasks;
+        v.cpus_per_task = cpus_per_task;
+        v.num_cpus = if running {
+            j.alloc.iter().map(|(_, a)| a.cpus.len() as u32).sum()
+        } else {
+            num_tasks * cpus_per_task
+        };
+        v.gpus = if running {
+            j.alloc.iter().map(|(_, a)| a.gpus.len() as u32).sum()
+        } else {
+            match spec.gpus {
+                GpuAsk::None => 0,
+                GpuAsk::PerNode(g) => g * spec.nodes.unwrap_or(1),
+                GpuAsk::PerTask(g) => g * num_tasks,
+                GpuAsk::Total(g) => g,
+            }
+        };
+        v.mem_mb = spec.mem_mb.unwrap_or(0);
+        v.time_limit = spec.time_limit.or(v.time_limit);
+        // Only an array's entry asks the scheduler which tasks wait.
+        v.array = spec
+            .array
+            .as_ref()
+            .and_then(|a| j.array_view(Some(a), self.sched.array_waiting(core_id(j.id))));
+        v.ask = detail.then(|| {
+            let mut a = ask(j, spec, v.reason);
+            if j.state == JobState::Pending {
+                if let Some(r) = self.sched.reservation(core_id(j.id)) {
+                    a.sched_nodes = r.nodes.iter().map(|p| self.node_name(p.node)).collect();
+                }
+            }
+            Box::new(a)
+        });
+        v.steps = j
+            .steps
+            .iter()
+            .filter(|s| detail && s.end.is_none())
+            .map(|s| StepView {
+                id: s.id,
+                name: s.name.clone(),
+                nodes: s.nodes.clone(),
+                tasks: s.tasks,
+                cpus: s.cpus,
+                start: s.start,
+            })
+            .collect();
+        v.batch = matches!(spec.kind, KindRef::Batch { .. });
+        v.requeue = spec.requeue;
+        if brief {
+            return v;
+        }
+        let text = |s: Option<&'a str>| s.map(Cow::Borrowed);
+        (v.stdout, v.stderr, v.command) = match &spec.kind {
+            // Slurm's Command: the script's path and arguments, `(null)`
+            // for --wrap and standard input.
+            KindRef::Batch {
+                stdout,
+                stderr,
+                args,
+                ..
+            } => (
+                Some(Cow::Borrowed(
+                    stdout.unwrap_or(JobRecord::default_output(spec.array.is_some())),
+                )),
+                stderr.map(Cow::Borrowed),
+                match spec.script_path {
+                    Some(p) if args.is_empty() => Cow::Borrowed(p),
+                    Some(p) => Cow::Owned(format!("{p} {}", args.join(" "))),
+                    None => Cow::Borrowed("(null)"),
+                },
+            ),
+            KindRef::Interactive { argv, .. } => (None, None, Cow::Owned(argv.join(" "))),
+            KindRef::Allocation => (None, None, Cow::Borrowed(spec.name)),
+        };
+        v.work_dir = Cow::Borrowed(spec.work_dir);
+        v.failure = text(j.failure.as_deref());
+        v.comment = text(spec.comment);
+        v.mail_type = text(spec.mail_type);
+        v.mail_user = text(spec.mail_user);
+        v
+    }
+
+    /// A bare view ([`JobFilter::bare`]): what the record and the
+    /// scheduler know, with the spec's name and node count; what else the
+    /// spec holds reads zero (a running job's limit is its run's).
+    fn bare_view<'a>(
+        &self,
+        j: &'a JobRecord,
+        name: &'a str,
+        nodes: Option<u32>,
+    ) -> JobView<Cow<'a, str>> {
         // Only a pending job has anything to ask the scheduler (a running
         // one's status would clone its allocation for nothing).
         let status = (j.state == JobState::Pending)
@@ -150,64 +255,9 @@ impl Controller {
             _ => JobReason::None,
         };
         let running = !j.alloc.is_empty();
-        let num_tasks = if running {
-            j.alloc.iter().map(|(_, a)| a.tasks).sum()
-        } else {
-            spec.ntasks.unwrap_or(spec.nodes.unwrap_or(1))
-        };
-        let num_cpus = if running {
-            j.alloc.iter().map(|(_, a)| a.cpus.len() as u32).sum()
-        } else {
-            num_tasks * cpus_per_task
-        };
-        let gpus = if running {
-            j.alloc.iter().map(|(_, a)| a.gpus.len() as u32).sum()
-        } else {
-            match spec.gpus {
-                GpuAsk::None => 0,
-                GpuAsk::PerNode(g) => g * spec.nodes.unwrap_or(1),
-                GpuAsk::PerTask(g) => g * num_tasks,
-                GpuAsk::Total(g) => g,
-            }
-        };
-        let array = j.array_view(spec.array.as_ref(), self.sched.array_waiting(core_id(j.id)));
-        let ask = detail.then(|| {
-            let mut a = ask(j, spec, reason);
-            if j.state == JobState::Pending {
-                if let Some(r) = self.sched.reservation(core_id(j.id)) {
-                    a.sched_nodes = r.nodes.iter().map(|p| self.node_name(p.node)).collect();
-                }
-            }
-            Box::new(a)
-        });
-        let text = |s: Option<&'a str>| s.filter(|_| !brief).map(Cow::Borrowed);
-        let batch = matches!(spec.kind, KindRef::Batch { .. });
-        let (stdout, stderr, command) = match &spec.kind {
-            _ if brief => (None, None, Cow::Borrowed("")),
-            // Slurm's Command: the script's path and arguments, `(null)`
-            // for --wrap and standard input.
-            KindRef::Batch {
-                stdout,
-                stderr,
-                args,
-                ..
-            } => (
-                Some(Cow::Borrowed(
-                    stdout.unwrap_or(JobRecord::default_output(spec.array.is_some())),
-                )),
-                stderr.map(Cow::Borrowed),
-                match spec.script_path {
-                    Some(p) if args.is_empty() => Cow::Borrowed(p),
-                    Some(p) => Cow::Owned(format!("{p} {}", args.join(" "))),
-                    None => Cow::Borrowed("(null)"),
-                },
-            ),
-            KindRef::Interactive { argv, .. } => (None, None, Cow::Owned(argv.join(" "))),
-            KindRef::Allocation => (None, None, Cow::Borrowed(spec.name)),
-        };
         JobView {
             id: j.id,
-            name: Cow::Borrowed(spec.name),
+            name: Cow::Borrowed(name),
             user: j.user,
             partition: Cow::Borrowed(&j.partition),
             state: j.shown_state(),
@@ -217,12 +267,11 @@ impl Controller {
             start_time: j.start.get(),
             end_time: j.end.get().or(j.end_by.get()),
             expected_start: expected,
-            time_limit: spec.time_limit.or_else(|| {
-                j.end_by
-                    .get()
-                    .zip(j.start.get())
-                    .map(|(e, s)| e.saturating_sub(s))
-            }),
+            time_limit: j
+                .end_by
+                .get()
+                .zip(j.start.get())
+                .map(|(e, s)| e.saturating_sub(s)),
             nodes: j
                 .alloc
                 .iter()
@@ -231,41 +280,29 @@ impl Controller {
             num_nodes: if running {
                 j.alloc.len() as u32
             } else {
-                spec.nodes.unwrap_or(1)
+                nodes.unwrap_or(1)
             },
-            num_tasks,
-            cpus_per_task,
-            num_cpus,
-            gpus,
-            mem_mb: spec.mem_mb.unwrap_or(0),
+            num_tasks: 0,
+            cpus_per_task: 0,
+            num_cpus: 0,
+            gpus: 0,
+            mem_mb: 0,
             exit: j.exit,
-            work_dir: text(Some(spec.work_dir)).unwrap_or_default(),
-            stdout,
-            stderr,
-            command,
-            batch,
-            requeue: spec.requeue,
+            work_dir: Cow::Borrowed(""),
+            stdout: None,
+            stderr: None,
+            command: Cow::Borrowed(""),
+            batch: false,
+            requeue: false,
             restarts: j.restarts,
-            failure: text(j.failure.as_deref()),
+            failure: None,
             usage: j.used,
-            comment: text(spec.comment),
-            mail_type: text(spec.mail_type),
-            mail_user: text(spec.mail_user),
-            array,
-            ask,
-            steps: j
-                .steps
-                .iter()
-                .filter(|s| detail && s.end.is_none())
-                .map(|s| StepView {
-                    id: s.id,
-                    name: s.name.clone(),
-                    nodes: s.nodes.clone(),
-                    tasks: s.tasks,
-                    cpus: s.cpus,
-                    start: s.start,
-                })
-                .collect(),
+            comment: None,
+            mail_type: None,
+            mail_user: None,
+            array: None,
+            ask: None,
+            steps: Vec::new(),
             suspension: j.suspension,
         }
     }
@@ -429,4 +466,30 @@ pub fn natural(a: &str, b: &str) -> std::cmp::Ordering {
     };
     let ((la, na), (lb, nb)) = (split(a), split(b));
     a[..la].cmp(&b[..lb]).then(na.cmp(&nb)).then(a.cmp(b))
+}
+
+/// What a view reads of a job's spec: its head ([`JobFilter::bare`]) or
+/// the whole of it. Lives on the stack for one job at a time: boxing
+/// the larger would cost an allocation per job listed.
+#[allow(clippy::large_enum_variant)]
+enum Read<'a> {
+    Head(SpecHead<'a>),
+    Whole(SpecRef<'a>),
+}
+
+impl<'a> Read<'a> {
+    fn of(j: &'a JobRecord, head: bool) -> Read<'a> {
+        if head {
+            Read::Head(j.spec.head())
+        } else {
+            Read::Whole(j.spec.read())
+        }
+    }
+
+    fn name(&self) -> &'a str {
+        match self {
+            Read::Head(h) => h.name,
+            Read::Whole(s) => s.name,
+        }
+    }
 }

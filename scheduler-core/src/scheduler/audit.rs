@@ -24,6 +24,11 @@ impl Scheduler {
                 }
             }
         }
+        // A job is live or finished, never both (`job_status` asks the
+        // live ones first).
+        if let Some(id) = self.jobs.keys().find(|id| self.finished.contains_key(id)) {
+            return Err(format!("job {id} is both live and finished"));
+        }
         let unheld = self.jobs.keys().filter(|id| !self.held.contains_key(id));
         if !unheld.eq(self.unheld.iter()) {
             return Err("the jobs not held are filed wrongly".into());

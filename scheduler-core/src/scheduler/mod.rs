@@ -623,10 +623,11 @@ impl Scheduler {
 
     /// Where a job stands now.
     pub fn job_status(&self, id: JobId) -> Option<JobStatus> {
-        if let Some(outcome) = self.finished.get(&id) {
-            return Some(JobStatus::Finished(*outcome));
-        }
-        let job = self.jobs.get(&id)?;
+        // The jobs first: a listing asks this of every pending job, and
+        // the finished ones' hash costs more than the tree's search.
+        let Some(job) = self.jobs.get(&id) else {
+            return self.finished.get(&id).map(|o| JobStatus::Finished(*o));
+        };
         Some(match &job.state {
             State::Pending { reason, plan } => JobStatus::Pending {
                 reason: *reason,

@@ -209,6 +209,91 @@ fn failing_exit_is_failed_with_its_code() {
     assert_eq!((v.state, v.exit.code), (JobState::Failed, 3));
 }
 
+/// A bare view (`JobFilter::bare`) reads only the head of a job's spec,
+/// yet every field squeue calls bare prints from it just as from the
+/// whole view: jobs running on two nodes, failed, waiting for
+/// resources, held, and an array.
+#[test]
+fn bare_views_print_every_bare_field_as_whole_views_do() {
+    use crate::cli::squeue::{bare, named_fields, Layout, SqueueArgs};
+    use clap::Parser as _;
+    let mut c = cluster(2);
+    let mut wide = batch("#!/bin/sh\ntrue\n");
+    (wide.name, wide.nodes, wide.ntasks) = ("wide".into(), Some(2), Some(4));
+    (wide.time_limit, wide.mem_mb) = (Some(600), Some(512));
+    wide.gpus = GpuAsk::PerNode(2);
+    let running = c.submit(ALICE, wide.clone(), 0).unwrap();
+    let failing = c.submit(BOB, batch("x"), 0).unwrap();
+    c.schedule(0);
+    let l = launches(&mut c);
+    let (node, _) = l.iter().find(|(_, x)| x.job == failing).unwrap();
+    let exit = ExitStatus {
+        code: 3,
+        signal: None,
+    };
+    let step = StepId::BATCH;
+    let job = r0(failing);
+    c.agent_message(
+        node,
+        AgentMsg::StepExited {
+            job,
+            step,
+            exit,
+            oom: false,
+        },
+        5,
+    );
+    c.agent_message(node, AgentMsg::JobCleaned { job, usage: None }, 5);
+    // Waits for the running job's nodes.
+    c.submit(BOB, wide.clone(), 6).unwrap();
+    let mut held = batch("x");
+    (held.hold, held.name) = (true, "held".into());
+    c.submit(ALICE, held, 7).unwrap();
+    let mut array = batch("x");
+    array.array = Some(corral_proto::msg::ArraySpec {
+        runs: vec![corral_proto::msg::IndexRun {
+            first: 1,
+            count: 4,
+            step: 1,
+        }],
+        throttle: 0,
+    });
+    c.submit(ALICE, array, 8).unwrap();
+    c.schedule(9);
+
+    let fields: Vec<&str> = named_fields()
+        .filter(|&(f, _)| bare(f))
+        .map(|(_, n)| n)
+        .collect();
+    let args = ["squeue", "-O", &fields.join(",")];
+    let layout = Layout::of(&SqueueArgs::try_parse_from(args).unwrap()).unwrap();
+    assert!(layout.bare && fields.len() > 30, "{fields:?}");
+    let list = |bare| {
+        let f = JobFilter {
+            brief: true,
+            bare,
+            ..JobFilter::default()
+        };
+        c.job_views(&f, 70)
+    };
+    let (whole, bare_views) = (list(false), list(true));
+    assert!(whole.len() >= 5, "{}", whole.len());
+    let v = bare_views.iter().find(|v| v.id == running).unwrap();
+    assert_eq!(
+        (v.num_cpus, v.mem_mb, v.num_nodes),
+        (0, 0, 2),
+        "bare indeed"
+    );
+    assert_eq!(
+        v.time_limit,
+        Some(600),
+        "a running job's limit is its run's"
+    );
+    let print = |v: &Vec<JobView>| layout.print(vec![v.clone()], false, 70);
+    assert_eq!(print(&bare_views), print(&whole));
+    assert!(print(&whole).contains("wide"));
+}
+
 /// A brief view (`JobFilter::brief`, a squeue layout without text
 /// fields) leaves out the texts, and only them.
 #[test]
