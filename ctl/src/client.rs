@@ -173,7 +173,10 @@ impl Client {
     /// one whose controller is gone) must not hang the command.
     pub async fn local(&mut self, req: LocalRequest) -> Result<Response, ClientError> {
         let mut parts = Vec::new();
-        let answer = match self.exchange(req, |p| parts.push(p)).await? {
+        let answer = match self
+            .exchange(req, |p| parts.push(std::mem::take(p)))
+            .await?
+        {
             Answer::Listing(_) => Answer::Listing(parts),
             other => other,
         };
@@ -185,7 +188,7 @@ impl Client {
     async fn exchange(
         &mut self,
         req: LocalRequest,
-        part: impl FnMut(Vec<JobView>),
+        part: impl FnMut(&mut Vec<JobView>),
     ) -> Result<Answer, ClientError> {
         let exchange = async {
             write_frame(&mut self.stream, &req).await?;
@@ -209,14 +212,15 @@ impl Client {
 
     /// [`Client::jobs`] in the parts the listing comes in, each handed to
     /// `part` as it arrives (escaped), so the caller works on one while
-    /// the next comes (squeue renders each part's lines).
+    /// the next comes (squeue renders each part's lines). The list is the
+    /// reader's, used again for the next part: take it to keep it.
     pub async fn job_parts_each(
         &mut self,
         f: JobFilter,
-        mut part: impl FnMut(Vec<JobView>),
+        mut part: impl FnMut(&mut Vec<JobView>),
     ) -> Result<(), String> {
         let answer = self
-            .exchange(LocalRequest::Relay(Request::Jobs(f)), |mut p| {
+            .exchange(LocalRequest::Relay(Request::Jobs(f)), |p| {
                 p.iter_mut().for_each(escape_view);
                 part(p)
             })

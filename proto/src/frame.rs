@@ -137,10 +137,22 @@ pub async fn read_len<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<u32>, Wi
 /// not decoded: what a relay passes on as it came (the reader at the far
 /// end decodes and checks it). `Ok(None)` is a clean end of stream.
 pub async fn read_raw_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Vec<u8>>, WireError> {
+    let mut frame = Vec::new();
+    Ok(read_raw_frame_into(r, &mut frame).await?.then_some(frame))
+}
+
+/// [`read_raw_frame`] into `frame`, its memory kept from the last frame
+/// (a listing's twenty parts fault in their pages once, not twenty
+/// times). `Ok(false)` is a clean end of stream.
+pub async fn read_raw_frame_into<R: AsyncRead + Unpin>(
+    r: &mut R,
+    frame: &mut Vec<u8>,
+) -> Result<bool, WireError> {
     let Some(len) = read_len(r).await? else {
-        return Ok(None);
+        return Ok(false);
     };
-    let mut frame = vec![0u8; 4 + len as usize];
+    frame.clear();
+    frame.resize(4 + len as usize, 0);
     frame[..4].copy_from_slice(&len.to_be_bytes());
     r.read_exact(&mut frame[4..]).await.map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -156,7 +168,7 @@ pub async fn read_raw_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Ve
             want: PROTOCOL_VERSION,
         });
     }
-    Ok(Some(frame))
+    Ok(true)
 }
 
 /// Reads and decodes the body of a frame whose length [`read_len`] gave.

@@ -4,7 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Who a job runs as.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode,
+)]
 pub struct Ident {
     pub uid: u32,
     pub gid: u32,
@@ -12,7 +14,19 @@ pub struct Ident {
 
 /// A job's id, as users see it (`SLURM_JOB_ID`).
 #[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    bincode::Encode,
+    bincode::Decode,
 )]
 #[serde(transparent)]
 pub struct JobId(pub u64);
@@ -25,7 +39,20 @@ impl std::fmt::Display for JobId {
 
 /// A step of a job: 0, 1, ... for srun's steps, [`StepId::BATCH`] for the
 /// batch script (Slurm writes it `batch`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    bincode::Encode,
+    bincode::Decode,
+)]
 #[serde(transparent)]
 pub struct StepId(pub u32);
 

@@ -1273,8 +1273,8 @@ impl Layout {
     /// The whole output for these jobs, in the parts they came in.
     pub fn print(&self, parts: Vec<Vec<JobView>>, array: bool, now: u64) -> String {
         let mut t = self.table(array, now);
-        for p in parts {
-            t.add(p, |_| true);
+        for mut p in parts {
+            t.add(&mut p, |_| true);
         }
         t.finish()
     }
@@ -1336,16 +1336,16 @@ enum RowKey {
 }
 
 impl Table<'_> {
-    /// Adds a part's jobs that `keep` says yes to.
-    pub fn add(&mut self, part: Vec<JobView>, keep: impl Fn(&JobView) -> bool) {
-        let mut part = if self.array {
-            expand_arrays(part)
-        } else {
-            part
-        };
+    /// Adds a part's jobs that `keep` says yes to. The views are left in
+    /// `part` (or taken, for a step layout), its memory the caller's to
+    /// use again.
+    pub fn add(&mut self, part: &mut Vec<JobView>, keep: impl Fn(&JobView) -> bool) {
+        if self.array {
+            *part = expand_arrays(std::mem::take(part));
+        }
         part.retain(|j| keep(j));
         if self.layout.steps.is_some() {
-            self.steps.push(part);
+            self.steps.push(std::mem::take(part));
             return;
         }
         let now = self.now;
@@ -1985,7 +1985,7 @@ pub(crate) mod tests {
             whole.push_str(&render_pieces(&order, &layout.pieces, layout.header, now));
             let mut t = layout.table(false, now);
             for range in [40..60, 0..7, 7..40] {
-                t.add(jobs[range].to_vec(), |_| true);
+                t.add(&mut jobs[range].to_vec(), |_| true);
             }
             assert_eq!(t.finish(), whole, "{args:?}");
         }
