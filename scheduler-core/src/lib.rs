@@ -84,4 +84,4 @@ pub use error::{ControlError, SubmitError, UpdateError};
 pub use model::*;
 pub use placement::Packing;
 pub use priority::PriorityWeights;
-pub use scheduler::{AdoptError, BackfillPolicy, Cancelled, Scheduler, SchedulerConfig};
+pub use scheduler::{AdoptError, BackfillPolicy, Cancelled, Scheduler, SchedulerConfig, Statuses};

@@ -75,6 +75,7 @@ impl Controller {
             None => Box::new(self.jobs.range(from..).map(|(_, j)| j)),
         };
         let mut made = 0;
+        let mut statuses = self.sched.statuses();
         for (scanned, j) in candidates.enumerate() {
             if made >= max_views || scanned >= max_scan {
                 return Some(JobId(j.id.0 - 1));
@@ -91,8 +92,9 @@ impl Controller {
             if sel.matches(j.id, j.user.uid, j.shown_state(), &j.partition, || {
                 spec.insert(Read::of(j, bare)).name()
             }) {
+                let status = self.pending_status(j, |id| statuses.status(id));
                 let v = match spec.unwrap_or_else(|| Read::of(j, bare)) {
-                    Read::Head(h) => self.bare_view(j, h.name, h.nodes),
+                    Read::Head(h) => self.bare_view(j, h.name, h.nodes, status),
                     Read::Whole(spec) => {
                         let only = sel
                             .only
@@ -103,7 +105,8 @@ impl Controller {
                                     .flat_map(|&p| a.slice(p, p + 1))
                                     .collect::<Vec<_>>()
                             });
-                        let mut v = self.view_of(j, &spec, sel.detail, sel.brief || sel.bare);
+                        let brief = sel.brief || sel.bare;
+                        let mut v = self.view_of(j, &spec, status, sel.detail, brief);
                         if let (Some(waiting), Some(a)) = (only, v.array.as_mut()) {
                             a.waiting = waiting;
                         }
@@ -120,7 +123,9 @@ impl Controller {
     }
 
     pub(super) fn view(&self, j: &JobRecord, detail: bool, _now: u64) -> JobView {
-        self.view_of(j, &j.spec.read(), detail, false).into_owned()
+        let status = self.pending_status(j, |id| self.sched.job_status(id));
+        self.view_of(j, &j.spec.read(), status, detail, false)
+            .into_owned()
     }
 
     /// A job's view from its spec read in place
@@ -131,10 +136,11 @@ impl Controller {
         &self,
         j: &'a JobRecord,
         spec: &SpecRef<'a>,
+        status: Option<JobStatus>,
         detail: bool,
         brief: bool,
     ) -> JobView<Cow<'a, str>> {
-        let mut v = self.bare_view(j, spec.name, spec.nodes);
+        let mut v = self.bare_view(j, spec.name, spec.nodes, status);
         let cpus_per_task = spec.cpus_per_task.unwrap_or(1);
         let running = !j.alloc.is_empty();
         let num_tasks = if running {
@@ -224,20 +230,29 @@ impl Controller {
         v
     }
 
+    /// What the scheduler says of a pending job, asked through `ask`
+    /// (a running one's status would clone its allocation for nothing).
+    fn pending_status(
+        &self,
+        j: &JobRecord,
+        ask: impl FnOnce(scheduler_core::JobId) -> Option<JobStatus>,
+    ) -> Option<JobStatus> {
+        (j.state == JobState::Pending)
+            .then(|| ask(core_id(j.id)))
+            .flatten()
+    }
+
     /// A bare view ([`JobFilter::bare`]): what the record and the
-    /// scheduler know, with the spec's name and node count; what else the
-    /// spec holds reads zero (a running job's limit is its run's).
+    /// scheduler know (`status`, of a pending job), with the spec's name
+    /// and node count; what else the spec holds reads zero (a running
+    /// job's limit is its run's).
     fn bare_view<'a>(
         &self,
         j: &'a JobRecord,
         name: &'a str,
         nodes: Option<u32>,
+        status: Option<JobStatus>,
     ) -> JobView<Cow<'a, str>> {
-        // Only a pending job has anything to ask the scheduler (a running
-        // one's status would clone its allocation for nothing).
-        let status = (j.state == JobState::Pending)
-            .then(|| self.sched.job_status(core_id(j.id)))
-            .flatten();
         let (reason, priority, expected) = match status {
             Some(JobStatus::Pending {
                 reason,

@@ -628,7 +628,21 @@ impl Scheduler {
         let Some(job) = self.jobs.get(&id) else {
             return self.finished.get(&id).map(|o| JobStatus::Finished(*o));
         };
-        Some(match &job.state {
+        Some(Self::status_of(job))
+    }
+
+    /// [`Scheduler::job_status`] of jobs asked in ascending id order, as
+    /// a listing asks: the job table is walked once instead of searched
+    /// for each job.
+    pub fn statuses(&self) -> Statuses<'_> {
+        Statuses {
+            sched: self,
+            walk: self.jobs.range(..).peekable(),
+        }
+    }
+
+    fn status_of(job: &Job) -> JobStatus {
+        match &job.state {
             State::Pending { reason, plan } => JobStatus::Pending {
                 reason: *reason,
                 expected_start: plan.as_ref().map(|p| p.start),
@@ -639,7 +653,7 @@ impl Scheduler {
                 end_by: r.end_by,
                 nodes: r.alloc.to_vec(),
             },
-        })
+        }
     }
 
     /// A pending job's reservation from the last pass, if it holds one.
@@ -687,6 +701,79 @@ impl Scheduler {
             .collect()
     }
 }
+/// Jobs' statuses asked in ascending id order ([`Scheduler::statuses`]).
+/// Asked out of order, or far ahead, it searches as
+/// [`Scheduler::job_status`] does.
+pub struct Statuses<'a> {
+    sched: &'a Scheduler,
+    walk: std::iter::Peekable<std::collections::btree_map::Range<'a, JobId, Box<Job>>>,
+}
+
+impl std::fmt::Debug for Statuses<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Statuses").finish_non_exhaustive()
+    }
+}
+
+impl Statuses<'_> {
+    /// How many jobs it steps over before it searches instead.
+    const STRIDE: usize = 16;
+
+    pub fn status(&mut self, id: JobId) -> Option<JobStatus> {
+        for _ in 0..Self::STRIDE {
+            match self.walk.peek() {
+                Some((&k, _)) if k < id => {
+                    self.walk.next();
+                }
+                Some((&k, job)) if k == id => return Some(Scheduler::status_of(job)),
+                Some(_) => return self.sched.job_status(id),
+                None => return self.sched.job_status(id),
+            }
+        }
+        self.walk = self.sched.jobs.range(id..).peekable();
+        match self.walk.peek() {
+            Some((&k, job)) if k == id => Some(Scheduler::status_of(job)),
+            _ => self.sched.job_status(id),
+        }
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::*;
+    use crate::model::{JobRequest, NodeSpec, PartitionSpec, UserId};
+
+    /// A walk of the statuses answers as the search does, asked in order
+    /// with gaps, far ahead, and backwards.
+    #[test]
+    fn statuses_in_order_answer_as_job_status_does() {
+        let mut s = Scheduler::new(SchedulerConfig::default());
+        let mut p = PartitionSpec::new("p", "n0");
+        p.is_default = true;
+        s.add_partition(p).unwrap();
+        s.handle_node_added(NodeSpec::new("n0", 4, 1000)).unwrap();
+        for id in (1..200).filter(|i| i % 3 != 0) {
+            s.submit(0, JobId(id), JobRequest::new(UserId(1))).unwrap();
+        }
+        let started = s.schedule(0);
+        assert_eq!(started.len(), 4);
+        for d in &started[..2] {
+            s.handle_job_finished(1, d.job, JobOutcome::Completed)
+                .unwrap();
+        }
+        let asks = [
+            (0..210).collect::<Vec<u64>>(),
+            vec![5, 7, 150, 151, 40, 2, 199, 500],
+        ];
+        for ask in asks {
+            let mut walk = s.statuses();
+            for id in ask {
+                assert_eq!(walk.status(JobId(id)), s.job_status(JobId(id)), "job {id}");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod size_tests {
     /// Every queued job is one boxed `Job`: 152 bytes is a 160-byte
