@@ -14,7 +14,9 @@ use super::opts::parse_job_list;
 use super::{block_on, fail, group_name, parse, parse_user, user_name, words};
 use crate::client::Client;
 use crate::ctld::server::now;
-use crate::timefmt::{elapsed, elapsed_into, strftime, timestamp, timestamp_into};
+use crate::timefmt::{
+    elapsed, elapsed_into, push_int, push_uint, strftime, timestamp, timestamp_into,
+};
 
 const CMD: &str = "squeue";
 
@@ -584,10 +586,14 @@ pub fn push_fit(out: &mut String, s: &str, width: Option<usize>, right: bool) {
         out.push_str(s);
         return;
     };
-    let (cut, n) = match s.char_indices().nth(w) {
-        Some((i, _)) => (&s[..i], w),
-        None if s.is_ascii() => (s, s.len()),
-        None => (s, s.chars().count()),
+    let (cut, n) = if s.is_ascii() {
+        let n = s.len().min(w);
+        (&s[..n], n)
+    } else {
+        match s.char_indices().nth(w) {
+            Some((i, _)) => (&s[..i], w),
+            None => (s, s.chars().count()),
+        }
     };
     let pad = w - n;
     if !right {
@@ -830,7 +836,6 @@ fn value(j: &JobView, f: F, now: u64) -> String {
 /// straight into `buf` (a squeue of 10,000 jobs prints half a million
 /// fields), the rest through [`value`].
 fn value_into(buf: &mut String, j: &JobView, f: F, now: u64) {
-    use std::fmt::Write as _;
     let ask = j.ask();
     fn null(v: &Option<String>) -> &str {
         v.as_deref().unwrap_or("(null)")
@@ -867,11 +872,11 @@ fn value_into(buf: &mut String, j: &JobView, f: F, now: u64) {
         F::TresPerTask if ask.gpus_per_task.is_none() => "N/A",
         F::ArrayTaskId if j.array.is_none() => "N/A",
         F::JobArrayId if j.array.is_none() => {
-            let _ = write!(buf, "{}", j.id);
+            push_uint(buf, j.id.0);
             return;
         }
         F::JobId | F::ArrayJobId if j.array.is_none() => {
-            let _ = write!(buf, "{}", j.id);
+            push_uint(buf, j.id.0);
             return;
         }
         F::Uid | F::Gid | F::NumNodes | F::NumCpus | F::NumTasks | F::MinCpus | F::CpusPerTask => {
@@ -884,11 +889,11 @@ fn value_into(buf: &mut String, j: &JobView, f: F, now: u64) {
                 F::MinCpus => j.min_cpus(),
                 _ => j.cpus_per_task,
             };
-            let _ = write!(buf, "{n}");
+            push_uint(buf, u64::from(n));
             return;
         }
         F::PriorityLong => {
-            let _ = write!(buf, "{}", j.priority);
+            push_int(buf, j.priority);
             return;
         }
         F::ReasonList if j.state == JobState::Pending || j.nodes.is_empty() => {
@@ -902,7 +907,7 @@ fn value_into(buf: &mut String, j: &JobView, f: F, now: u64) {
             return;
         }
         F::Nice => {
-            let _ = write!(buf, "{}", ask.nice);
+            push_int(buf, i64::from(ask.nice));
             return;
         }
         F::TimeUsed => {
