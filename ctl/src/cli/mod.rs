@@ -48,9 +48,17 @@ pub fn fail(cmd: &str, msg: impl std::fmt::Display) -> i32 {
 /// script under `set -o pipefail` goes on. Any other failure to write (a
 /// full disk) is one error line and 1.
 pub fn emit(cmd: &str, text: &str) -> i32 {
+    emit_with(cmd, |out| std::io::Write::write_all(out, text.as_bytes()))
+}
+
+/// [`emit`] of what `write` writes to standard output.
+pub fn emit_with(
+    cmd: &str,
+    write: impl FnOnce(&mut std::io::StdoutLock<'static>) -> std::io::Result<()>,
+) -> i32 {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    match write(&mut out).and_then(|()| out.flush()) {
         Ok(()) => 0,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
         Err(e) => fail(cmd, format!("writing the output: {e}")),

@@ -172,14 +172,18 @@ pub fn prepare_with(
     // Directives are read as text; bytes that are not UTF-8 cannot be
     // part of an option Corral knows.
     let dirs = directives(&String::from_utf8_lossy(&script)).map_err(Ok)?;
-    let mut merged: Vec<OsString> = vec![args[0].clone()];
-    merged.extend(dirs.into_iter().map(OsString::from));
-    merged.extend(super::opts::input_options(
-        super::opts::SBATCH_INPUT,
-        lookup,
-    ));
-    merged.extend(args[1..].iter().cloned());
-    let mut full: SbatchArgs = parse(CMD, &merged).map_err(Err)?;
+    let env = super::opts::input_options(super::opts::SBATCH_INPUT, lookup);
+    // Nothing to add to the command line (a `--wrap`, a script without
+    // directives): its parse stands, and sbatch spares a second one.
+    let mut full = if dirs.is_empty() && env.is_empty() {
+        first
+    } else {
+        let mut merged: Vec<OsString> = vec![args[0].clone()];
+        merged.extend(dirs.into_iter().map(OsString::from));
+        merged.extend(env);
+        merged.extend(args[1..].iter().cloned());
+        parse(CMD, &merged).map_err(Err)?
+    };
     if full.job.job_name.is_none() {
         full.job.job_name = Some(name);
     }

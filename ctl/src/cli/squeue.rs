@@ -1400,7 +1400,18 @@ impl Table<'_> {
     }
 
     /// The whole output: date line, header, the lines in order.
-    pub fn finish(mut self) -> String {
+    pub fn finish(self) -> String {
+        let mut out = Vec::new();
+        // Writing to memory fails only where allocation would.
+        let _ = self.write_to(&mut out);
+        String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into())
+    }
+
+    /// [`Table::finish`], written to `w` line by line as it is put in
+    /// order (not first copied whole: ten thousand lines are most of a
+    /// megabyte of fresh memory to fault in).
+    pub fn write_to(mut self, w: &mut impl std::io::Write) -> std::io::Result<()> {
+        use std::io::Write as _;
         let layout = self.layout;
         let mut out = String::new();
         if layout.dated {
@@ -1415,11 +1426,12 @@ impl Table<'_> {
                 layout.header,
                 self.now,
             ));
-            return out;
+            return w.write_all(out.as_bytes());
         }
         if layout.header {
             line(&layout.pieces, &mut out, &|_, _| {}, true, false);
         }
+        w.write_all(out.as_bytes())?;
         // Partitions by name: the index of each in that order.
         let mut by_name: Vec<usize> = (0..self.partitions.len()).collect();
         by_name.sort_unstable_by(|&a, &b| self.partitions[a].cmp(&self.partitions[b]));
@@ -1460,11 +1472,11 @@ impl Table<'_> {
             };
             o.then(a.id.cmp(&b.id)).then(a.seq.cmp(&b.seq))
         });
-        out.reserve(self.text.len());
+        let mut w = std::io::BufWriter::with_capacity(64 << 10, w);
         for r in &self.rows {
-            out.push_str(&self.text[r.line.clone()]);
+            w.write_all(self.text[r.line.clone()].as_bytes())?;
         }
-        out
+        w.flush()
     }
 }
 
@@ -1534,11 +1546,11 @@ async fn once(c: &mut Client, f: &JobFilter, extra: &Extra, layout: &Layout, arr
                     let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line);
                     1
                 }
-                Ok(_) => super::emit(CMD, &table.finish()),
+                Ok(_) => super::emit_with(CMD, |w| table.write_to(w)),
                 Err(e) => fail(CMD, e),
             }
         }
-        Ok(()) => super::emit(CMD, &table.finish()),
+        Ok(()) => super::emit_with(CMD, |w| table.write_to(w)),
         Err(e) => fail(CMD, e),
     }
 }
