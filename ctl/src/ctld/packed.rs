@@ -96,6 +96,11 @@ impl PackedSpec {
             .expect("a PackedSpec holds bytes its own `new` encoded")
     }
 
+    /// Where its bytes are, for [`super::prefetch`].
+    pub(super) fn bytes_at(&self) -> *const u8 {
+        self.bytes.as_ptr()
+    }
+
     /// The spec to change in place: encoded again when the guard goes.
     pub(super) fn edit(&mut self) -> SpecEdit<'_> {
         let spec = self.get();

@@ -76,7 +76,7 @@ impl Controller {
         };
         let mut made = 0;
         let mut statuses = self.sched.statuses();
-        for (scanned, j) in candidates.enumerate() {
+        for (scanned, j) in Ahead::new(candidates).enumerate() {
             if made >= max_views || scanned >= max_scan {
                 return Some(JobId(j.id.0 - 1));
             }
@@ -506,5 +506,42 @@ impl<'a> Read<'a> {
             Read::Head(h) => h.name,
             Read::Whole(s) => s.name,
         }
+    }
+}
+
+/// The job records a listing reads, with the memory of those a few
+/// places ahead asked for early: ten thousand records and their specs,
+/// each in its own allocation, left ctld waiting on memory for most of
+/// a listing.
+struct Ahead<'a, I> {
+    jobs: I,
+    queue: std::collections::VecDeque<&'a JobRecord>,
+}
+
+impl<'a, I: Iterator<Item = &'a JobRecord>> Ahead<'a, I> {
+    /// How far ahead records are fetched; their specs, half as far.
+    const DEPTH: usize = 8;
+
+    fn new(jobs: I) -> Self {
+        Ahead {
+            jobs,
+            queue: std::collections::VecDeque::with_capacity(Self::DEPTH + 1),
+        }
+    }
+}
+
+impl<'a, I: Iterator<Item = &'a JobRecord>> Iterator for Ahead<'a, I> {
+    type Item = &'a JobRecord;
+
+    fn next(&mut self) -> Option<&'a JobRecord> {
+        while self.queue.len() < Self::DEPTH {
+            let Some(j) = self.jobs.next() else { break };
+            super::prefetch(j, std::mem::size_of::<JobRecord>());
+            self.queue.push_back(j);
+        }
+        if let Some(j) = self.queue.get(Self::DEPTH / 2) {
+            super::prefetch(j.spec.bytes_at(), 64);
+        }
+        self.queue.pop_front()
     }
 }
