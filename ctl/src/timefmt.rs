@@ -98,14 +98,9 @@ pub fn push_int(out: &mut String, n: i64) {
 /// A duration as squeue's `TIME` column prints it: `M:SS`, `H:MM:SS`,
 /// `D-HH:MM:SS`.
 pub fn elapsed(secs: u64) -> String {
-    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
-    } else if h > 0 {
-        format!("{h}:{m:02}:{s:02}")
-    } else {
-        format!("{m}:{s:02}")
-    }
+    let mut out = String::with_capacity(12);
+    elapsed_into(&mut out, secs);
+    out
 }
 
 /// A limit as sinfo and scontrol print it: `UNLIMITED`/`infinite`, or
@@ -553,6 +548,16 @@ mod tests {
             out.clear();
             elapsed_into(&mut out, secs);
             assert_eq!(out, elapsed(secs), "{secs}");
+            // What format! writes, the way elapsed once wrote it.
+            let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+            let want = if d > 0 {
+                format!("{d}-{h:02}:{m:02}:{s:02}")
+            } else if h > 0 {
+                format!("{h}:{m:02}:{s:02}")
+            } else {
+                format!("{m}:{s:02}")
+            };
+            assert_eq!(out, want, "{secs}");
         }
     }
 }

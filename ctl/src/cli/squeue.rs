@@ -468,7 +468,8 @@ pub fn bare(f: F) -> bool {
 }
 
 /// Every job field squeue knows by an `-O` name, with that name.
-pub fn named_fields() -> impl Iterator<Item = (F, &'static str)> {
+#[cfg(test)]
+pub(crate) fn named_fields() -> impl Iterator<Item = (F, &'static str)> {
     FIELDS
         .iter()
         .filter(|e| !matches!(e.0, F::StepId | F::StepName))
@@ -1404,7 +1405,7 @@ impl Table<'_> {
         let mut out = Vec::new();
         // Writing to memory fails only where allocation would.
         let _ = self.write_to(&mut out);
-        String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into())
+        String::from_utf8_lossy(&out).into_owned()
     }
 
     /// [`Table::finish`], written to `w` line by line as it is put in
@@ -1606,15 +1607,17 @@ pub(crate) mod tests {
         }
     }
 
+    /// The layout squeue makes of these arguments.
+    fn layout(args: &[&str]) -> Layout {
+        let mut all = vec!["squeue"];
+        all.extend_from_slice(args);
+        Layout::of(&SqueueArgs::try_parse_from(all).unwrap()).unwrap()
+    }
+
     /// A layout asks for brief views unless a field or sort key shows
     /// a text they leave out.
     #[test]
     fn only_layouts_without_text_fields_ask_for_brief_views() {
-        let layout = |args: &[&str]| {
-            let mut all = vec!["squeue"];
-            all.extend_from_slice(args);
-            Layout::of(&SqueueArgs::try_parse_from(all).unwrap()).unwrap()
-        };
         assert!(layout(&[]).brief);
         assert!(layout(&["-l"]).brief);
         assert!(layout(&["--start"]).brief);
@@ -1635,11 +1638,6 @@ pub(crate) mod tests {
     /// a field that reads more of the spec asks for whole ones.
     #[test]
     fn only_layouts_of_bare_fields_ask_for_bare_views() {
-        let layout = |args: &[&str]| {
-            let mut all = vec!["squeue"];
-            all.extend_from_slice(args);
-            Layout::of(&SqueueArgs::try_parse_from(all).unwrap()).unwrap()
-        };
         assert!(layout(&[]).bare);
         assert!(layout(&["-h", "-t", "PD"]).bare);
         assert!(layout(&["-o", "%i %j %R %Q"]).bare);

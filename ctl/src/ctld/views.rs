@@ -92,7 +92,7 @@ impl Controller {
             if sel.matches(j.id, j.user.uid, j.shown_state(), &j.partition, || {
                 spec.insert(Read::of(j, bare)).name()
             }) {
-                let status = self.pending_status(j, |id| statuses.status(id));
+                let status = pending_status(j, |id| statuses.status(id));
                 let v = match spec.unwrap_or_else(|| Read::of(j, bare)) {
                     Read::Head(h) => self.bare_view(j, h.name, h.nodes, status),
                     Read::Whole(spec) => {
@@ -123,7 +123,7 @@ impl Controller {
     }
 
     pub(super) fn view(&self, j: &JobRecord, detail: bool, _now: u64) -> JobView {
-        let status = self.pending_status(j, |id| self.sched.job_status(id));
+        let status = pending_status(j, |id| self.sched.job_status(id));
         self.view_of(j, &j.spec.read(), status, detail, false)
             .into_owned()
     }
@@ -228,18 +228,6 @@ impl Controller {
         v.mail_type = text(spec.mail_type);
         v.mail_user = text(spec.mail_user);
         v
-    }
-
-    /// What the scheduler says of a pending job, asked through `ask`
-    /// (a running one's status would clone its allocation for nothing).
-    fn pending_status(
-        &self,
-        j: &JobRecord,
-        ask: impl FnOnce(scheduler_core::JobId) -> Option<JobStatus>,
-    ) -> Option<JobStatus> {
-        (j.state == JobState::Pending)
-            .then(|| ask(core_id(j.id)))
-            .flatten()
     }
 
     /// A bare view ([`JobFilter::bare`]): what the record and the
@@ -481,6 +469,17 @@ pub fn natural(a: &str, b: &str) -> std::cmp::Ordering {
     };
     let ((la, na), (lb, nb)) = (split(a), split(b));
     a[..la].cmp(&b[..lb]).then(na.cmp(&nb)).then(a.cmp(b))
+}
+
+/// What the scheduler says of a pending job, asked through `ask` (a
+/// running one's status would clone its allocation for nothing).
+fn pending_status(
+    j: &JobRecord,
+    ask: impl FnOnce(scheduler_core::JobId) -> Option<JobStatus>,
+) -> Option<JobStatus> {
+    (j.state == JobState::Pending)
+        .then(|| ask(core_id(j.id)))
+        .flatten()
 }
 
 /// What a view reads of a job's spec: its head ([`JobFilter::bare`]) or

@@ -726,8 +726,8 @@ impl Statuses<'_> {
                     self.walk.next();
                 }
                 Some((&k, job)) if k == id => return Some(Scheduler::status_of(job)),
-                Some(_) => return self.sched.job_status(id),
-                None => return self.sched.job_status(id),
+                // Past it, or at the end: not live, perhaps finished.
+                _ => return self.sched.job_status(id),
             }
         }
         self.walk = self.sched.jobs.range(id..).peekable();

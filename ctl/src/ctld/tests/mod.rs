@@ -226,24 +226,8 @@ fn bare_views_print_every_bare_field_as_whole_views_do() {
     let failing = c.submit(BOB, batch("x"), 0).unwrap();
     c.schedule(0);
     let l = launches(&mut c);
-    let (node, _) = l.iter().find(|(_, x)| x.job == failing).unwrap();
-    let exit = ExitStatus {
-        code: 3,
-        signal: None,
-    };
-    let step = StepId::BATCH;
-    let job = r0(failing);
-    c.agent_message(
-        node,
-        AgentMsg::StepExited {
-            job,
-            step,
-            exit,
-            oom: false,
-        },
-        5,
-    );
-    c.agent_message(node, AgentMsg::JobCleaned { job, usage: None }, 5);
+    let (node, launch) = l.iter().find(|(_, x)| x.job == failing).unwrap();
+    finish(&mut c, node, launch, 3, 5);
     // Waits for the running job's nodes.
     c.submit(BOB, wide.clone(), 6).unwrap();
     let mut held = batch("x");
