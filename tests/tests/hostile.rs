@@ -851,10 +851,13 @@ fn a_step_whose_srun_never_answers_leaves_no_task_running() {
     assert!(show.contains("connect to srun at"), "{show}");
     // The task may have got as far as writing its pid before it was
     // killed (or not); either way it is gone with its step. Were it left
-    // running, its pid would be there within a moment.
+    // running, its pid would be there within a moment. The shell opens
+    // (and so creates) the file before it writes: an empty file a second
+    // later is a shell killed between the two.
     std::thread::sleep(Duration::from_secs(1));
-    if let Ok(p) = std::fs::read_to_string(&pid_file) {
-        let pid: i32 = p.trim().parse().expect("a pid");
+    let written = std::fs::read_to_string(&pid_file).unwrap_or_default();
+    if !written.trim().is_empty() {
+        let pid: i32 = written.trim().parse().expect("a pid");
         assert!(
             kill(Pid::from_raw(pid), None).is_err(),
             "task {pid} still runs"
