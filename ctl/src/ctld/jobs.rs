@@ -365,23 +365,19 @@ impl Controller {
     /// With a store, a new job's script and environment go there (in the
     /// same transaction as its record) and leave memory: the server puts
     /// them back into its launches ([`crate::ctld::store::Payload`]).
-    fn store_payload(&mut self, id: JobId) {
-        if self.cfg.state_dir.is_none() {
-            return;
-        }
-        let Some(j) = self.jobs.get_mut_unstored(&id) else {
-            return;
-        };
-        let mut spec = j.spec_mut();
+    /// Taken from the spec before it is packed, so the packed spec never
+    /// holds them.
+    fn take_payload(&self, spec: &mut JobSpec) -> Option<crate::ctld::store::NewPayload> {
+        self.cfg.state_dir.as_ref()?;
         let script = match &mut spec.kind {
             corral_proto::msg::JobKind::Batch { script, .. } => Some(std::mem::take(script)),
             corral_proto::msg::JobKind::Interactive { .. }
             | corral_proto::msg::JobKind::Allocation => None,
         };
-        let payload = crate::ctld::store::NewPayload::new(&std::mem::take(&mut spec.env), script);
-        drop(spec);
-        j.payload_stored = true;
-        self.payloads_out.push((id.0, Some(payload)));
+        Some(crate::ctld::store::NewPayload::new(
+            &std::mem::take(&mut spec.env),
+            script,
+        ))
     }
 
     /// Takes back a submission whose record could not be stored (its
@@ -427,6 +423,7 @@ impl Controller {
         self.sched
             .submit(now, core_id(id), req)
             .map_err(CtldError::Submit)?;
+        let payload = self.take_payload(&mut spec);
         // An array's tasks take the ids after its own.
         self.next_job += 1 + tasks.map_or(0, u64::from);
         self.stats.submitted += 1;
@@ -450,7 +447,7 @@ impl Controller {
                 restarts: 0,
                 failure: None,
                 accounted: false,
-                payload_stored: false,
+                payload_stored: payload.is_some(),
                 bytes,
                 run_part: None,
                 array: tasks.map(|n| {
@@ -464,12 +461,10 @@ impl Controller {
                 }),
             },
         );
-        self.store_payload(id);
-        if self
-            .jobs
-            .get(&id)
-            .is_some_and(|j| j.spec().kill_on_invalid_dep)
-        {
+        if let Some(p) = payload {
+            self.payloads_out.push((id.0, Some(p)));
+        }
+        if spec.kill_on_invalid_dep {
             self.kill_on_invalid_dep.insert(id);
         }
         let u = self.usage.entry(who.uid).or_default();
