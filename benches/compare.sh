@@ -232,6 +232,12 @@ workloads() {
     for _ in $(seq 1 50); do sbatch --version > /dev/null; done
     t1=$(ms_now)
     sample "sbatch --version (process floor)" "$(echo "($t1 - $t0) / 50" | bc -l)" ms lower
+    # The floor with one round trip: a process start and one answer from
+    # the controller, which is what a one-shot sbatch cannot go below.
+    t0=$(ms_now)
+    for _ in $(seq 1 50); do scontrol ping > /dev/null; done
+    t1=$(ms_now)
+    sample "scontrol ping (process floor and a controller round trip)" "$(echo "($t1 - $t0) / 50" | bc -l)" ms lower
     for r in $(seq 1 "$REPS"); do
         for clients in 1 2 8; do
             t0=$(ms_now)
