@@ -862,14 +862,15 @@ fn srun_writes_and_reads_each_tasks_files() {
         "hi",
     ]);
     assert_eq!(env.read("shared.txt"), "hi\nhi\nhi\n");
-    // One file named for the step, for tasks on two nodes and both their
-    // streams: srun writes it, so no node truncates another's lines.
+    // One file named for the user and the step, for tasks on two nodes
+    // and both their streams: srun writes it, so no node truncates
+    // another's lines.
     env.ok(&[
         "srun",
         "-N2",
         "-n4",
         "-o",
-        "both-%j.%s.txt",
+        "both-%u-%j.%s.txt",
         "sh",
         "-c",
         "echo out; echo err >&2",
@@ -880,6 +881,11 @@ fn srun_writes_and_reads_each_tasks_files() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .find(|n| n.starts_with("both-") && n.ends_with(".0.txt"))
         .expect("named with the job and step");
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .expect("the tests' user has a name")
+        .name;
+    assert!(both.starts_with(&format!("both-{me}-")), "{both}");
     let text = env.read(&both);
     let mut lines: Vec<&str> = text.lines().collect();
     lines.sort();

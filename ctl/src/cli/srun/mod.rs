@@ -392,17 +392,22 @@ impl StatusLink {
     }
 }
 
-/// This node's address as the cluster sees it, from the local agent;
-/// loopback when the agent cannot say.
-async fn node_address() -> IpAddr {
-    let asked = async {
-        let mut c = Client::connect().await.ok()?;
-        match c.local(LocalRequest::NodeAddress).await.ok()? {
-            Response::Address(ip) => Some(ip),
-            _ => None,
+/// This node's address as the cluster sees it, from the local agent
+/// over the connection the submission then takes; loopback when the agent
+/// cannot say. A connection whose question failed is not trusted with
+/// the next one: the client connects again.
+async fn node_address(c: &mut Client) -> IpAddr {
+    let loopback = IpAddr::from([127, 0, 0, 1]);
+    match c.local(LocalRequest::NodeAddress).await {
+        Ok(Response::Address(ip)) => ip,
+        Ok(_) => loopback,
+        Err(_) => {
+            if let Ok(fresh) = Client::connect().await {
+                *c = fresh;
+            }
+            loopback
         }
-    };
-    asked.await.unwrap_or(IpAddr::from([127, 0, 0, 1]))
+    }
 }
 
 async fn cancel(job: JobId) {
@@ -428,6 +433,10 @@ async fn run(a: SrunArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return fail(CMD, e),
     };
+    let mut client = match Client::connect().await {
+        Ok(c) => c,
+        Err(e) => return fail(CMD, e),
+    };
     // Agents dial back to this node's address as ctld sees it (or
     // CORRAL_SRUN_HOST); the endpoint listens on every interface.
     let host: IpAddr = match std::env::var("CORRAL_SRUN_HOST") {
@@ -435,7 +444,7 @@ async fn run(a: SrunArgs) -> i32 {
             Ok(ip) => ip,
             Err(_) => return fail(CMD, format!("CORRAL_SRUN_HOST is not an IP address: {h}")),
         },
-        Err(_) => node_address().await,
+        Err(_) => node_address(&mut client).await,
     };
     let bind = SocketAddr::new(
         if host.is_ipv4() {
@@ -473,10 +482,6 @@ async fn run(a: SrunArgs) -> i32 {
                 .and_then(|j| j.parse::<u64>().ok())
         })
         .map(JobId);
-    let mut client = match Client::connect().await {
-        Ok(c) => c,
-        Err(e) => return fail(CMD, e),
-    };
     let own = own_files(a.output.as_deref(), a.error.as_deref());
     let files = corral_proto::msg::TaskFiles {
         stdout: a.output.clone().filter(|_| own.0.is_none()),
@@ -570,7 +575,12 @@ async fn run(a: SrunArgs) -> i32 {
     };
     drop(client);
     let (step_mode, step) = (step.is_some(), step.map_or(0, |s| s.0));
-    let user = super::user_name(nix::unistd::getuid().as_raw());
+    // The user's name only names srun's own files (`%u`): no lookup of
+    // the user database on the way to the step otherwise.
+    let user = match own {
+        (None, None) => String::new(),
+        _ => super::user_name(nix::unistd::getuid().as_raw()),
+    };
     let vars = corral_proto::pattern::PatternVars {
         job: job.0,
         name: &name,
