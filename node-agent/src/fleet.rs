@@ -107,7 +107,11 @@ struct SimNode {
     instance: u64,
     endpoint: quinn::Endpoint,
     client: quinn::ClientConfig,
-    conn: watch::Sender<Option<quinn::Connection>>,
+    /// The connection to ctld now, with its session's number (as the
+    /// agent's: quinn's `stable_id` is an address, which a new connection
+    /// may reuse, and a request waiting for a connection other than the one
+    /// that failed it would then wait for ever).
+    conn: watch::Sender<Option<(u64, quinn::Connection)>>,
     up: mpsc::UnboundedSender<AgentMsg>,
     runs: Mutex<HashMap<JobRun, Launched>>,
     recent: Mutex<Recent>,
@@ -212,7 +216,7 @@ impl Fleet {
             let conn = tokio::time::timeout_at(deadline, async {
                 loop {
                     let current = rx.borrow_and_update().clone();
-                    if let Some(c) = current.filter(|c| Some(c.stable_id()) != failed_on) {
+                    if let Some(c) = current.filter(|(n, _)| Some(*n) != failed_on) {
                         return Ok(c);
                     }
                     if rx.changed().await.is_err() {
@@ -222,11 +226,12 @@ impl Fleet {
             })
             .await
             .map_err(|_| format!("{} not connected within {wait:?}", n.name))??;
+            let (session, conn) = conn;
             let token = n.minter.mint(who, now_ms()).map_err(|e| e.to_string())?;
             let (mut send, mut recv) = match conn.open_bi().await {
                 Ok(s) => s,
                 Err(_) => {
-                    failed_on = Some(conn.stable_id());
+                    failed_on = Some(session);
                     continue;
                 }
             };
@@ -235,14 +240,14 @@ impl Fleet {
                 request: request.clone(),
             };
             if write_frame(&mut send, &open).await.is_err() {
-                failed_on = Some(conn.stable_id());
+                failed_on = Some(session);
                 continue;
             }
             let _ = send.finish();
             let answer = tokio::time::timeout_at(deadline, read_response(&mut recv));
             match answer.await {
                 Ok(Ok(Some(r))) => return Ok(r),
-                Ok(_) if repeatable => failed_on = Some(conn.stable_id()),
+                Ok(_) if repeatable => failed_on = Some(session),
                 Ok(Ok(None)) => return Err("ctld closed the stream".into()),
                 Ok(Err(e)) => return Err(e.to_string()),
                 Err(_) => return Err(format!("no answer within {wait:?}")),
@@ -257,7 +262,7 @@ impl Drop for Fleet {
             t.abort();
         }
         for n in &self.nodes {
-            if let Some(c) = n.conn.send_replace(None) {
+            if let Some((_, c)) = n.conn.send_replace(None) {
                 c.close(0u32.into(), b"fleet stopped");
             }
         }
@@ -343,8 +348,8 @@ impl SimNode {
         let heartbeat = welcome.heartbeat;
         self.counters.registrations.fetch_add(1, Ordering::Relaxed);
         self.counters.connected.fetch_add(1, Ordering::Relaxed);
-        self.conn.send_replace(Some(conn.clone()));
-        self.registered.fetch_add(1, Ordering::Relaxed);
+        let session = self.registered.fetch_add(1, Ordering::Relaxed);
+        self.conn.send_replace(Some((session, conn.clone())));
         let me = self.clone();
         let mut reader = tokio::spawn(async move {
             loop {
