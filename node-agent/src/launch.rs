@@ -2,21 +2,22 @@
 //!
 //! [`Launcher::spawn`] takes a [`TaskSpec`] (argv, environment, directory,
 //! identity, stdio) and returns a running child in its own process group.
-//! [`ProcessLauncher`] does it with plain fork/exec and drops to the user;
-//! the jail and cgroup launcher of a later issue implements the same trait,
-//! so nothing above this module changes when it arrives.
+//! [`ProcessLauncher`] does it with [`crate::spawn`] (a clone that shares
+//! the agent's memory until the exec, as `posix_spawn`'s, rather than a
+//! fork that copies it), joining the task's cgroup and jail and dropping
+//! to the user between the clone and the exec.
 //!
 //! It is the privileged seam only: what a task sees (Slurm's environment,
 //! output file names) lives in [`crate::task`].
 
 use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 
 use corral_proto::msg::Ident;
 
-/// Why a task could not start. Each step the child takes between fork and
+/// Why a task could not start. Each step the child takes between clone and
 /// exec has its own variant, so a user sees which one failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -82,13 +83,6 @@ pub enum Io {
 }
 
 impl Io {
-    fn stdio(self) -> Stdio {
-        match self {
-            Io::Null | Io::Path(_) | Io::Append(_) | Io::Input(_) => Stdio::null(),
-            Io::Piped => Stdio::piped(),
-        }
-    }
-
     fn path(&self) -> Option<&PathBuf> {
         match self {
             Io::Path(p) | Io::Append(p) | Io::Input(p) => Some(p),
@@ -176,9 +170,9 @@ pub struct TaskSpec {
     pub umask: Option<u32>,
 }
 
-/// Held (shared) from fork to exec by every spawn, and (exclusive) by
+/// Held (shared) from clone to exec by every spawn, and (exclusive) by
 /// whoever has a file open for writing that a task will exec, such as a
-/// batch script: a child forked meanwhile would inherit that descriptor
+/// batch script: a child cloned meanwhile would inherit that descriptor
 /// until its own exec, and the script's exec would fail with ETXTBSY
 /// ("Text file busy") while any process holds it open for writing.
 pub static FORK_LOCK: parking_lot::RwLock<()> = parking_lot::RwLock::new(());
@@ -186,10 +180,10 @@ pub static FORK_LOCK: parking_lot::RwLock<()> = parking_lot::RwLock::new(());
 /// Starts tasks. Implementations must put each task in its own process
 /// group (its pid is the group id) and run it as `spec.user`.
 pub trait Launcher: Send + Sync + std::fmt::Debug {
-    fn spawn(&self, spec: TaskSpec) -> Result<tokio::process::Child, LaunchError>;
+    fn spawn(&self, spec: TaskSpec) -> Result<crate::spawn::Task, LaunchError>;
 }
 
-/// fork/exec on the host: supplementary groups, gid and uid of the user,
+/// clone/exec on the host: supplementary groups, gid and uid of the user,
 /// a process group of its own, and death with the agent.
 #[derive(Debug, Default)]
 pub struct ProcessLauncher;
@@ -207,7 +201,8 @@ fn groups_of(user: Ident) -> Vec<nix::unistd::Gid> {
 }
 
 impl Launcher for ProcessLauncher {
-    fn spawn(&self, spec: TaskSpec) -> Result<tokio::process::Child, LaunchError> {
+    fn spawn(&self, spec: TaskSpec) -> Result<crate::spawn::Task, LaunchError> {
+        use crate::spawn::{self, SpawnError, Stdio3};
         let me = nix::unistd::geteuid().as_raw();
         let switch = me != spec.user.uid;
         if switch && me != 0 {
@@ -222,25 +217,39 @@ impl Launcher for ProcessLauncher {
             None => redirects(&spec.stdin, &spec.stdout, &spec.stderr)?,
         };
         let cwd = c_path(&spec.cwd)?;
-        // The environment is the child's to install (`ChildEnv`): the
-        // command's own is left as it is, so exec takes `environ`.
+        // The environment goes to execve as it is built here (`ChildEnv`),
+        // and the program is looked up in its PATH (the last, as there).
         let env = ChildEnv::new(&spec.env)?;
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.args(args).kill_on_drop(false);
+        let path = spec.env.iter().rev().find(|(k, _)| k == "PATH");
+        let exec =
+            spawn::Exec::new(program, args, path.map(|(_, v)| v.as_str())).ok_or_else(|| {
+                LaunchError::Spawn {
+                    program: program.clone(),
+                    source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+                }
+            })?;
+        // The streams: a terminal for all three (in a session of its
+        // own, set up by the child), or each nowhere or a pipe (a file the
+        // task opens itself goes nowhere until it does).
+        let mut ours: [Option<OwnedFd>; 3] = [None, None, None];
+        let mut theirs: [Option<OwnedFd>; 3] = [None, None, None];
+        let null = spawn::dev_null().map_err(LaunchError::Setup)?;
+        let mut stdio = Stdio3([null; 3]);
         match &spec.tty {
-            // Its own session (so its own process group, as every task):
-            // set up between fork and exec.
-            Some(t) => {
-                let end = || t.try_clone().map_err(LaunchError::Setup);
-                cmd.stdin(Stdio::from(end()?))
-                    .stdout(Stdio::from(end()?))
-                    .stderr(Stdio::from(end()?));
-            }
+            Some(t) => stdio = Stdio3([t.as_raw_fd(); 3]),
             None => {
-                cmd.stdin(spec.stdin.stdio())
-                    .stdout(spec.stdout.stdio())
-                    .stderr(spec.stderr.stdio())
-                    .process_group(0);
+                for (i, io) in [&spec.stdin, &spec.stdout, &spec.stderr]
+                    .into_iter()
+                    .enumerate()
+                {
+                    if let Io::Piped = io {
+                        let (r, w) = spawn::pipe().map_err(LaunchError::Setup)?;
+                        let (child, parent) = if i == 0 { (r, w) } else { (w, r) };
+                        stdio.0[i] = child.as_raw_fd();
+                        theirs[i] = Some(child);
+                        ours[i] = Some(parent);
+                    }
+                }
             }
         }
         let groups = switch.then(|| match &spec.groups {
@@ -250,7 +259,7 @@ impl Launcher for ProcessLauncher {
                 .collect(),
             None => groups_of(spec.user),
         });
-        let child = ChildSetup {
+        let setup = ChildSetup {
             cgroup: spec.cgroup.clone(),
             jail: spec.jail.clone(),
             user: spec.user,
@@ -260,22 +269,52 @@ impl Launcher for ProcessLauncher {
             fd_limit: fd_limit(),
             tty: spec.tty.is_some(),
             umask: spec.umask,
-            env,
         };
-        child.install(&mut cmd);
         let forking = FORK_LOCK.read();
-        let spawned = cmd.spawn();
+        let spawned = spawn::spawn(
+            &exec,
+            stdio,
+            spec.tty.is_none(),
+            &|| match setup.run() {
+                Ok(()) => 0,
+                Err(code) => code,
+            },
+            // SAFETY: called in the child only, while this thread waits.
+            #[allow(unsafe_code)]
+            &|| unsafe { env.envp() },
+        );
         drop(forking);
-        spawned.map_err(|e| {
+        drop(theirs);
+        let (pid, pidfd) = spawned.map_err(|e| {
+            let e = match e {
+                SpawnError::Os(e) => e,
+                SpawnError::Child(code) => std::io::Error::from_raw_os_error(code),
+            };
             let jail = spec.jail.as_deref();
             stage_error(e, program, &spec.cwd, spec.user, &paths, jail)
-        })
+        })?;
+        let mut task = spawn::Task::new(pid, pidfd);
+        let [stdin, stdout, stderr] = ours;
+        let setup = |e| LaunchError::Setup(e);
+        task.stdin = stdin
+            .map(tokio::net::unix::pipe::Sender::from_owned_fd)
+            .transpose()
+            .map_err(setup)?;
+        task.stdout = stdout
+            .map(tokio::net::unix::pipe::Receiver::from_owned_fd)
+            .transpose()
+            .map_err(setup)?;
+        task.stderr = stderr
+            .map(tokio::net::unix::pipe::Receiver::from_owned_fd)
+            .transpose()
+            .map_err(setup)?;
+        Ok(task)
     }
 }
 
-/// The steps the child takes between fork and exec. A failing step
+/// The steps the child takes between clone and exec. A failing step
 /// returns its errno tagged with the step (`stage << 16 | errno`); the
-/// standard library hands that number to the parent unchanged, and
+/// child leaves that number for the parent ([`crate::spawn::spawn`]), and
 /// [`stage_error`] turns it back into the step's own [`LaunchError`].
 mod stage {
     pub const SHIFT: i32 = 16;
@@ -359,9 +398,9 @@ fn fd_limit() -> i32 {
         .unwrap_or(1 << 16)
 }
 
-/// The task's environment as exec takes it, built before the fork.
+/// The task's environment as exec takes it, built before the clone.
 /// `SLURM_TASK_PID` is the one entry only the child knows: it writes its
-/// own pid into the slot kept for it and points `environ` at the array,
+/// own pid into the slot kept for it and hands the array to execve,
 /// allocating nothing.
 struct ChildEnv {
     /// Own what the pointers name (never touched once built, except the
@@ -376,7 +415,7 @@ struct ChildEnv {
 
 // SAFETY: the pointers name heap buffers owned by the same value, which
 // stay where they are when it moves; they are read, and the pid slot
-// written, only in the forked child, where one thread runs.
+// written, only in the cloned child, while the thread that owns them waits.
 #[allow(unsafe_code)]
 unsafe impl Send for ChildEnv {}
 // SAFETY: as for `Send`: the parent never reads or writes through them.
@@ -420,18 +459,16 @@ impl ChildEnv {
         })
     }
 
-    /// In the forked child, last before exec: its pid into the slot, and
-    /// the array as `environ`. Async-signal-safe: getpid and writes into
-    /// memory prepared before the fork.
+    /// In the child, last before exec: its pid into the slot, and the
+    /// array for execve. Async-signal-safe: getpid and writes into memory
+    /// prepared before the clone. (Never through `environ`: the child
+    /// shares the agent's memory, and that is the agent's.)
     ///
     /// # Safety
-    /// Only in the child between fork and exec (one thread; nothing else
-    /// reads `environ` meanwhile).
+    /// Only in the child between clone and exec, while the thread that
+    /// owns this value waits for it (nothing else reads the slot).
     #[allow(unsafe_code)]
-    unsafe fn install(&mut self) {
-        extern "C" {
-            static mut environ: *const *const nix::libc::c_char;
-        }
+    unsafe fn envp(&self) -> *const *const nix::libc::c_char {
         let mut n = u64::from(nix::libc::getpid().unsigned_abs());
         let mut digits = [0u8; 20];
         let mut len = 0;
@@ -448,11 +485,11 @@ impl ChildEnv {
             self.pid_slot.add(i).write(digits[len - 1 - i]);
         }
         self.pid_slot.add(len).write(0);
-        environ = self.ptrs.as_ptr();
+        self.ptrs.as_ptr()
     }
 }
 
-/// What the child does between fork and exec, prepared before the fork.
+/// What the child does between clone and exec, prepared before the clone.
 struct ChildSetup {
     cgroup: Option<Arc<crate::cgroup::Join>>,
     jail: Option<Arc<shared_root::Prepared>>,
@@ -465,151 +502,133 @@ struct ChildSetup {
     /// session.
     tty: bool,
     umask: Option<u32>,
-    env: ChildEnv,
 }
 
 impl ChildSetup {
-    /// In order: join the step's cgroup, if any; enter the jail, if any (as root: mounts need it); drop
-    /// to the user; enter the working directory as the
-    /// user (so a directory the user may not enter stays closed); open the
-    /// output files as the user, refusing anything that is not a regular
-    /// file or a terminal and never blocking (a FIFO would hang the fork
-    /// in the agent); default signal handling; death with the agent; and
-    /// every descriptor above 2 closed at exec (the agent may have
-    /// inherited some).
+    /// In order: join the step's cgroup, if any; enter the jail, if any
+    /// (as root: mounts need it); drop to the user; enter the working
+    /// directory as the user (so a directory the user may not enter stays
+    /// closed); open the output files as the user, refusing anything that
+    /// is not a regular file or a terminal and never blocking (a FIFO
+    /// would hang the clone in the agent); default signal handling; death
+    /// with the agent; and every descriptor above 2 closed at exec (the
+    /// agent may have inherited some). A failed step is its raw error:
+    /// `stage << 16 | errno` ([`stage_error`] reads it back).
+    ///
+    /// Runs in the child [`crate::spawn::spawn`] makes, which shares the
+    /// agent's memory: it calls only async-signal-safe system calls (the
+    /// jail's mounts and pivot_root on strings prepared before the clone,
+    /// setsid and the TIOCSCTTY ioctl on descriptor 0, setgroups, setgid,
+    /// setuid, umask, chdir, open, fstat, fcntl, dup2, close, sigaction,
+    /// prctl, close_range) on data prepared before it, and allocates and
+    /// writes nothing of the agent's.
     #[allow(unsafe_code)]
-    fn install(self, cmd: &mut tokio::process::Command) {
+    fn run(&self) -> Result<(), i32> {
         use nix::errno::Errno;
         use nix::fcntl::{fcntl, open, FcntlArg, OFlag};
         use nix::sys::signal::{signal, SigHandler, Signal};
         use nix::sys::stat::{fstat, Mode, SFlag};
         use nix::unistd::{chdir, close, dup2, setgid, setgroups, setuid, Gid, Uid};
-        let ChildSetup {
-            cgroup,
-            jail,
-            user,
-            groups,
-            cwd,
-            files,
-            fd_limit,
-            tty,
-            umask,
-            mut env,
-        } = self;
-        let fail = |stage: i32, e: Errno| {
-            std::io::Error::from_raw_os_error((stage << stage::SHIFT) | e as i32)
-        };
-        // SAFETY: the closure runs in the forked child before exec and calls
-        // only async-signal-safe system calls (the jail's mounts and
-        // pivot_root on strings prepared before the fork, setsid and the
-        // TIOCSCTTY ioctl on descriptor 0, setgroups, setgid, setuid, umask,
-        // chdir, open, fstat, fcntl, dup2, close, sigaction, prctl,
-        // close_range, getpid) on data allocated before the fork, and last
-        // points `environ` at the environment built before it; it
-        // allocates nothing. Setting SIG_DFL installs no handler, so `signal` has
-        // nothing unsafe left to uphold.
-        unsafe {
-            cmd.pre_exec(move || {
-                if tty {
-                    nix::unistd::setsid().map_err(|e| fail(stage::SETUP, e))?;
-                    if nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) != 0 {
-                        return Err(fail(stage::SETUP, Errno::last()));
-                    }
-                }
-                if let Some(cg) = &cgroup {
-                    cg.enter().map_err(|e| fail(stage::CGROUP, e))?;
-                }
-                if let Some(jail) = &jail {
-                    jail.enter(&shared_root::Kernel).map_err(|f| {
-                        std::io::Error::from_raw_os_error(stage::jail(f.step, f.errno as i32))
-                    })?;
-                }
-                if let Some(groups) = &groups {
-                    setgroups(groups).map_err(|e| fail(stage::IDENTITY, e))?;
-                    setgid(Gid::from_raw(user.gid)).map_err(|e| fail(stage::IDENTITY, e))?;
-                    setuid(Uid::from_raw(user.uid)).map_err(|e| fail(stage::IDENTITY, e))?;
-                }
-                if let Some(m) = umask {
-                    nix::sys::stat::umask(Mode::from_bits_truncate(m));
-                }
-                chdir(cwd.as_c_str()).map_err(|e| fail(stage::CHDIR, e))?;
-                for (i, (path, fds, how)) in files.iter().enumerate() {
-                    let i = i as i32;
-                    let mode = match how {
-                        OpenAs::Append => OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_APPEND,
-                        OpenAs::Truncate => OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC,
-                        OpenAs::Read => OFlag::O_RDONLY,
-                    };
-                    let flags = mode | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-                    let fd = match open(path.as_c_str(), flags, Mode::from_bits_truncate(0o644)) {
-                        Ok(fd) => fd,
-                        // A FIFO nobody reads.
-                        Err(Errno::ENXIO) => {
-                            return Err(fail(stage::OUTPUT_KIND + i, Errno::UnknownErrno))
-                        }
-                        Err(e) => return Err(fail(stage::OUTPUT + i, e)),
-                    };
-                    let st = fstat(fd).map_err(|e| fail(stage::OUTPUT + i, e))?;
-                    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-                    if kind != SFlag::S_IFREG && kind != SFlag::S_IFCHR {
-                        return Err(fail(stage::OUTPUT_KIND + i, Errno::UnknownErrno));
-                    }
-                    // Blocking again; appending stays.
-                    let keep = if *how == OpenAs::Append {
-                        OFlag::O_APPEND
-                    } else {
-                        OFlag::empty()
-                    };
-                    fcntl(fd, FcntlArg::F_SETFL(keep)).map_err(|e| fail(stage::OUTPUT + i, e))?;
-                    for &target in fds {
-                        dup2(fd, target).map_err(|e| fail(stage::OUTPUT + i, e))?;
-                    }
-                    close(fd).map_err(|e| fail(stage::OUTPUT + i, e))?;
-                }
-                // A task starts with default signal handling, whatever the
-                // agent inherited (an agent started from a background shell
-                // has SIGINT ignored, and a shell cannot trap what it
-                // inherits ignored).
-                for sig in [
-                    Signal::SIGHUP,
-                    Signal::SIGINT,
-                    Signal::SIGQUIT,
-                    Signal::SIGTERM,
-                    Signal::SIGUSR1,
-                    Signal::SIGUSR2,
-                    Signal::SIGTSTP,
-                    Signal::SIGTTIN,
-                    Signal::SIGTTOU,
-                    Signal::SIGPIPE,
-                ] {
-                    signal(sig, SigHandler::SigDfl).map_err(|e| fail(stage::SETUP, e))?;
-                }
-                // After the uid change: changing credentials clears it.
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-                    .map_err(|e| fail(stage::SETUP, e))?;
-                // Descriptors the agent inherited without close-on-exec stay
-                // behind; the standard library's own error pipe is already
-                // close-on-exec, so marking (not closing) keeps it working.
-                let marked = nix::libc::syscall(
-                    nix::libc::SYS_close_range,
-                    3u32,
-                    u32::MAX,
-                    nix::libc::CLOSE_RANGE_CLOEXEC,
-                );
-                if marked != 0 {
-                    for fd in 3..fd_limit {
-                        let _ = nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC);
-                    }
-                }
-                env.install();
-                Ok(())
-            });
+        let user = self.user;
+        let fail = |stage: i32, e: Errno| (stage << stage::SHIFT) | e as i32;
+        if self.tty {
+            nix::unistd::setsid().map_err(|e| fail(stage::SETUP, e))?;
+            // SAFETY: TIOCSCTTY on descriptor 0 takes an integer argument.
+            if unsafe { nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) } != 0 {
+                return Err(fail(stage::SETUP, Errno::last()));
+            }
         }
+        if let Some(cg) = &self.cgroup {
+            cg.enter().map_err(|e| fail(stage::CGROUP, e))?;
+        }
+        if let Some(jail) = &self.jail {
+            jail.enter(&shared_root::Kernel)
+                .map_err(|f| stage::jail(f.step, f.errno as i32))?;
+        }
+        if let Some(groups) = &self.groups {
+            setgroups(groups).map_err(|e| fail(stage::IDENTITY, e))?;
+            setgid(Gid::from_raw(user.gid)).map_err(|e| fail(stage::IDENTITY, e))?;
+            setuid(Uid::from_raw(user.uid)).map_err(|e| fail(stage::IDENTITY, e))?;
+        }
+        if let Some(m) = self.umask {
+            nix::sys::stat::umask(Mode::from_bits_truncate(m));
+        }
+        chdir(self.cwd.as_c_str()).map_err(|e| fail(stage::CHDIR, e))?;
+        for (i, (path, fds, how)) in self.files.iter().enumerate() {
+            let i = i as i32;
+            let mode = match how {
+                OpenAs::Append => OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_APPEND,
+                OpenAs::Truncate => OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC,
+                OpenAs::Read => OFlag::O_RDONLY,
+            };
+            let flags = mode | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+            let fd = match open(path.as_c_str(), flags, Mode::from_bits_truncate(0o644)) {
+                Ok(fd) => fd,
+                // A FIFO nobody reads.
+                Err(Errno::ENXIO) => return Err(fail(stage::OUTPUT_KIND + i, Errno::UnknownErrno)),
+                Err(e) => return Err(fail(stage::OUTPUT + i, e)),
+            };
+            let st = fstat(fd).map_err(|e| fail(stage::OUTPUT + i, e))?;
+            let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+            if kind != SFlag::S_IFREG && kind != SFlag::S_IFCHR {
+                return Err(fail(stage::OUTPUT_KIND + i, Errno::UnknownErrno));
+            }
+            // Blocking again; appending stays.
+            let keep = if *how == OpenAs::Append {
+                OFlag::O_APPEND
+            } else {
+                OFlag::empty()
+            };
+            fcntl(fd, FcntlArg::F_SETFL(keep)).map_err(|e| fail(stage::OUTPUT + i, e))?;
+            for &target in fds {
+                dup2(fd, target).map_err(|e| fail(stage::OUTPUT + i, e))?;
+            }
+            close(fd).map_err(|e| fail(stage::OUTPUT + i, e))?;
+        }
+        // A task starts with default signal handling, whatever the agent
+        // inherited (an agent started from a background shell has SIGINT
+        // ignored, and a shell cannot trap what it inherits ignored).
+        for sig in [
+            Signal::SIGHUP,
+            Signal::SIGINT,
+            Signal::SIGQUIT,
+            Signal::SIGTERM,
+            Signal::SIGUSR1,
+            Signal::SIGUSR2,
+            Signal::SIGTSTP,
+            Signal::SIGTTIN,
+            Signal::SIGTTOU,
+            Signal::SIGPIPE,
+        ] {
+            // SAFETY: SIG_DFL installs no handler: nothing to uphold.
+            unsafe { signal(sig, SigHandler::SigDfl) }.map_err(|e| fail(stage::SETUP, e))?;
+        }
+        // After the uid change: changing credentials clears it.
+        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| fail(stage::SETUP, e))?;
+        // Descriptors the agent inherited without close-on-exec stay
+        // behind: marked close-on-exec, so an exec that fails still leaves
+        // them to the agent.
+        // SAFETY: close_range with the CLOEXEC flag closes nothing now.
+        let marked = unsafe {
+            nix::libc::syscall(
+                nix::libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                nix::libc::CLOSE_RANGE_CLOEXEC,
+            )
+        };
+        if marked != 0 {
+            for fd in 3..self.fd_limit {
+                // SAFETY: F_SETFD on a number that may name nothing only fails.
+                let _ = unsafe { nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC) };
+            }
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::fs::OpenOptionsExt;
 
@@ -620,7 +639,7 @@ mod tests {
         }
     }
 
-    fn task(argv: &[&str], cwd: &std::path::Path, stdout: Io) -> TaskSpec {
+    pub(crate) fn task(argv: &[&str], cwd: &std::path::Path, stdout: Io) -> TaskSpec {
         TaskSpec {
             tty: None,
             umask: None,

@@ -31,6 +31,7 @@ pub mod local;
 pub mod nvml;
 pub mod procs;
 pub mod resources;
+pub mod spawn;
 pub mod spool;
 pub mod step;
 pub mod task;
