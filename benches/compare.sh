@@ -88,8 +88,12 @@ bash_us() { printf -v "$1" '%s' "${EPOCHREALTIME/[.,]/}"; }
 
 # sample FIGURE VALUE UNIT higher|lower
 sample() {
+    # bc writes a value under 1 without its leading 0 (.24), which JSON
+    # does not allow: printf writes it as a number.
+    local v
+    v=$(LC_NUMERIC=C printf '%.6f' "$2")
     printf '{"figure":"%s","system":"%s","value":%s,"unit":"%s","better":"%s"}\n' \
-        "$1" "$SYS" "$2" "$3" "$4" >> "$SAMPLES"
+        "$1" "$SYS" "$v" "$3" "$4" >> "$SAMPLES"
 }
 
 # Waits (at most $1 seconds) until no job is left in the queue.
