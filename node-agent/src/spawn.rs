@@ -43,7 +43,8 @@ use tokio::io::Interest;
 const READABLE: Interest = Interest::READABLE;
 
 /// The child's stack: the launcher's setup and the jail's steps run on
-/// it (a few KiB measured); one guard page below it.
+/// it (they allocate nothing and do not recurse); a guard page below it,
+/// so an overflow faults instead of writing over the agent's memory.
 const STACK: usize = 256 << 10;
 const GUARD: usize = 4 << 10;
 
