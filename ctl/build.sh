@@ -6,8 +6,9 @@
 #
 # Why: every Slurm command a script runs is one `corral` process, and on
 # this machine a dynamically linked one spends about half its start in the
-# dynamic loader and in libraries' start-up (`corral --version`: 1.4-1.6 ms
-# dynamic, 0.8-0.9 ms static, hyperfine, alternated). The agent stays
+# dynamic loader and in libraries' start-up (`hyperfine -N -r 300
+# 'corral --version'`, four alternations: 1.4-1.6 ms dynamic, 0.8-0.9 ms
+# static). The agent stays
 # dynamic because it loads NVML with dlopen, which a static glibc program
 # can do only for libraries built against its very glibc; ctld gains
 # nothing from it. A static CLI still reads the user database through NSS:

@@ -65,6 +65,11 @@ pub enum LaunchError {
     Cgroup(#[source] std::io::Error),
     #[error("environment variable {key} holds a NUL byte")]
     Environment { key: String },
+    #[error(
+        "PATH lists {dirs} directories; at most {} are searched",
+        crate::spawn::MAX_SEARCH_DIRS
+    )]
+    SearchPath { dirs: usize },
 }
 
 /// Where one of a task's standard streams goes.
@@ -222,12 +227,18 @@ impl Launcher for ProcessLauncher {
         let env = ChildEnv::new(&spec.env)?;
         let path = spec.env.iter().rev().find(|(k, _)| k == "PATH");
         let exec =
-            spawn::Exec::new(program, args, path.map(|(_, v)| v.as_str())).ok_or_else(|| {
-                LaunchError::Spawn {
-                    program: program.clone(),
-                    source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
-                }
-            })?;
+            spawn::Exec::new(program, args, path.map(|(_, v)| v.as_str())).map_err(
+                |e| match e {
+                    spawn::ExecError::Nul => LaunchError::Spawn {
+                        program: program.clone(),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::InvalidInput,
+                            "the command holds a NUL byte",
+                        ),
+                    },
+                    spawn::ExecError::SearchPath(dirs) => LaunchError::SearchPath { dirs },
+                },
+            )?;
         // The streams: a terminal for all three (in a session of its
         // own, set up by the child), or each nowhere or a pipe (a file the
         // task opens itself goes nowhere until it does).
@@ -295,19 +306,19 @@ impl Launcher for ProcessLauncher {
         })?;
         let mut task = spawn::Task::new(pid, pidfd);
         let [stdin, stdout, stderr] = ours;
-        let setup = |e| LaunchError::Setup(e);
+        use tokio::net::unix::pipe::{Receiver, Sender};
         task.stdin = stdin
-            .map(tokio::net::unix::pipe::Sender::from_owned_fd)
+            .map(Sender::from_owned_fd)
             .transpose()
-            .map_err(setup)?;
+            .map_err(LaunchError::Setup)?;
         task.stdout = stdout
-            .map(tokio::net::unix::pipe::Receiver::from_owned_fd)
+            .map(Receiver::from_owned_fd)
             .transpose()
-            .map_err(setup)?;
+            .map_err(LaunchError::Setup)?;
         task.stderr = stderr
-            .map(tokio::net::unix::pipe::Receiver::from_owned_fd)
+            .map(Receiver::from_owned_fd)
             .transpose()
-            .map_err(setup)?;
+            .map_err(LaunchError::Setup)?;
         Ok(task)
     }
 }

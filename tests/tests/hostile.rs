@@ -409,6 +409,29 @@ fn a_fifo_as_output_fails_only_its_job() {
     assert!(!env.ok(&["sinfo", "-N", "-h"]).contains("down"));
 }
 
+/// A job's PATH cannot make the root agent build and try millions of
+/// candidates for its program (the environment may be megabytes): past
+/// `MAX_SEARCH_DIRS` elements the step fails with one line saying so,
+/// and the node runs the next step at once.
+#[test]
+fn a_path_of_endless_directories_fails_its_step_with_one_line() {
+    let _one = serial();
+    let env = cluster(1, 5);
+    // One environment string may hold 128 KiB (MAX_ARG_STRLEN).
+    let endless = format!("{}/usr/bin:/bin", ":".repeat(100_000));
+    let (code, _, err) = out(env
+        .cmd(&["srun", "true"])
+        .env("PATH", &endless)
+        .output()
+        .expect("srun"));
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains("PATH lists 100002 directories; at most 4096 are searched"),
+        "{err}"
+    );
+    assert_eq!(env.ok(&["srun", "echo", "fine"]), "fine\n");
+}
+
 #[test]
 fn the_agents_memory_is_bounded_and_half_frames_are_closed() {
     let _one = serial();
