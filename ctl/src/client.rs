@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corral_proto::msg::{
-    read_answer_each, read_response, AcctJob, AcctQuery, Answer, JobFilter, JobView, LocalRequest,
-    Request, Response,
+    read_answer_each, read_answer_views, read_response, AcctJob, AcctQuery, Answer, JobFilter,
+    JobView, LocalRequest, Request, Response,
 };
 use corral_proto::{write_frame, WireError};
 use tokio::net::UnixStream;
@@ -55,8 +55,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Names, paths and reasons come from other users and must not reach a
 /// terminal raw or forge lines in key=value output.
 pub fn escape_controls(s: &mut String) {
-    // Printable ASCII, nearly every text: a byte scan says so.
-    if s.bytes().all(|b| (0x20..0x7f).contains(&b)) || !s.chars().any(char::is_control) {
+    if printable(s) {
         return;
     }
     let mut out = String::with_capacity(s.len() + 8);
@@ -72,7 +71,35 @@ pub fn escape_controls(s: &mut String) {
     *s = out;
 }
 
-/// A view with every text that another user may have written escaped.
+/// Whether a text has no control character to escape.
+fn printable(s: &str) -> bool {
+    // Printable ASCII, nearly every text: a byte scan says so.
+    s.bytes().all(|b| (0x20..0x7f).contains(&b)) || !s.chars().any(char::is_control)
+}
+
+/// Every text of a view that [`escape_view`] escapes.
+fn texts<S: std::ops::Deref<Target = str>>(j: &JobView<S>) -> impl Iterator<Item = &str> {
+    let ask = j.ask.as_deref();
+    [&j.name, &j.partition, &j.work_dir, &j.command]
+        .into_iter()
+        .map(|s| &**s)
+        .chain(
+            [&j.stdout, &j.stderr, &j.failure, &j.comment, &j.mail_user]
+                .into_iter()
+                .flatten()
+                .map(|s| &**s),
+        )
+        .chain(
+            ask.into_iter()
+                .flat_map(|a| [&a.account, &a.features, &a.qos])
+                .flatten()
+                .map(String::as_str),
+        )
+        .chain(j.steps.iter().map(|st| st.name.as_str()))
+}
+
+/// A view with every text that another user may have written escaped
+/// (those [`texts`] lists).
 fn escape_view(j: &mut JobView) {
     for s in [
         &mut j.name,
@@ -210,29 +237,25 @@ impl Client {
         }
     }
 
-    /// [`Client::jobs`] in the parts the listing comes in, each handed to
-    /// `part` as it arrives (escaped), so the caller works on one while
-    /// the next comes (squeue renders each part's lines). The list is the
-    /// reader's, used again for the next part: take it to keep it.
-    pub async fn job_parts_each(
+    /// [`Client::jobs`] one view at a time, each handed to `view` as it
+    /// is decoded (escaped, its texts borrowed from the frame it came
+    /// in), so the caller works on the listing while the rest of it comes
+    /// (squeue renders each job's line).
+    pub async fn job_views_each(
         &mut self,
         f: JobFilter,
-        mut part: impl FnMut(&mut Vec<JobView>),
+        view: impl FnMut(&JobView<&str>),
     ) -> Result<(), String> {
-        let answer = self
-            .exchange(LocalRequest::Relay(Request::Jobs(f)), |p| {
-                p.iter_mut().for_each(escape_view);
-                part(p)
-            })
+        let exchange = async {
+            write_frame(&mut self.stream, &LocalRequest::Relay(Request::Jobs(f)))
+                .await
+                .map_err(|e| ClientError::from(e).to_string())?;
+            read_job_views(&mut self.stream, view).await
+        };
+        let limit = call_timeout();
+        tokio::time::timeout(limit, exchange)
             .await
-            .map_err(|e| e.to_string())?;
-        match answer {
-            Answer::Listing(_) => Ok(()),
-            Answer::Other(r) => match escaped(r) {
-                Response::Error(e) => Err(e),
-                other => Err(format!("unexpected answer {other:?}")),
-            },
-        }
+            .map_err(|_| ClientError::Timeout(limit.as_secs()).to_string())?
     }
 
     /// Every accounting record the query selects, page by page.
@@ -259,6 +282,47 @@ impl Client {
             Ok(r) => Ok(r),
             Err(e) => Err(e.to_string()),
         }
+    }
+}
+
+/// [`Client::job_views_each`]'s reading of the answer, from any stream
+/// (the `squeue` bench reads a listing from memory): each view handed to
+/// `view` as it is decoded, its texts borrowed from the frame
+/// ([`read_answer_views`]). A view with a text to escape is handed on
+/// escaped, from texts of its own.
+pub async fn read_job_views<R: tokio::io::AsyncRead + Unpin>(
+    r: &mut R,
+    mut view: impl FnMut(&JobView<&str>),
+) -> Result<(), String> {
+    let answer = read_answer_views(r, |v| {
+        if texts(v).all(printable) {
+            return view(v);
+        }
+        let mut own = v.clone().into_owned();
+        escape_view(&mut own);
+        // The escaped texts held apart, the view borrowing them again.
+        let mut held = Vec::new();
+        let at = own.map_texts(|t| {
+            held.push(t);
+            held.len() - 1
+        });
+        view(&at.map_texts(|i| held[i].as_str()));
+    })
+    .await
+    .map_err(|e| ClientError::from(e).to_string())?
+    .ok_or_else(|| ClientError::Closed.to_string())?;
+    listing_end(answer)
+}
+
+/// What ends a listing read part by part: nothing more, or the refusal
+/// that broke it off.
+fn listing_end(answer: Answer) -> Result<(), String> {
+    match answer {
+        Answer::Listing(_) => Ok(()),
+        Answer::Other(r) => match escaped(r) {
+            Response::Error(e) => Err(e),
+            other => Err(format!("unexpected answer {other:?}")),
+        },
     }
 }
 
@@ -291,6 +355,72 @@ pub async fn pipeline_to(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every text `escape_view` escapes is one `texts` lists, so a view
+    /// read borrowed is escaped where one read whole would be; and read
+    /// borrowed, a hostile view comes out escaped.
+    #[tokio::test]
+    async fn borrowed_views_are_escaped_as_whole_ones() {
+        let hostile = "x\u{1b}[2J";
+        let base = crate::cli::squeue::tests::job(7, corral_proto::msg::JobState::Pending);
+        let mut one_each: Vec<JobView> = Vec::new();
+        let mut set = |f: &dyn Fn(&mut JobView)| {
+            let mut v = base.clone();
+            f(&mut v);
+            one_each.push(v);
+        };
+        set(&|v| v.name = hostile.into());
+        set(&|v| v.partition = hostile.into());
+        set(&|v| v.work_dir = hostile.into());
+        set(&|v| v.command = hostile.into());
+        set(&|v| v.stdout = Some(hostile.into()));
+        set(&|v| v.stderr = Some(hostile.into()));
+        set(&|v| v.failure = Some(hostile.into()));
+        set(&|v| v.comment = Some(hostile.into()));
+        set(&|v| v.mail_user = Some(hostile.into()));
+        for f in [0, 1, 2] {
+            set(&|v| {
+                let mut ask = corral_proto::msg::JobAsk::default();
+                *[&mut ask.account, &mut ask.features, &mut ask.qos][f] = Some(hostile.into());
+                v.ask = Some(Box::new(ask));
+            });
+        }
+        set(&|v| {
+            v.steps = vec![corral_proto::msg::StepView {
+                id: corral_proto::msg::StepId(0),
+                name: hostile.into(),
+                nodes: Vec::new(),
+                tasks: 1,
+                cpus: 1,
+                start: 0,
+            }]
+        });
+        for v in &one_each {
+            let mut escaped = v.clone();
+            escape_view(&mut escaped);
+            assert_ne!(&escaped, v, "escape_view leaves one alone");
+            assert!(!texts(v).all(printable), "texts misses {v:?}");
+            assert!(texts(&escaped).all(printable));
+        }
+        let mut body = Vec::new();
+        for v in &one_each {
+            corral_proto::msg::encode_view(v, &mut body).unwrap();
+        }
+        let frame = corral_proto::msg::listing_frame(true, one_each.len(), &body).unwrap();
+        let mut got = Vec::new();
+        read_job_views(&mut frame.as_slice(), |v| got.push(v.clone().into_owned()))
+            .await
+            .unwrap();
+        let want: Vec<JobView> = one_each
+            .into_iter()
+            .map(|mut v| {
+                escape_view(&mut v);
+                v
+            })
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(got[0].name, "x\\x1b[2J");
+    }
 
     #[test]
     fn control_characters_become_visible_escapes() {

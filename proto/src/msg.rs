@@ -1285,9 +1285,41 @@ pub async fn read_answer_each<R>(
 where
     R: tokio::io::AsyncRead + Unpin,
 {
+    let mut views = Vec::new();
+    read_listing(r, |body| {
+        views.clear();
+        decode_views(body, &mut views)?;
+        part(&mut views);
+        Ok(())
+    })
+    .await
+}
+
+/// [`read_answer_each`], each view of a listing handed to `view` as it
+/// is decoded, its texts borrowed from the frame: no view is copied into
+/// a list and no text into memory of its own (squeue renders ten
+/// thousand of them as they come).
+pub async fn read_answer_views<R>(
+    r: &mut R,
+    mut view: impl FnMut(&JobView<&str>),
+) -> Result<Option<Answer>, crate::WireError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+{
+    read_listing(r, |body| decode_views_each(body, &mut view)).await
+}
+
+/// The frames of one answer: each listing frame's body (after its tag)
+/// handed to `body`, up to the last; any other answer returned whole.
+async fn read_listing<R>(
+    r: &mut R,
+    mut body: impl FnMut(&[u8]) -> Result<(), crate::WireError>,
+) -> Result<Option<Answer>, crate::WireError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+{
     let mut any = false;
     let mut frame = Vec::new();
-    let mut views = Vec::new();
     loop {
         if !crate::frame::read_raw_frame_into(r, &mut frame).await? {
             return if any {
@@ -1305,9 +1337,7 @@ where
                 return Ok(Some(Answer::Other(answer)));
             }
         };
-        views.clear();
-        decode_views(&frame[7..], &mut views)?;
-        part(&mut views);
+        body(&frame[7..])?;
         if last {
             return Ok(Some(Answer::Listing(Vec::new())));
         }
@@ -1315,18 +1345,45 @@ where
     }
 }
 
+/// [`decode_views`], each view borrowed from `body` and handed on.
+fn decode_views_each<'a>(
+    body: &'a [u8],
+    view: &mut impl FnMut(&JobView<&'a str>),
+) -> Result<(), crate::WireError> {
+    each_view(body, |b| {
+        let (v, used): (JobView<&str>, usize) =
+            bincode::borrow_decode_from_slice(b, crate::frame::config())
+                .map_err(crate::WireError::Decode)?;
+        view(&v);
+        Ok(used)
+    })
+}
+
 /// A listing frame's body after its tag: the count, then the views, and
 /// nothing after them. Views are read with bincode's own derive, not
 /// serde's (the bytes are the same, `views_encode_alike_both_ways`):
 /// squeue decoded ten thousand in about half the time.
-fn decode_views(mut body: &[u8], views: &mut Vec<JobView>) -> Result<(), crate::WireError> {
+fn decode_views(body: &[u8], views: &mut Vec<JobView>) -> Result<(), crate::WireError> {
+    each_view(body, |b| {
+        let (v, used) = bincode::decode_from_slice(b, crate::frame::config())
+            .map_err(crate::WireError::Decode)?;
+        views.push(v);
+        Ok(used)
+    })
+}
+
+/// Walks a listing's body: its count, then that many views, each read by
+/// `one` from the bytes left (returning how many it used), and nothing
+/// after them.
+fn each_view<'a>(
+    mut body: &'a [u8],
+    mut one: impl FnMut(&'a [u8]) -> Result<usize, crate::WireError>,
+) -> Result<(), crate::WireError> {
     let (count, used): (u64, usize) = bincode::decode_from_slice(body, crate::frame::config())
         .map_err(crate::WireError::Decode)?;
     body = &body[used..];
     for _ in 0..count {
-        let (v, used) = bincode::decode_from_slice(body, crate::frame::config())
-            .map_err(crate::WireError::Decode)?;
-        views.push(v);
+        let used = one(body)?;
         body = &body[used..];
     }
     match body.len() {
@@ -1459,9 +1516,24 @@ pub fn encode_view<S: bincode::Encode>(
     v: &JobView<S>,
     out: &mut Vec<u8>,
 ) -> Result<(), crate::WireError> {
-    bincode::encode_into_std_write(v, out, crate::frame::config())
-        .map(drop)
+    bincode::encode_into_writer(v, ByteWriter(out), crate::frame::config())
         .map_err(crate::WireError::Encode)
+}
+
+/// Bincode's writer into a `Vec`, a byte at a time where it writes one:
+/// most of a view's fields are one-byte varints, and a copy of unknown
+/// length per field went through `memmove`.
+struct ByteWriter<'a>(&'a mut Vec<u8>);
+
+impl bincode::enc::write::Writer for ByteWriter<'_> {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
+        match bytes {
+            [b] => self.0.push(*b),
+            _ => self.0.extend_from_slice(bytes),
+        }
+        Ok(())
+    }
 }
 
 /// A whole frame of a listing from `count` views encoded one by one with
@@ -1510,7 +1582,7 @@ static NO_ASK: JobAsk = JobAsk {
     sched_nodes: Vec::new(),
 };
 
-impl JobView {
+impl<S> JobView<S> {
     /// What the job asked for beyond its shape (all defaults when the view
     /// was made without detail).
     pub fn ask(&self) -> &JobAsk {
@@ -1876,5 +1948,40 @@ mod listing_tests {
         let lying = listing_frame(true, 9, &body).unwrap();
         let got = read_answer(&mut lying.as_slice()).await;
         assert!(matches!(got, Err(crate::WireError::Decode(_))), "{got:?}");
+    }
+
+    /// Views read one by one, their texts borrowed from the frame, are
+    /// the views that were sent, in order; the reader refuses what the
+    /// owning reader refuses.
+    #[tokio::test]
+    async fn a_listing_comes_back_view_by_view_borrowed() {
+        let all = views();
+        let frame = |last: bool, part: &[JobView], count: usize| {
+            let mut body = Vec::new();
+            for v in part {
+                encode_view(v, &mut body).unwrap();
+            }
+            listing_frame(last, count, &body).unwrap()
+        };
+        let (first, rest) = all.split_at(3);
+        let mut stream = frame(false, first, first.len());
+        stream.extend(frame(true, rest, rest.len()));
+        let mut got = Vec::new();
+        let answer = read_answer_views(&mut stream.as_slice(), |v| {
+            got.push(v.clone().into_owned())
+        })
+        .await
+        .unwrap();
+        assert!(matches!(answer, Some(Answer::Listing(_))));
+        assert_eq!(got, all);
+        let other = crate::frame::encode(&Response::Error("no".into())).unwrap();
+        let answer = read_answer_views(&mut other.as_slice(), |_| panic!("no views"))
+            .await
+            .unwrap();
+        assert!(matches!(answer, Some(Answer::Other(Response::Error(e))) if e == "no"));
+        for (bad, count) in [(frame(false, first, 3), 3), (frame(true, first, 2), 2)] {
+            let got = read_answer_views(&mut bad.as_slice(), |_| {}).await;
+            assert!(got.is_err(), "count {count}: {got:?}");
+        }
     }
 }

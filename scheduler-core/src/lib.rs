@@ -68,6 +68,7 @@
 //! - Gang: a multi-node job starts on all its nodes at once or not at all.
 
 mod error;
+mod fetch;
 mod hash;
 mod model;
 mod placement;
@@ -81,6 +82,7 @@ mod timeline;
 /// Hostlist expressions, from the `corral-hostlist` leaf crate.
 pub use corral_hostlist as hostlist;
 pub use error::{ControlError, SubmitError, UpdateError};
+pub use fetch::{prefetch, prefetch_bytes};
 pub use model::*;
 pub use placement::Packing;
 pub use priority::PriorityWeights;

@@ -30,6 +30,9 @@ pub const START_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R";
 pub const STEP_FORMAT: &str = "%.15i %.8j %.9P %.8u %.9M %N";
 /// Slurm's default order: partition, state, priority (highest first).
 pub const DEFAULT_SORT: &str = "P,t,-p";
+/// Lines a table makes room for at a time (those of one part of a
+/// listing, as ctld sends them).
+const ROOM_AHEAD: usize = 500;
 /// The width of a `-O` field that names none.
 const FORMAT2_WIDTH: usize = 20;
 
@@ -203,7 +206,7 @@ impl Extra {
         })
     }
 
-    pub fn keeps(&self, j: &JobView) -> bool {
+    pub fn keeps<S: Text>(&self, j: &JobView<S>) -> bool {
         let account = j.ask().account.as_deref().unwrap_or("");
         let qos = j.ask().qos.as_deref().unwrap_or("normal");
         (self.accounts.is_empty()
@@ -212,9 +215,16 @@ impl Extra {
                 .iter()
                 .any(|a| a.eq_ignore_ascii_case(account)))
             && (self.qos.is_empty() || self.qos.iter().any(|q| q.eq_ignore_ascii_case(qos)))
-            && (self.nodes.is_empty() || j.nodes.iter().any(|n| self.nodes.contains(n)))
+            && (self.nodes.is_empty()
+                || j.nodes.iter().any(|n| self.nodes.iter().any(|m| *m == **n)))
     }
 }
+
+/// What a view's texts may be: its own `String`s, or `&str`s borrowed
+/// from the frame it was read from ([`Table::add_view`]).
+pub trait Text: std::ops::Deref<Target = str> + AsRef<str> {}
+
+impl<T: std::ops::Deref<Target = str> + AsRef<str>> Text for T {}
 
 /// A field squeue can print, by `%` code or `-O` name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -634,7 +644,7 @@ pub fn fit(s: &str, width: Option<usize>, right: bool) -> String {
 
 /// How long a job has run (or ran): squeue's TIME, scontrol's RunTime.
 /// Time it spent suspended does not count.
-pub fn run_secs(j: &JobView, now: u64) -> u64 {
+pub fn run_secs<S>(j: &JobView<S>, now: u64) -> u64 {
     let paused = j.suspension.map_or(0, |s| s.paused);
     let until = match (j.state, j.suspension.and_then(|s| s.since)) {
         (JobState::Suspended, Some(since)) => since,
@@ -661,12 +671,12 @@ pub fn size_mb(mb: u64) -> String {
 }
 
 /// A job's memory ask as squeue's MIN_MEMORY shows it.
-pub fn min_memory(j: &JobView) -> String {
+pub fn min_memory<S>(j: &JobView<S>) -> String {
     size_mb(j.ask().mem_per_cpu_mb.unwrap_or(j.mem_mb))
 }
 
 /// `gres:gpu[:type]:N`, Slurm 22.05's TRES text for a GPU count.
-pub fn gres(j: &JobView, n: Option<u32>) -> String {
+pub fn gres<S>(j: &JobView<S>, n: Option<u32>) -> String {
     match (n, &j.ask().gpu_type) {
         (Some(n), Some(t)) => format!("gres:gpu:{t}:{n}"),
         (Some(n), None) => format!("gres:gpu:{n}"),
@@ -676,7 +686,7 @@ pub fn gres(j: &JobView, n: Option<u32>) -> String {
 
 /// The job's TRES as Slurm lists them: `cpu=4,mem=8G,node=2,billing=4`
 /// (and `gres/gpu=N`).
-pub fn tres(j: &JobView) -> String {
+pub fn tres<S>(j: &JobView<S>) -> String {
     let mem = match j.ask().mem_per_cpu_mb {
         Some(per_cpu) => per_cpu * u64::from(j.num_cpus),
         None => j.mem_mb * u64::from(j.num_nodes),
@@ -694,12 +704,12 @@ pub fn tres(j: &JobView) -> String {
 
 /// An output path as Slurm shows it: the pattern expanded, relative to
 /// the job's work directory.
-pub fn output_path(j: &JobView, pattern: &str) -> String {
+pub fn output_path<S: Text>(j: &JobView<S>, pattern: &str) -> String {
     let user = user_name(j.user.uid);
     let vars = corral_proto::pattern::PatternVars {
         job: j.id.0,
         name: &j.name,
-        node: j.nodes.first().map_or("%N", String::as_str),
+        node: j.nodes.first().map_or("%N", |n| &**n),
         user: &user,
         step: None,
         array: j.array.as_ref().and_then(|a| a.task.map(|t| (a.job.0, t))),
@@ -714,11 +724,11 @@ pub fn output_path(j: &JobView, pattern: &str) -> String {
     }
 }
 
-fn or_null(v: &Option<String>) -> String {
-    v.clone().unwrap_or_else(|| "(null)".into())
+fn or_null<S: Text>(v: &Option<S>) -> String {
+    v.as_deref().unwrap_or("(null)").to_string()
 }
 
-fn value(j: &JobView, f: F, now: u64) -> String {
+fn value<S: Text>(j: &JobView<S>, f: F, now: u64) -> String {
     let reason = || format!("({})", words::job_reason(j.reason));
     let pending = j.state == JobState::Pending;
     match f {
@@ -733,12 +743,12 @@ fn value(j: &JobView, f: F, now: u64) -> String {
                 None => format_indices(&a.waiting, a.throttle),
             },
         },
-        F::Name | F::StepName => j.name.clone(),
+        F::Name | F::StepName => j.name.to_string(),
         F::User => user_name(j.user.uid),
         F::Uid => j.user.uid.to_string(),
         F::Group => group_name(j.user.gid),
         F::Gid => j.user.gid.to_string(),
-        F::Partition => j.partition.clone(),
+        F::Partition => j.partition.to_string(),
         F::Qos => j.ask().qos.clone().unwrap_or_else(|| "normal".into()),
         F::StateCompact => j.state.code().to_string(),
         F::State => j.state.name().to_string(),
@@ -792,8 +802,8 @@ fn value(j: &JobView, f: F, now: u64) -> String {
         F::PriorityLong => j.priority.to_string(),
         F::Priority => format!("{:.14}", j.priority.max(0) as f64 / f64::from(u32::MAX)),
         F::Nice => j.ask().nice.to_string(),
-        F::Command => j.command.clone(),
-        F::WorkDir => j.work_dir.clone(),
+        F::Command => j.command.to_string(),
+        F::WorkDir => j.work_dir.to_string(),
         F::Comment => or_null(&j.comment),
         F::ReqNodes => hostlist::compress_sorted(&j.ask().req_nodes),
         F::ExcNodes => hostlist::compress_sorted(&j.ask().exc_nodes),
@@ -808,7 +818,7 @@ fn value(j: &JobView, f: F, now: u64) -> String {
         F::Sct => "*:*:*".into(),
         F::CoreSpec => "N/A".into(),
         F::BatchHost => match (j.batch, j.nodes.first()) {
-            (true, Some(n)) if !pending => n.clone(),
+            (true, Some(n)) if !pending => n.to_string(),
             _ => "n/a".into(),
         },
         F::BatchFlag => u8::from(j.batch).to_string(),
@@ -836,9 +846,9 @@ fn value(j: &JobView, f: F, now: u64) -> String {
 /// Writes a field's value: text the view holds, constants and numbers
 /// straight into `buf` (a squeue of 10,000 jobs prints half a million
 /// fields), the rest through [`value`].
-fn value_into(buf: &mut String, j: &JobView, f: F, now: u64) {
+fn value_into<S: Text>(buf: &mut String, j: &JobView<S>, f: F, now: u64) {
     let ask = j.ask();
-    fn null(v: &Option<String>) -> &str {
+    fn null<T: Text>(v: &Option<T>) -> &str {
         v.as_deref().unwrap_or("(null)")
     }
     let text: &str = match f {
@@ -966,7 +976,7 @@ fn step_value(j: &JobView, s: &StepView, f: F, now: u64) -> String {
 
 /// A job's id as squeue writes it: `123`, a task of an array `123_7`, an
 /// array's waiting tasks `123_[8-99%4]` (one of them: `123_8`).
-pub fn job_id(j: &JobView) -> String {
+pub fn job_id<S>(j: &JobView<S>) -> String {
     let Some(a) = &j.array else {
         return j.id.to_string();
     };
@@ -1136,7 +1146,7 @@ enum SortVal {
     Text(String),
 }
 
-fn sort_val(j: &JobView, f: F, now: u64) -> SortVal {
+fn sort_val<S: Text>(j: &JobView<S>, f: F, now: u64) -> SortVal {
     let n = |v: i128| SortVal::Num(v);
     match f {
         F::JobId | F::JobArrayId => n(i128::from(j.id.0)),
@@ -1279,8 +1289,8 @@ impl Layout {
     /// The whole output for these jobs, in the parts they came in.
     pub fn print(&self, parts: Vec<Vec<JobView>>, array: bool, now: u64) -> String {
         let mut t = self.table(array, now);
-        for mut p in parts {
-            t.add(&mut p, |_| true);
+        for p in parts {
+            t.add(&p, |_| true);
         }
         t.finish()
     }
@@ -1318,7 +1328,7 @@ pub struct Table<'l> {
     /// Partition names, in the order first seen (rows hold an index).
     partitions: Vec<String>,
     /// `-s`: the views themselves.
-    steps: Vec<Vec<JobView>>,
+    steps: Vec<JobView>,
 }
 
 #[derive(Debug)]
@@ -1342,62 +1352,82 @@ enum RowKey {
 }
 
 impl Table<'_> {
-    /// Adds a part's jobs that `keep` says yes to. The views are left in
-    /// `part` (or taken, for a step layout), its memory the caller's to
-    /// use again.
-    pub fn add(&mut self, part: &mut Vec<JobView>, keep: impl Fn(&JobView) -> bool) {
-        if self.array {
-            *part = expand_arrays(std::mem::take(part));
+    /// Adds a part's jobs that `keep` says yes to.
+    pub fn add(&mut self, part: &[JobView], keep: impl Fn(&JobView) -> bool) {
+        for j in part {
+            self.add_view(j, &keep);
         }
-        part.retain(|j| keep(j));
+    }
+
+    /// Adds one job if `keep` says yes to it (with `-r`, each of an
+    /// array's waiting tasks). The view may borrow its
+    /// texts ([`crate::client::read_job_views`]): a line is rendered from
+    /// it and only a step layout (`-s`) keeps a copy.
+    pub fn add_view<S>(&mut self, j: &JobView<S>, keep: impl Fn(&JobView<S>) -> bool)
+    where
+        S: Text + Clone + Into<String>,
+    {
+        // An array's waiting tasks differ only in their index, which
+        // `keep` does not read: the one answer is theirs.
+        if !keep(j) {
+            return;
+        }
+        if self.array && j.array.as_ref().is_some_and(|a| a.task.is_none()) {
+            for task in expand_arrays(vec![j.clone().map_texts(Into::into)]) {
+                self.add_kept(&task);
+            }
+        } else {
+            self.add_kept(j);
+        }
+    }
+
+    fn add_kept<S: Text + Clone + Into<String>>(&mut self, j: &JobView<S>) {
         if self.layout.steps.is_some() {
-            self.steps.push(std::mem::take(part));
+            self.steps.push(j.clone().map_texts(Into::into));
             return;
         }
         let now = self.now;
-        for (k, j) in part.iter().enumerate() {
-            let start = self.text.len();
-            line(
-                &self.layout.pieces,
-                &mut self.text,
-                &|f, buf| value_into(buf, j, f, now),
-                false,
-                false,
-            );
-            // Lines are alike: room for the rest of the part at once.
-            if k == 0 {
-                let len = self.text.len() - start;
-                self.text.reserve(len.saturating_mul(part.len()) / 8 * 9);
-            }
-            let key = if self.default_sort {
-                let partition = match self.partitions.iter().position(|p| *p == j.partition) {
-                    Some(i) => i,
-                    None => {
-                        self.partitions.push(j.partition.clone());
-                        self.partitions.len() - 1
-                    }
-                };
-                RowKey::Default {
-                    partition: partition as u32,
-                    state: state_rank(j.state),
-                    priority: j.priority,
-                }
-            } else {
-                RowKey::Keys(
-                    self.layout
-                        .sort
-                        .iter()
-                        .map(|&(f, _)| sort_val(j, f, now))
-                        .collect(),
-                )
-            };
-            self.rows.push(Row {
-                key,
-                id: j.id.0,
-                seq: self.rows.len() as u32,
-                line: start..self.text.len(),
-            });
+        let start = self.text.len();
+        line(
+            &self.layout.pieces,
+            &mut self.text,
+            &|f, buf| value_into(buf, j, f, now),
+            false,
+            false,
+        );
+        // Lines are alike: after the first, room for a part's more at once.
+        if self.rows.len() % ROOM_AHEAD == 0 {
+            let len = self.text.len() - start;
+            self.text.reserve(len.saturating_mul(ROOM_AHEAD) / 8 * 9);
         }
+        let key = if self.default_sort {
+            let partition = match self.partitions.iter().position(|p| **p == *j.partition) {
+                Some(i) => i,
+                None => {
+                    self.partitions.push(j.partition.to_string());
+                    self.partitions.len() - 1
+                }
+            };
+            RowKey::Default {
+                partition: partition as u32,
+                state: state_rank(j.state),
+                priority: j.priority,
+            }
+        } else {
+            RowKey::Keys(
+                self.layout
+                    .sort
+                    .iter()
+                    .map(|&(f, _)| sort_val(j, f, now))
+                    .collect(),
+            )
+        };
+        self.rows.push(Row {
+            key,
+            id: j.id.0,
+            seq: self.rows.len() as u32,
+            line: start..self.text.len(),
+        });
     }
 
     /// The whole output: date line, header, the lines in order.
@@ -1419,7 +1449,7 @@ impl Table<'_> {
             out.push_str(&strftime("%a %b %d %H:%M:%S %Y\n", self.now));
         }
         if let Some(only) = &layout.steps {
-            let order = sorted(self.steps.iter().flatten(), &layout.sort, self.now);
+            let order = sorted(&self.steps, &layout.sort, self.now);
             out.push_str(&render_steps(
                 &order,
                 &layout.pieces,
@@ -1529,9 +1559,9 @@ async fn once(c: &mut Client, f: &JobFilter, extra: &Extra, layout: &Layout, arr
     let mut table = layout.table(array, now());
     let mut any = false;
     let listed = c
-        .job_parts_each(f.clone(), |part| {
-            any |= !part.is_empty();
-            table.add(part, |j| extra.keeps(j));
+        .job_views_each(f.clone(), |j| {
+            any = true;
+            table.add_view(j, |j| extra.keeps(j));
         })
         .await;
     match listed {
@@ -2000,7 +2030,7 @@ pub(crate) mod tests {
             whole.push_str(&render_pieces(&order, &layout.pieces, layout.header, now));
             let mut t = layout.table(false, now);
             for range in [40..60, 0..7, 7..40] {
-                t.add(&mut jobs[range].to_vec(), |_| true);
+                t.add(&jobs[range], |_| true);
             }
             assert_eq!(t.finish(), whole, "{args:?}");
         }

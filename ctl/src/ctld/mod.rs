@@ -911,22 +911,3 @@ impl Controller {
 
 #[cfg(test)]
 mod tests;
-
-/// Asks the processor to bring `len` bytes at `at` into its cache: a
-/// hint, which never faults and changes nothing a program can see.
-fn prefetch<T>(at: *const T, len: usize) {
-    // Every 64-byte line the bytes touch: a 152-byte record that starts
-    // late in a line spans four.
-    #[cfg(target_arch = "x86_64")]
-    for line in (0..(at as usize % 64) + len).step_by(64) {
-        let p = at.cast::<i8>().wrapping_add(line);
-        // SAFETY: a prefetch reads nothing architecturally and cannot
-        // fault, whatever the address; SSE is part of every x86_64.
-        #[allow(unsafe_code)]
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p);
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (at, len);
-}

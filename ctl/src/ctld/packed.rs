@@ -96,7 +96,7 @@ impl PackedSpec {
             .expect("a PackedSpec holds bytes its own `new` encoded")
     }
 
-    /// Where its bytes are, for [`super::prefetch`].
+    /// Where its bytes are, for [`scheduler_core::prefetch_bytes`].
     pub(super) fn bytes_at(&self) -> *const u8 {
         self.bytes.as_ptr()
     }

@@ -535,11 +535,11 @@ impl<'a, I: Iterator<Item = &'a JobRecord>> Iterator for Ahead<'a, I> {
     fn next(&mut self) -> Option<&'a JobRecord> {
         while self.queue.len() < Self::DEPTH {
             let Some(j) = self.jobs.next() else { break };
-            super::prefetch(j, std::mem::size_of::<JobRecord>());
+            scheduler_core::prefetch(j);
             self.queue.push_back(j);
         }
         if let Some(j) = self.queue.get(Self::DEPTH / 2) {
-            super::prefetch(j.spec.bytes_at(), 64);
+            scheduler_core::prefetch_bytes(j.spec.bytes_at(), 64);
         }
         self.queue.pop_front()
     }

@@ -635,10 +635,7 @@ impl Scheduler {
     /// a listing asks: the job table is walked once instead of searched
     /// for each job.
     pub fn statuses(&self) -> Statuses<'_> {
-        Statuses {
-            sched: self,
-            walk: self.jobs.range(..).peekable(),
-        }
+        Statuses::from(self, JobId(0))
     }
 
     fn status_of(job: &Job) -> JobStatus {
@@ -707,6 +704,11 @@ impl Scheduler {
 pub struct Statuses<'a> {
     sched: &'a Scheduler,
     walk: std::iter::Peekable<std::collections::btree_map::Range<'a, JobId, Box<Job>>>,
+    /// [`Statuses::AHEAD`] jobs past `walk`, each fetched into the cache
+    /// as `walk` comes near: every job is a box of its own, and reading
+    /// ten thousand of them in turn left a listing waiting on memory for
+    /// each.
+    ahead: std::collections::btree_map::Range<'a, JobId, Box<Job>>,
 }
 
 impl std::fmt::Debug for Statuses<'_> {
@@ -715,22 +717,41 @@ impl std::fmt::Debug for Statuses<'_> {
     }
 }
 
-impl Statuses<'_> {
+impl<'a> Statuses<'a> {
     /// How many jobs it steps over before it searches instead.
     const STRIDE: usize = 16;
+    /// How far ahead of the walk jobs are fetched.
+    const AHEAD: usize = 8;
+
+    fn from(sched: &'a Scheduler, id: JobId) -> Statuses<'a> {
+        let mut ahead = sched.jobs.range(id..);
+        for (_, job) in ahead.by_ref().take(Self::AHEAD) {
+            crate::prefetch(&**job);
+        }
+        Statuses {
+            sched,
+            walk: sched.jobs.range(id..).peekable(),
+            ahead,
+        }
+    }
+
+    fn step(&mut self) {
+        self.walk.next();
+        if let Some((_, job)) = self.ahead.next() {
+            crate::prefetch(&**job);
+        }
+    }
 
     pub fn status(&mut self, id: JobId) -> Option<JobStatus> {
         for _ in 0..Self::STRIDE {
             match self.walk.peek() {
-                Some((&k, _)) if k < id => {
-                    self.walk.next();
-                }
+                Some((&k, _)) if k < id => self.step(),
                 Some((&k, job)) if k == id => return Some(Scheduler::status_of(job)),
                 // Past it, or at the end: not live, perhaps finished.
                 _ => return self.sched.job_status(id),
             }
         }
-        self.walk = self.sched.jobs.range(id..).peekable();
+        *self = Statuses::from(self.sched, id);
         match self.walk.peek() {
             Some((&k, job)) if k == id => Some(Scheduler::status_of(job)),
             _ => self.sched.job_status(id),

@@ -121,6 +121,8 @@ static LOGS: std::sync::LazyLock<LogLimiter> = std::sync::LazyLock::new(LogLimit
 /// Views built per hold of the controller's lock, and jobs looked at: a
 /// large squeue is built in slices with the lock released between them.
 const VIEWS_PER_SLICE: usize = 500;
+/// A listing's first part is smaller, so its reader starts sooner.
+const FIRST_PART_VIEWS: usize = 64;
 /// A listing's part goes out once its views take this many bytes, however
 /// few they are: a user's jobs may carry megabytes of text each, and one
 /// part past [`corral_proto::MAX_FRAME`] broke every user's listing.
@@ -903,17 +905,18 @@ impl Server {
         // from the job table (texts borrowed, none copied), under the lock.
         let mut body = Vec::new();
         let mut count = 0;
+        let mut per_part = FIRST_PART_VIEWS;
         loop {
             let mut broke = None;
-            let next =
-                self.ctl
-                    .lock()
-                    .each_job_view(&sel, VIEWS_PER_SLICE - count, SCAN_PER_SLICE, |v| {
-                        broke = encode_view(&v, &mut body).err();
-                        count += 1;
-                        broke.is_none() && body.len() < PART_BYTES
-                    });
-            let full = count >= VIEWS_PER_SLICE || body.len() >= PART_BYTES;
+            let next = self
+                .ctl
+                .lock()
+                .each_job_view(&sel, per_part - count, SCAN_PER_SLICE, |v| {
+                    broke = encode_view(&v, &mut body).err();
+                    count += 1;
+                    broke.is_none() && body.len() < PART_BYTES
+                });
+            let full = count >= per_part || body.len() >= PART_BYTES;
             let frame = match (broke, next) {
                 (Some(e), _) => Err(e),
                 (None, Some(after)) if !full => {
@@ -937,6 +940,7 @@ impl Server {
             }
             body.clear();
             count = 0;
+            per_part = VIEWS_PER_SLICE;
         }
     }
 
