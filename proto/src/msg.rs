@@ -1967,11 +1967,10 @@ mod listing_tests {
         let mut stream = frame(false, first, first.len());
         stream.extend(frame(true, rest, rest.len()));
         let mut got = Vec::new();
-        let answer = read_answer_views(&mut stream.as_slice(), |v| {
-            got.push(v.clone().into_owned())
-        })
-        .await
-        .unwrap();
+        let answer =
+            read_answer_views(&mut stream.as_slice(), |v| got.push(v.clone().into_owned()))
+                .await
+                .unwrap();
         assert!(matches!(answer, Some(Answer::Listing(_))));
         assert_eq!(got, all);
         let other = crate::frame::encode(&Response::Error("no".into())).unwrap();
