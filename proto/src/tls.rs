@@ -403,7 +403,43 @@ pub fn server_endpoint(
     addr: SocketAddr,
     cfg: quinn::ServerConfig,
 ) -> Result<quinn::Endpoint, TlsError> {
-    quinn::Endpoint::server(cfg, addr).map_err(|source| TlsError::Bind { addr, source })
+    endpoint(addr, quinn::EndpointConfig::default(), Some(cfg))
+}
+
+/// The bytes of UDP datagrams an endpoint's socket may hold unread (and
+/// unsent). A listing of 10,000 jobs is half a megabyte that ctld sends
+/// its agent at once; in the kernel's default 208 KiB the agent's socket
+/// dropped about one datagram per listing (`RcvbufErrors` in
+/// `/proc/net/snmp`), and each loss stalled the stream for a
+/// retransmission and cut ctld's congestion window.
+pub const UDP_BUFFER: usize = 4 << 20;
+
+/// A UDP socket bound to `addr` with [`UDP_BUFFER`]s: asked for with the
+/// privilege to exceed the system's limit where the process has it, else
+/// up to that limit (`net.core.rmem_max`, `wmem_max`).
+fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let socket = std::net::UdpSocket::bind(addr)?;
+    if setsockopt(&socket, sockopt::RcvBufForce, &UDP_BUFFER).is_err() {
+        let _ = setsockopt(&socket, sockopt::RcvBuf, &UDP_BUFFER);
+    }
+    if setsockopt(&socket, sockopt::SndBufForce, &UDP_BUFFER).is_err() {
+        let _ = setsockopt(&socket, sockopt::SndBuf, &UDP_BUFFER);
+    }
+    Ok(socket)
+}
+
+/// An endpoint on a [`udp_socket`].
+fn endpoint(
+    addr: SocketAddr,
+    ep: quinn::EndpointConfig,
+    server: Option<quinn::ServerConfig>,
+) -> Result<quinn::Endpoint, TlsError> {
+    let bind = |source| TlsError::Bind { addr, source };
+    let socket = udp_socket(addr).map_err(bind)?;
+    let runtime =
+        quinn::default_runtime().ok_or_else(|| bind(std::io::Error::other("no async runtime")))?;
+    quinn::Endpoint::new(ep, server, socket, runtime).map_err(bind)
 }
 
 /// Random 8-byte connection ids, any of which a server run accepts as its
@@ -447,10 +483,6 @@ pub fn server_endpoint_for(
     let derived = hmac::sign(&master, b"corral stateless reset");
     let reset = hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref());
 
-    let bind = |source| TlsError::Bind { addr, source };
-    let socket = std::net::UdpSocket::bind(addr).map_err(bind)?;
-    let runtime =
-        quinn::default_runtime().ok_or_else(|| bind(std::io::Error::other("no async runtime")))?;
     let mut ep = quinn::EndpointConfig::new(Arc::new(reset));
     // quinn's default ids carry a signature keyed at random per run, and
     // a packet whose id this run could not have issued gets no reset:
@@ -461,7 +493,7 @@ pub fn server_endpoint_for(
     // time (5,000 nodes: minutes). A reset is smaller than the packet
     // that caused it, so a faster rate amplifies nothing.
     ep.min_reset_interval(RESET_INTERVAL);
-    quinn::Endpoint::new(ep, Some(cfg), socket, runtime).map_err(bind)
+    endpoint(addr, ep, Some(cfg))
 }
 
 /// A client endpoint on an ephemeral port of the unspecified address of
@@ -472,12 +504,47 @@ pub fn client_endpoint(peer: SocketAddr) -> Result<quinn::Endpoint, TlsError> {
     } else {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
-    quinn::Endpoint::client(addr).map_err(|source| TlsError::Bind { addr, source })
+    endpoint(addr, quinn::EndpointConfig::default(), None)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An endpoint's socket holds a listing's worth of datagrams: as much
+    /// as asked where the process may exceed the system's limit (root,
+    /// as CI runs), else that limit. The kernel reports twice what it
+    /// was asked, its own bookkeeping included.
+    #[test]
+    fn endpoint_sockets_get_large_buffers() {
+        use nix::sys::socket::{getsockopt, sockopt};
+        let socket = udp_socket("127.0.0.1:0".parse().unwrap()).unwrap();
+        let limit = |f: &str| -> usize {
+            std::fs::read_to_string(format!("/proc/sys/net/core/{f}"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        let root = nix::unistd::geteuid().is_root();
+        for (got, max) in [
+            (
+                getsockopt(&socket, sockopt::RcvBuf).unwrap(),
+                limit("rmem_max"),
+            ),
+            (
+                getsockopt(&socket, sockopt::SndBuf).unwrap(),
+                limit("wmem_max"),
+            ),
+        ] {
+            let want = if root {
+                UDP_BUFFER
+            } else {
+                UDP_BUFFER.min(max)
+            };
+            assert!(got >= 2 * want, "buffer {got}, asked {want}");
+        }
+    }
 
     #[test]
     fn ca_refuses_overwrite_and_issues_named_certs() {

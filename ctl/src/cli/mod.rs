@@ -139,19 +139,35 @@ pub fn user_name(uid: u32) -> String {
 
 /// Lends a user's name (see [`user_name`]) without copying it.
 pub fn with_user_name(uid: u32, f: impl FnOnce(&str)) {
+    type Last = std::cell::RefCell<Option<(u32, String)>>;
     thread_local! {
         static NAMES: std::cell::RefCell<std::collections::HashMap<u32, String>> =
             Default::default();
+        /// The last one lent: a listing's lines are mostly one user's,
+        /// and squeue hashed the same uid for each of ten thousand.
+        static LAST: Last = const { std::cell::RefCell::new(None) };
     }
-    NAMES.with(|names| {
-        let mut names = names.borrow_mut();
-        let name = names.entry(uid).or_insert_with(|| {
-            nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-                .ok()
-                .flatten()
-                .map(|u| u.name)
-                .unwrap_or_else(|| uid.to_string())
-        });
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        let (_, name) = match &mut *last {
+            Some(hit) if hit.0 == uid => hit,
+            other => other.insert((
+                uid,
+                NAMES.with(|names| {
+                    names
+                        .borrow_mut()
+                        .entry(uid)
+                        .or_insert_with(|| {
+                            nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                                .ok()
+                                .flatten()
+                                .map(|u| u.name)
+                                .unwrap_or_else(|| uid.to_string())
+                        })
+                        .clone()
+                }),
+            )),
+        };
         f(name)
     })
 }

@@ -1012,7 +1012,13 @@ pub fn expand_arrays(jobs: Vec<JobView>) -> Vec<JobView> {
     out
 }
 
-fn line(pieces: &[Piece], out: &mut String, get: &dyn Fn(F, &mut String), head: bool, steps: bool) {
+fn line(
+    pieces: &[Piece],
+    out: &mut String,
+    get: &impl Fn(F, &mut String),
+    head: bool,
+    steps: bool,
+) {
     let mut v = String::with_capacity(64);
     for p in pieces {
         match p {
