@@ -1316,9 +1316,9 @@ impl Layout {
     }
 }
 
-/// squeue's output, made as a listing's parts arrive: each job's line
-/// is rendered, with its sort key, when its part comes (while ctld makes
-/// the next one), and the part's views go with it. At the end only keys
+/// squeue's output, made as a listing arrives: each job's line is
+/// rendered, with its sort key, as its view is decoded (while ctld makes
+/// the next part), and the view goes with it. At the end only keys
 /// are sorted and lines copied. Keeping ten thousand views (over 5 MB)
 /// to sort and render after the last part left squeue 10 ms of work
 /// after the listing had come. A step layout (`-s`) keeps its views.
