@@ -171,6 +171,16 @@ fn escaped(mut resp: Response) -> Response {
     resp
 }
 
+/// An exchange with the agent, given [`call_timeout`] to end in.
+async fn bounded<T>(
+    exchange: impl std::future::Future<Output = Result<T, ClientError>>,
+) -> Result<T, ClientError> {
+    let limit = call_timeout();
+    tokio::time::timeout(limit, exchange)
+        .await
+        .map_err(|_| ClientError::Timeout(limit.as_secs()))?
+}
+
 /// A connection to the local agent; calls go one after another.
 #[derive(Debug)]
 pub struct Client {
@@ -217,16 +227,13 @@ impl Client {
         req: LocalRequest,
         part: impl FnMut(&mut Vec<JobView>),
     ) -> Result<Answer, ClientError> {
-        let exchange = async {
+        bounded(async {
             write_frame(&mut self.stream, &req).await?;
             read_answer_each(&mut self.stream, part)
                 .await?
                 .ok_or(ClientError::Closed)
-        };
-        let limit = call_timeout();
-        tokio::time::timeout(limit, exchange)
-            .await
-            .map_err(|_| ClientError::Timeout(limit.as_secs()))?
+        })
+        .await
     }
 
     /// Every job the filter selects (a listing comes whole, in parts).
@@ -246,16 +253,12 @@ impl Client {
         f: JobFilter,
         view: impl FnMut(&JobView<&str>),
     ) -> Result<(), String> {
-        let exchange = async {
-            write_frame(&mut self.stream, &LocalRequest::Relay(Request::Jobs(f)))
-                .await
-                .map_err(|e| ClientError::from(e).to_string())?;
-            read_job_views(&mut self.stream, view).await
-        };
-        let limit = call_timeout();
-        tokio::time::timeout(limit, exchange)
-            .await
-            .map_err(|_| ClientError::Timeout(limit.as_secs()).to_string())?
+        bounded(async {
+            write_frame(&mut self.stream, &LocalRequest::Relay(Request::Jobs(f))).await?;
+            Ok(read_job_views(&mut self.stream, view).await)
+        })
+        .await
+        .map_err(|e| e.to_string())?
     }
 
     /// Every accounting record the query selects, page by page.

@@ -147,29 +147,26 @@ pub fn with_user_name(uid: u32, f: impl FnOnce(&str)) {
         /// and squeue hashed the same uid for each of ten thousand.
         static LAST: Last = const { std::cell::RefCell::new(None) };
     }
-    LAST.with(|last| {
-        let mut last = last.borrow_mut();
-        let (_, name) = match &mut *last {
-            Some(hit) if hit.0 == uid => hit,
-            other => other.insert((
-                uid,
-                NAMES.with(|names| {
-                    names
-                        .borrow_mut()
-                        .entry(uid)
-                        .or_insert_with(|| {
-                            nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-                                .ok()
-                                .flatten()
-                                .map(|u| u.name)
-                                .unwrap_or_else(|| uid.to_string())
-                        })
-                        .clone()
-                }),
-            )),
-        };
-        f(name)
+    LAST.with_borrow_mut(|last| {
+        if last.as_ref().is_none_or(|(u, _)| *u != uid) {
+            let name = NAMES.with_borrow_mut(|names| {
+                names.entry(uid).or_insert_with(|| passwd_name(uid)).clone()
+            });
+            *last = Some((uid, name));
+        }
+        if let Some((_, name)) = last {
+            f(name)
+        }
     })
+}
+
+/// A user's name as the node's passwd has it, or the uid as text.
+fn passwd_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| uid.to_string())
 }
 
 /// A group's name, or the gid as text. Remembered, as user names are.

@@ -724,13 +724,14 @@ impl<'a> Statuses<'a> {
     const AHEAD: usize = 8;
 
     fn from(sched: &'a Scheduler, id: JobId) -> Statuses<'a> {
-        let mut ahead = sched.jobs.range(id..);
+        let walk = sched.jobs.range(id..);
+        let mut ahead = walk.clone();
         for (_, job) in ahead.by_ref().take(Self::AHEAD) {
             crate::prefetch(&**job);
         }
         Statuses {
             sched,
-            walk: sched.jobs.range(id..).peekable(),
+            walk: walk.peekable(),
             ahead,
         }
     }
