@@ -1,31 +1,33 @@
 //! What `squeue` costs its own process with 10,000 jobs pending: the
 //! listing's frames read and decoded, every job's line rendered in
 //! Slurm's default layout, the lines sorted and written out. The frames
-//! are those ctld sends for 10,000 held batch jobs (bare views, in parts
-//! of 500), read from memory, so the figure leaves out the process start
-//! and the controller's side; the output goes to `io::sink`.
+//! are those ctld sends for 10,000 held batch jobs (compact bare views,
+//! `encode_listed`, in parts of 500), read from memory, so the figure
+//! leaves out the process start and the controller's side; the output
+//! goes to `io::sink`.
 //!
-//! `compare.sh` measures the whole command (about 13 ms with 10,000
-//! pending, 2 Dec 2026); this is the part of it that ran in squeue's own
-//! process after the connection, most of its CPU time (`perf stat` of
-//! squeue in a `corral up`: 7.3 ms user and 1.7 ms system).
+//! `compare.sh` measures the whole command (about 10 ms with 10,000
+//! pending, 3 Dec 2026); this is the part of it that runs in squeue's own
+//! process after the connection, most of its CPU time.
 //!
-//! | bench              | budget   | measured (3 Dec 2026, this machine, a slow spell) |
+//! | bench              | budget   | measured (3 Dec 2026, this machine) |
 //! |--------------------|----------|------------------------------------|
-//! | squeue/default_10k | ≤ 6 ms   | 5.74–5.79 ms (views decoded into a list: 6.34–6.93) |
-//! | squeue/wc_10k      | ≤ 6 ms   | 4.00–4.29 ms (views decoded into a list: 6.40–6.97) |
+//! | squeue/default_10k | ≤ 6 ms   | 5.11–5.92 ms (whole views: 6.56–7.01) |
+//! | squeue/wc_10k      | ≤ 6 ms   | 4.20–4.69 ms (whole views: 4.42–6.03) |
 //!
 //! `default_10k` is `squeue`, `wc_10k` is `squeue -h` (what
-//! `squeue -h | wc -l` runs). The figures in brackets are this bench run
-//! against the code before views were read borrowed (`35caa11`, its
-//! `Table::add` of owned views), the two binaries alternated three
-//! times: `--warm-up-time 1 --measurement-time 4`.
+//! `squeue -h | wc -l` runs). The figures in brackets are this bench at
+//! the code before bare listings were sent compact (`11e19c6`, every view
+//! whole), the two binaries alternated three times:
+//! `--warm-up-time 1 --measurement-time 4`. Before that, views decoded
+//! into a list rather than borrowed (`35caa11`) measured 6.34–6.93 and
+//! 6.40–6.97 ms against 5.74–5.79 and 4.00–4.29 for borrowed whole views.
 //!
 //! Run: `cargo bench -p benches --bench squeue`.
 
 use corral_ctl::cli::squeue::{Layout, SqueueArgs};
 use corral_proto::msg::{
-    encode_view, listing_frame, ExitStatus, Ident, JobId, JobReason, JobState, JobView,
+    encode_listed, listing_frame, ExitStatus, Ident, JobId, JobReason, JobState, JobView,
 };
 use criterion::{criterion_group, criterion_main, Criterion};
 
@@ -84,9 +86,10 @@ fn listing() -> Vec<u8> {
         body.clear();
         let last = (first + PER_PART - 1).min(JOBS);
         for id in first..=last {
-            encode_view(&view(id), &mut body).expect("encode");
+            encode_listed(&view(id), &mut body).expect("encode");
         }
-        let frame = listing_frame(last == JOBS, (last - first + 1) as usize, &body).expect("frame");
+        let count = (last - first + 1) as usize;
+        let frame = listing_frame(last == JOBS, true, count, &body).expect("frame");
         out.extend_from_slice(&frame);
     }
     out

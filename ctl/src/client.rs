@@ -409,7 +409,7 @@ mod tests {
         for v in &one_each {
             corral_proto::msg::encode_view(v, &mut body).unwrap();
         }
-        let frame = corral_proto::msg::listing_frame(true, one_each.len(), &body).unwrap();
+        let frame = corral_proto::msg::listing_frame(true, false, one_each.len(), &body).unwrap();
         let mut got = Vec::new();
         read_job_views(&mut frame.as_slice(), |v| got.push(v.clone().into_owned()))
             .await
@@ -441,50 +441,120 @@ mod tests {
     }
     /// A listing frame made of views encoded one by one, texts borrowed
     /// (as ctld makes it), is byte for byte the frame of the owned views'
-    /// `Response`, and reads back as them.
+    /// `Response`, and reads back as them; so is a compact one, its bare
+    /// views sent bare and the rest whole.
     #[test]
     fn a_listing_of_borrowed_views_is_the_listing_of_owned_ones() {
         use crate::cli::squeue::tests::job;
         use corral_proto::frame::{decode_body, encode};
-        use corral_proto::msg::{encode_view, listing_frame, JobState, JobView};
+        use corral_proto::msg::{
+            encode_listed, encode_view, listing_frame, JobState, JobView, Listed,
+        };
         use std::borrow::Cow;
         let mut views: Vec<JobView> = (1..300).map(|id| job(id, JobState::Pending)).collect();
         views[3].stdout = Some("out-%j".into());
         views[4].comment = Some("note".into());
         views[5].nodes = vec!["n1".into(), "n2".into()];
+        // Every other view bare, as ctld makes them for squeue's default
+        // layout, the one at 5 with its nodes.
+        for v in views.iter_mut().skip(5).step_by(2) {
+            (v.num_tasks, v.cpus_per_task, v.num_cpus) = (0, 0, 0);
+            (v.work_dir, v.command, v.batch) = (String::new(), String::new(), false);
+            v.ask = None;
+            v.restarts = 2;
+        }
+        assert!(views[5].is_bare() && !views[6].is_bare() && !views[4].is_bare());
+        let listed: Vec<Listed> = views
+            .iter()
+            .map(|v| match v.is_bare() {
+                true => Listed::Bare(corral_proto::msg::BareView {
+                    id: v.id,
+                    name: v.name.clone(),
+                    user: v.user,
+                    partition: v.partition.clone(),
+                    state: v.state,
+                    reason: v.reason,
+                    priority: v.priority,
+                    submit_time: v.submit_time,
+                    start_time: v.start_time,
+                    end_time: v.end_time,
+                    expected_start: v.expected_start,
+                    time_limit: v.time_limit,
+                    nodes: v.nodes.clone(),
+                    num_nodes: v.num_nodes,
+                    exit: v.exit,
+                    restarts: v.restarts,
+                    usage: v.usage,
+                    suspension: v.suspension,
+                }),
+                false => Listed::Whole(v.clone()),
+            })
+            .collect();
         // ctld's views borrow most texts and own some (a command made
         // of a path and arguments); a Cow writes as a str either way.
         let borrowed: Vec<JobView<Cow<'_, str>>> = views
             .iter()
             .map(|v| v.clone().map_texts(Cow::Owned))
             .collect();
-        for last in [false, true] {
+        for (compact, last) in [(false, false), (false, true), (true, false), (true, true)] {
             let mut body = Vec::new();
             for v in &borrowed {
-                encode_view(v, &mut body).unwrap();
+                match compact {
+                    true => encode_listed(v, &mut body).unwrap(),
+                    false => encode_view(v, &mut body).unwrap(),
+                }
             }
-            let made = listing_frame(last, borrowed.len(), &body).unwrap();
-            let whole = if last {
-                Response::Jobs(views.clone())
-            } else {
-                Response::JobsPart(views.clone())
+            let made = listing_frame(last, compact, borrowed.len(), &body).unwrap();
+            let whole = match (compact, last) {
+                (false, true) => Response::Jobs(views.clone()),
+                (false, false) => Response::JobsPart(views.clone()),
+                (true, true) => Response::CompactJobs(listed.clone()),
+                (true, false) => Response::CompactJobsPart(listed.clone()),
             };
-            assert_eq!(made, encode(&whole).unwrap(), "last: {last}");
+            assert_eq!(made, encode(&whole).unwrap(), "{compact} {last}");
             assert_eq!(Response::frame_is_part(&made), !last);
-            match decode_body::<Response>(&made[4..]).unwrap() {
-                Response::Jobs(back) | Response::JobsPart(back) => assert_eq!(back, views),
+            let back = match decode_body::<Response>(&made[4..]).unwrap() {
+                Response::Jobs(back) | Response::JobsPart(back) => back,
+                Response::CompactJobs(back) | Response::CompactJobsPart(back) => {
+                    back.into_iter().map(Listed::into_view).collect()
+                }
                 other => panic!("{other:?}"),
-            }
-            assert_eq!(
-                borrowed
-                    .iter()
-                    .cloned()
-                    .map(JobView::into_owned)
-                    .collect::<Vec<_>>(),
-                views
-            );
+            };
+            assert_eq!(back, views);
+            // Read as squeue reads it: each view borrowed.
+            let mut got = Vec::new();
+            let framed = if last {
+                made
+            } else {
+                let mut f = made;
+                f.extend(listing_frame(true, compact, 0, &[]).unwrap());
+                f
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            rt.block_on(read_job_views(&mut framed.as_slice(), |v| {
+                got.push(v.clone().into_owned())
+            }))
+            .unwrap();
+            assert_eq!(got, views, "{compact} {last}");
         }
-        let empty = listing_frame(true, 0, &[]).unwrap();
+        // A bare view is 17 bytes shorter (18 fields of a byte each left
+        // out, a tag added), a whole one a byte longer.
+        let size = |compact: bool| {
+            let mut body = Vec::new();
+            for v in &borrowed {
+                match compact {
+                    true => encode_listed(v, &mut body).unwrap(),
+                    false => encode_view(v, &mut body).unwrap(),
+                }
+            }
+            body.len()
+        };
+        let bare = views.iter().filter(|v| v.is_bare()).count();
+        assert_eq!(bare, 147);
+        assert_eq!(size(true) + 17 * bare, size(false) + (views.len() - bare));
+        let empty = listing_frame(true, false, 0, &[]).unwrap();
         assert_eq!(empty, encode(&Response::Jobs(Vec::new())).unwrap());
     }
 
@@ -495,7 +565,7 @@ mod tests {
     fn a_listing_in_parts_reads_as_one_answer() {
         use crate::cli::squeue::tests::job;
         use corral_proto::frame::encode;
-        use corral_proto::msg::JobState;
+        use corral_proto::msg::{JobState, Listed};
         use tokio::io::AsyncWriteExt;
         let view = |id| job(id, JobState::Pending);
         let part = |ids: std::ops::Range<u64>| Response::JobsPart(ids.map(view).collect());
@@ -504,9 +574,13 @@ mod tests {
         };
         assert!(Response::frame_is_part(&encode(&part(1..3)).unwrap()));
         assert!(Response::frame_is_part(&encode(&part(0..0)).unwrap()));
+        let compact_part = Response::CompactJobsPart(vec![Listed::Whole(view(1))]);
+        assert!(Response::frame_is_part(&encode(&compact_part).unwrap()));
         for whole in [
             Response::Jobs(vec![view(1)]),
             Response::Jobs(Vec::new()),
+            Response::CompactJobs(vec![Listed::Whole(view(1))]),
+            Response::CompactJobs(Vec::new()),
             Response::Error("x".into()),
             Response::Done,
             Response::Busy("y".into()),
@@ -542,6 +616,11 @@ mod tests {
         assert_eq!(ids(whole.unwrap().unwrap()), vec![1, 2, 3, 4, 5]);
         let alone = read(frames(&[Response::Jobs(vec![view(9)])]));
         assert_eq!(ids(alone.unwrap().unwrap()), vec![9]);
+        let compact = read(frames(&[
+            Response::CompactJobsPart(vec![Listed::Whole(view(1))]),
+            Response::CompactJobs(vec![Listed::Whole(view(2))]),
+        ]));
+        assert_eq!(ids(compact.unwrap().unwrap()), vec![1, 2]);
         let empty_end = read(frames(&[part(1..3), Response::Jobs(Vec::new())]));
         assert_eq!(ids(empty_end.unwrap().unwrap()), vec![1, 2]);
         match read(frames(&[part(1..3), Response::Error("broke".into())])) {

@@ -1202,30 +1202,47 @@ pub enum Response {
     /// [`Response::Jobs`] (or an [`Response::Error`], when the listing
     /// broke off). [`read_response`] puts them together.
     JobsPart(Vec<JobView>),
+    /// A listing's part whose views may be compact ([`Listed`]): what ctld
+    /// sends for a bare query ([`JobFilter::bare`]); more frames follow, up
+    /// to a [`Response::CompactJobs`]. The readers ([`read_answer`] and the
+    /// rest) hand its views on as [`JobView`]s.
+    CompactJobsPart(Vec<Listed>),
+    /// The last part of a listing begun with [`Response::CompactJobsPart`]
+    /// (or all of a short one).
+    CompactJobs(Vec<Listed>),
 }
 
 impl Response {
     /// Whether a whole encoded frame (as [`crate::read_raw_frame`] reads
-    /// it) is a [`Response::JobsPart`]: a relay passing frames on
-    /// undecoded reads on after one.
+    /// it) is a listing's part ([`Response::JobsPart`],
+    /// [`Response::CompactJobsPart`]): a relay passing frames on undecoded
+    /// reads on after one.
     pub fn frame_is_part(frame: &[u8]) -> bool {
-        frame.len() > 6 && frame[6] == listing_tag(false)
+        frame.len() > 6
+            && (frame[6] == listing_tag(false, false) || frame[6] == listing_tag(false, true))
     }
 }
 
 /// The variant tag of a listing's frame ([`Response::JobsPart`], or,
-/// `last`, [`Response::Jobs`]), from the enum itself: an empty listing's
-/// frame is length, version, the tag and the empty list's length, one
-/// byte each while the enum has fewer than 251 variants.
-fn listing_tag(last: bool) -> u8 {
-    static TAGS: std::sync::LazyLock<[u8; 2]> = std::sync::LazyLock::new(|| {
-        [Response::JobsPart(Vec::new()), Response::Jobs(Vec::new())].map(|r| {
+/// `last`, [`Response::Jobs`]; their compact kin with `compact`), from the
+/// enum itself: an empty listing's frame is length, version, the tag and
+/// the empty list's length, one byte each while the enum has fewer than
+/// 251 variants.
+fn listing_tag(last: bool, compact: bool) -> u8 {
+    static TAGS: std::sync::LazyLock<[u8; 4]> = std::sync::LazyLock::new(|| {
+        [
+            Response::JobsPart(Vec::new()),
+            Response::Jobs(Vec::new()),
+            Response::CompactJobsPart(Vec::new()),
+            Response::CompactJobs(Vec::new()),
+        ]
+        .map(|r| {
             let f = crate::frame::encode(&r).expect("an empty listing encodes");
             assert_eq!(f.len(), 8, "a variant index past one byte");
             f[6]
         })
     });
-    TAGS[usize::from(last)]
+    TAGS[usize::from(last) + 2 * usize::from(compact)]
 }
 
 /// An answer as it came off the stream: a listing's parts kept apart
@@ -1286,9 +1303,9 @@ where
     R: tokio::io::AsyncRead + Unpin,
 {
     let mut views = Vec::new();
-    read_listing(r, |body| {
+    read_listing(r, |compact, body| {
         views.clear();
-        decode_views(body, &mut views)?;
+        decode_views(compact, body, &mut views)?;
         part(&mut views);
         Ok(())
     })
@@ -1306,14 +1323,18 @@ pub async fn read_answer_views<R>(
 where
     R: tokio::io::AsyncRead + Unpin,
 {
-    read_listing(r, |body| decode_views_each(body, &mut view)).await
+    read_listing(r, |compact, body| {
+        decode_views_each(compact, body, &mut view)
+    })
+    .await
 }
 
 /// The frames of one answer: each listing frame's body (after its tag)
-/// handed to `body`, up to the last; any other answer returned whole.
+/// handed to `body`, with whether its views are compact ([`Listed`]), up
+/// to the last; any other answer returned whole.
 async fn read_listing<R>(
     r: &mut R,
-    mut body: impl FnMut(&[u8]) -> Result<(), crate::WireError>,
+    mut body: impl FnMut(bool, &[u8]) -> Result<(), crate::WireError>,
 ) -> Result<Option<Answer>, crate::WireError>
 where
     R: tokio::io::AsyncRead + Unpin,
@@ -1329,15 +1350,15 @@ where
             };
         }
         // Length, version, then the variant's one byte.
-        let last = match frame[6..].first() {
-            Some(&t) if t == listing_tag(false) => false,
-            Some(&t) if t == listing_tag(true) => true,
-            _ => {
-                let answer = crate::frame::decode_body(&frame[4..])?;
-                return Ok(Some(Answer::Other(answer)));
-            }
+        let tag = frame[6..].first().copied();
+        let kind = [(false, false), (true, false), (false, true), (true, true)]
+            .into_iter()
+            .find(|&(last, compact)| tag == Some(listing_tag(last, compact)));
+        let Some((last, compact)) = kind else {
+            let answer = crate::frame::decode_body(&frame[4..])?;
+            return Ok(Some(Answer::Other(answer)));
         };
-        body(&frame[7..])?;
+        body(compact, &frame[7..])?;
         if last {
             return Ok(Some(Answer::Listing(Vec::new())));
         }
@@ -1347,13 +1368,18 @@ where
 
 /// [`decode_views`], each view borrowed from `body` and handed on.
 fn decode_views_each<'a>(
+    compact: bool,
     body: &'a [u8],
     view: &mut impl FnMut(&JobView<&'a str>),
 ) -> Result<(), crate::WireError> {
     each_view(body, |b| {
-        let (v, used): (JobView<&str>, usize) =
-            bincode::borrow_decode_from_slice(b, crate::frame::config())
-                .map_err(crate::WireError::Decode)?;
+        let config = crate::frame::config();
+        let (v, used) = match compact {
+            true => bincode::borrow_decode_from_slice::<Listed<&str>, _>(b, config)
+                .map(|(l, used)| (l.into_view(), used)),
+            false => bincode::borrow_decode_from_slice::<JobView<&str>, _>(b, config),
+        }
+        .map_err(crate::WireError::Decode)?;
         view(&v);
         Ok(used)
     })
@@ -1363,10 +1389,19 @@ fn decode_views_each<'a>(
 /// nothing after them. Views are read with bincode's own derive, not
 /// serde's (the bytes are the same, `views_encode_alike_both_ways`):
 /// squeue decoded ten thousand in about half the time.
-fn decode_views(body: &[u8], views: &mut Vec<JobView>) -> Result<(), crate::WireError> {
+fn decode_views(
+    compact: bool,
+    body: &[u8],
+    views: &mut Vec<JobView>,
+) -> Result<(), crate::WireError> {
     each_view(body, |b| {
-        let (v, used) = bincode::decode_from_slice(b, crate::frame::config())
-            .map_err(crate::WireError::Decode)?;
+        let config = crate::frame::config();
+        let (v, used) = match compact {
+            true => bincode::decode_from_slice::<Listed, _>(b, config)
+                .map(|(l, used)| (l.into_view(), used)),
+            false => bincode::decode_from_slice::<JobView, _>(b, config),
+        }
+        .map_err(crate::WireError::Decode)?;
         views.push(v);
         Ok(used)
     })
@@ -1510,6 +1545,155 @@ impl<S: Into<String>> JobView<S> {
     }
 }
 
+impl<S: AsRef<str>> JobView<S> {
+    /// Whether the view is all a [`BareView`] holds: every field that one
+    /// leaves out reads zero, empty or `None`.
+    pub fn is_bare(&self) -> bool {
+        let v = self;
+        v.num_tasks == 0
+            && v.cpus_per_task == 0
+            && v.num_cpus == 0
+            && v.gpus == 0
+            && v.mem_mb == 0
+            && v.work_dir.as_ref().is_empty()
+            && v.stdout.is_none()
+            && v.stderr.is_none()
+            && v.command.as_ref().is_empty()
+            && !v.batch
+            && !v.requeue
+            && v.failure.is_none()
+            && v.comment.is_none()
+            && v.mail_type.is_none()
+            && v.mail_user.is_none()
+            && v.array.is_none()
+            && v.ask.is_none()
+            && v.steps.is_empty()
+    }
+}
+
+/// A view in a compact listing: a bare query ([`JobFilter::bare`], what
+/// squeue's default layout asks) leaves most of [`JobView`]'s fields
+/// zero, and such a view travels as a [`BareView`], 17 bytes shorter (a
+/// held job's: 34 bytes, not 51); any other (an array's entry) whole.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+// Only ever one at a time, on the stack of the reader turning it into a
+// view: boxing the large one would cost an allocation per whole view.
+#[allow(clippy::large_enum_variant)]
+pub enum Listed<S = String> {
+    Bare(BareView<S>),
+    Whole(JobView<S>),
+}
+
+impl<S: Default> Listed<S> {
+    /// The view it stands for.
+    pub fn into_view(self) -> JobView<S> {
+        match self {
+            Listed::Bare(b) => b.into_view(),
+            Listed::Whole(v) => v,
+        }
+    }
+}
+
+/// The fields of a [`JobView`] a bare one ([`JobView::is_bare`]) may hold
+/// other than zero, in the view's order; [`encode_listed`] writes them
+/// straight from the view.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, bincode::Encode, bincode::Decode)]
+pub struct BareView<S = String> {
+    pub id: JobId,
+    pub name: S,
+    pub user: Ident,
+    pub partition: S,
+    pub state: JobState,
+    pub reason: JobReason,
+    pub priority: i64,
+    pub submit_time: UnixSecs,
+    pub start_time: Option<UnixSecs>,
+    pub end_time: Option<UnixSecs>,
+    pub expected_start: Option<UnixSecs>,
+    pub time_limit: Option<u64>,
+    pub nodes: Vec<S>,
+    pub num_nodes: u32,
+    pub exit: ExitStatus,
+    pub restarts: u32,
+    pub usage: Option<JobUsage>,
+    pub suspension: Option<Suspension>,
+}
+
+impl<S: Default> BareView<S> {
+    /// The whole view: what it leaves out reads zero, empty or `None`.
+    pub fn into_view(self) -> JobView<S> {
+        JobView {
+            id: self.id,
+            name: self.name,
+            user: self.user,
+            partition: self.partition,
+            state: self.state,
+            reason: self.reason,
+            priority: self.priority,
+            submit_time: self.submit_time,
+            start_time: self.start_time,
+            end_time: self.end_time,
+            expected_start: self.expected_start,
+            time_limit: self.time_limit,
+            nodes: self.nodes,
+            num_nodes: self.num_nodes,
+            num_tasks: 0,
+            cpus_per_task: 0,
+            num_cpus: 0,
+            gpus: 0,
+            mem_mb: 0,
+            exit: self.exit,
+            work_dir: S::default(),
+            stdout: None,
+            stderr: None,
+            command: S::default(),
+            batch: false,
+            requeue: false,
+            restarts: self.restarts,
+            failure: None,
+            usage: self.usage,
+            comment: None,
+            mail_type: None,
+            mail_user: None,
+            array: None,
+            ask: None,
+            steps: Vec::new(),
+            suspension: self.suspension,
+        }
+    }
+}
+
+/// A view written as [`BareView`]'s derive writes one, from the view's
+/// own fields (none copied).
+struct AsBare<'a, S>(&'a JobView<S>);
+
+impl<S: bincode::Encode> bincode::Encode for AsBare<'_, S> {
+    fn encode<E: bincode::enc::Encoder>(
+        &self,
+        e: &mut E,
+    ) -> Result<(), bincode::error::EncodeError> {
+        let v = self.0;
+        v.id.encode(e)?;
+        v.name.encode(e)?;
+        v.user.encode(e)?;
+        v.partition.encode(e)?;
+        v.state.encode(e)?;
+        v.reason.encode(e)?;
+        v.priority.encode(e)?;
+        v.submit_time.encode(e)?;
+        v.start_time.encode(e)?;
+        v.end_time.encode(e)?;
+        v.expected_start.encode(e)?;
+        v.time_limit.encode(e)?;
+        v.nodes.encode(e)?;
+        v.num_nodes.encode(e)?;
+        v.exit.encode(e)?;
+        v.restarts.encode(e)?;
+        v.usage.encode(e)?;
+        v.suspension.encode(e)
+    }
+}
+
 /// Appends one view, encoded, to the views of a listing frame
 /// ([`listing_frame`]).
 pub fn encode_view<S: bincode::Encode>(
@@ -1518,6 +1702,23 @@ pub fn encode_view<S: bincode::Encode>(
 ) -> Result<(), crate::WireError> {
     bincode::encode_into_writer(v, ByteWriter(out), crate::frame::config())
         .map_err(crate::WireError::Encode)
+}
+
+/// Appends one view to the views of a compact listing frame
+/// ([`listing_frame`] with `compact`): as a [`Listed::Bare`] where the
+/// view is bare ([`JobView::is_bare`]), else whole. Byte for byte what
+/// bincode's derive makes of the [`Listed`].
+pub fn encode_listed<S: bincode::Encode + AsRef<str>>(
+    v: &JobView<S>,
+    out: &mut Vec<u8>,
+) -> Result<(), crate::WireError> {
+    let config = crate::frame::config();
+    match v.is_bare() {
+        // The variant's index, then its fields, as the derive writes them.
+        true => bincode::encode_into_writer((0u32, AsBare(v)), ByteWriter(out), config),
+        false => bincode::encode_into_writer((1u32, v), ByteWriter(out), config),
+    }
+    .map_err(crate::WireError::Encode)
 }
 
 /// Bincode's writer into a `Vec`, a byte at a time where it writes one:
@@ -1538,14 +1739,21 @@ impl bincode::enc::write::Writer for ByteWriter<'_> {
 
 /// A whole frame of a listing from `count` views encoded one by one with
 /// [`encode_view`]: byte for byte what [`crate::frame::encode`] makes of a
-/// [`Response::JobsPart`] of them, or, `last`, of a [`Response::Jobs`].
-/// ctld encodes each view as it makes it, its texts borrowed, so none is
+/// [`Response::JobsPart`] of them, or, `last`, of a [`Response::Jobs`];
+/// with `compact`, views encoded with [`encode_listed`] and the frame a
+/// [`Response::CompactJobsPart`] or [`Response::CompactJobs`]. ctld
+/// encodes each view as it makes it, its texts borrowed, so none is
 /// copied on the way out.
-pub fn listing_frame(last: bool, count: usize, views: &[u8]) -> Result<Vec<u8>, crate::WireError> {
+pub fn listing_frame(
+    last: bool,
+    compact: bool,
+    count: usize,
+    views: &[u8],
+) -> Result<Vec<u8>, crate::WireError> {
     let mut f = Vec::with_capacity(16 + views.len());
     f.extend_from_slice(&[0; 4]);
     f.extend_from_slice(&crate::PROTOCOL_VERSION.to_be_bytes());
-    f.push(listing_tag(last));
+    f.push(listing_tag(last, compact));
     bincode::serde::encode_into_std_write(count as u64, &mut f, crate::frame::config())
         .map_err(crate::WireError::Encode)?;
     f.extend_from_slice(views);
@@ -1880,7 +2088,119 @@ mod listing_tests {
         (bare.array, bare.ask, bare.suspension) = (None, None, None);
         (bare.nodes, bare.steps) = (Vec::new(), Vec::new());
         out.push(bare);
+        // And bare ones ([`JobView::is_bare`]), with and without what a
+        // bare view still holds.
+        for (id, state) in [(100, JobState::Running), (101, JobState::Pending)] {
+            let mut v = full(id, state, JobReason::Priority);
+            (v.num_tasks, v.cpus_per_task, v.num_cpus, v.gpus, v.mem_mb) = (0, 0, 0, 0, 0);
+            (v.work_dir, v.command, v.batch, v.requeue) =
+                (String::new(), String::new(), false, false);
+            (v.stdout, v.stderr, v.failure, v.comment) = (None, None, None, None);
+            (v.mail_type, v.mail_user, v.array, v.ask) = (None, None, None, None);
+            v.steps = Vec::new();
+            if state == JobState::Pending {
+                (v.start_time, v.end_time, v.usage, v.suspension) = (None, None, None, None);
+                (v.nodes, v.restarts) = (Vec::new(), 0);
+            }
+            assert!(v.is_bare());
+            out.push(v);
+        }
         out
+    }
+
+    /// What a view is in a compact listing, made field by field.
+    fn listed(v: &JobView) -> Listed {
+        if !v.is_bare() {
+            return Listed::Whole(v.clone());
+        }
+        Listed::Bare(BareView {
+            id: v.id,
+            name: v.name.clone(),
+            user: v.user,
+            partition: v.partition.clone(),
+            state: v.state,
+            reason: v.reason,
+            priority: v.priority,
+            submit_time: v.submit_time,
+            start_time: v.start_time,
+            end_time: v.end_time,
+            expected_start: v.expected_start,
+            time_limit: v.time_limit,
+            nodes: v.nodes.clone(),
+            num_nodes: v.num_nodes,
+            exit: v.exit,
+            restarts: v.restarts,
+            usage: v.usage,
+            suspension: v.suspension,
+        })
+    }
+
+    /// A compact listing's view is written alike by [`encode_listed`],
+    /// bincode's derive and serde, reads back as the view, and a bare one
+    /// is 17 bytes shorter than whole (a held job's: 51 → 34); a view that holds
+    /// anything a bare one leaves out goes whole.
+    #[test]
+    fn compact_views_are_the_views_they_stand_for() {
+        let config = crate::frame::config();
+        let all = views();
+        assert!(all.iter().filter(|v| v.is_bare()).count() == 2);
+        for v in &all {
+            let l = listed(v);
+            let mut ours = Vec::new();
+            encode_listed(v, &mut ours).unwrap();
+            assert_eq!(
+                ours,
+                bincode::encode_to_vec(&l, config).unwrap(),
+                "{}",
+                v.id
+            );
+            assert_eq!(ours, bincode::serde::encode_to_vec(&l, config).unwrap());
+            let (back, used): (Listed, usize) = bincode::decode_from_slice(&ours, config).unwrap();
+            assert_eq!((back.into_view(), used), (v.clone(), ours.len()));
+            let (back, _): (Listed<&str>, usize) =
+                bincode::borrow_decode_from_slice(&ours, config).unwrap();
+            assert_eq!(back.into_view().into_owned(), *v);
+            let whole = bincode::encode_to_vec(v, config).unwrap();
+            match v.is_bare() {
+                // The 18 fields left out, a byte each, less the tag.
+                true => assert_eq!(ours.len() + 17, whole.len()),
+                false => assert_eq!(ours.len(), whole.len() + 1),
+            }
+        }
+        // Each field a bare view leaves out, set alone, makes it whole.
+        let base = all.iter().find(|v| v.is_bare()).unwrap().clone();
+        let mut changed: Vec<JobView> = Vec::new();
+        let mut one = |f: &dyn Fn(&mut JobView)| {
+            let mut v = base.clone();
+            f(&mut v);
+            changed.push(v);
+        };
+        one(&|v| v.num_tasks = 1);
+        one(&|v| v.cpus_per_task = 1);
+        one(&|v| v.num_cpus = 1);
+        one(&|v| v.gpus = 1);
+        one(&|v| v.mem_mb = 1);
+        one(&|v| v.work_dir = "/".into());
+        one(&|v| v.stdout = Some(String::new()));
+        one(&|v| v.stderr = Some(String::new()));
+        one(&|v| v.command = "x".into());
+        one(&|v| v.batch = true);
+        one(&|v| v.requeue = true);
+        one(&|v| v.failure = Some(String::new()));
+        one(&|v| v.comment = Some(String::new()));
+        one(&|v| v.mail_type = Some(String::new()));
+        one(&|v| v.mail_user = Some(String::new()));
+        one(&|v| v.array = full(1, JobState::Pending, JobReason::None).array);
+        one(&|v| v.ask = Some(Box::default()));
+        one(&|v| v.steps = full(1, JobState::Pending, JobReason::None).steps);
+        assert_eq!(changed.len(), 18);
+        for v in changed {
+            assert!(!v.is_bare(), "{v:?}");
+            let mut ours = Vec::new();
+            encode_listed(&v, &mut ours).unwrap();
+            let (back, _): (Listed, usize) = bincode::decode_from_slice(&ours, config).unwrap();
+            assert_eq!(back.into_view(), v);
+        }
     }
 
     /// bincode's derive and serde write a view byte for byte alike, and
@@ -1906,17 +2226,30 @@ mod listing_tests {
     /// response, and the reader hands them back part by part, in order.
     #[tokio::test]
     async fn a_listing_comes_back_part_by_part() {
+        for compact in [false, true] {
+            a_listing_comes_back_part_by_part_as(compact).await;
+        }
+    }
+
+    async fn a_listing_comes_back_part_by_part_as(compact: bool) {
         let all = views();
         let (first, rest) = all.split_at(5);
+        let encode = |v: &JobView, body: &mut Vec<u8>| match compact {
+            true => encode_listed(v, body).unwrap(),
+            false => encode_view(v, body).unwrap(),
+        };
         let frame = |last: bool, part: &[JobView]| {
             let mut body = Vec::new();
             for v in part {
-                encode_view(v, &mut body).unwrap();
+                encode(v, &mut body);
             }
-            let f = listing_frame(last, part.len(), &body).unwrap();
-            let whole = match last {
-                true => Response::Jobs(part.to_vec()),
-                false => Response::JobsPart(part.to_vec()),
+            let f = listing_frame(last, compact, part.len(), &body).unwrap();
+            let listed = || part.iter().map(listed).collect();
+            let whole = match (compact, last) {
+                (false, true) => Response::Jobs(part.to_vec()),
+                (false, false) => Response::JobsPart(part.to_vec()),
+                (true, true) => Response::CompactJobs(listed()),
+                (true, false) => Response::CompactJobsPart(listed()),
             };
             assert_eq!(f, crate::frame::encode(&whole).unwrap());
             f
@@ -1940,12 +2273,12 @@ mod listing_tests {
         // A count that promises fewer views than the frame holds.
         let mut body = Vec::new();
         for v in first {
-            encode_view(v, &mut body).unwrap();
+            encode(v, &mut body);
         }
-        let lying = listing_frame(true, 2, &body).unwrap();
+        let lying = listing_frame(true, compact, 2, &body).unwrap();
         let got = read_answer(&mut lying.as_slice()).await;
         assert!(matches!(got, Err(crate::WireError::Trailing(_))), "{got:?}");
-        let lying = listing_frame(true, 9, &body).unwrap();
+        let lying = listing_frame(true, compact, 9, &body).unwrap();
         let got = read_answer(&mut lying.as_slice()).await;
         assert!(matches!(got, Err(crate::WireError::Decode(_))), "{got:?}");
     }
@@ -1955,13 +2288,22 @@ mod listing_tests {
     /// owning reader refuses.
     #[tokio::test]
     async fn a_listing_comes_back_view_by_view_borrowed() {
+        for compact in [false, true] {
+            a_listing_comes_back_view_by_view_borrowed_as(compact).await;
+        }
+    }
+
+    async fn a_listing_comes_back_view_by_view_borrowed_as(compact: bool) {
         let all = views();
         let frame = |last: bool, part: &[JobView], count: usize| {
             let mut body = Vec::new();
             for v in part {
-                encode_view(v, &mut body).unwrap();
+                match compact {
+                    true => encode_listed(v, &mut body).unwrap(),
+                    false => encode_view(v, &mut body).unwrap(),
+                }
             }
-            listing_frame(last, count, &body).unwrap()
+            listing_frame(last, compact, count, &body).unwrap()
         };
         let (first, rest) = all.split_at(3);
         let mut stream = frame(false, first, first.len());

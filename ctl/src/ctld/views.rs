@@ -50,7 +50,7 @@ impl Controller {
     ) -> (Vec<JobView>, Option<JobId>) {
         let mut views = Vec::new();
         let next = self.each_job_view(sel, max_views, max_scan, |v| {
-            views.push(v.into_owned());
+            views.push(v.clone().into_owned());
             true
         });
         (views, next)
@@ -67,7 +67,7 @@ impl Controller {
         sel: &Selector,
         max_views: usize,
         max_scan: usize,
-        mut each: impl FnMut(JobView<Cow<'a, str>>) -> bool,
+        mut each: impl FnMut(&JobView<Cow<'a, str>>) -> bool,
     ) -> Option<JobId> {
         let from = JobId(sel.after.0.saturating_add(1));
         let candidates: Box<dyn Iterator<Item = &JobRecord>> = match &sel.ids {
@@ -114,7 +114,7 @@ impl Controller {
                     }
                 };
                 made += 1;
-                if !each(v) {
+                if !each(&v) {
                     return Some(j.id);
                 }
             }

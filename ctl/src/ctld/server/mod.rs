@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use corral_proto::error_chain as chain;
 use corral_proto::msg::{
-    encode_view, listing_frame, AgentMsg, CtldMsg, JobFilter, JobId, JobRun, LaunchKind, Open,
-    Registration, Request, Response,
+    encode_listed, encode_view, listing_frame, AgentMsg, CtldMsg, JobFilter, JobId, JobRun,
+    LaunchKind, Open, Registration, Request, Response,
 };
 use corral_proto::ratelimit::LogLimiter;
 use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
@@ -886,9 +886,12 @@ impl Server {
     /// and each [`VIEWS_PER_SLICE`] views (or [`PART_BYTES`]) go out as a
     /// [`Response::JobsPart`] while the next are made (the reader decodes
     /// one part as ctld makes the next); the last goes as
-    /// [`Response::Jobs`]. A reader that stops reading stops the listing
+    /// [`Response::Jobs`]. A bare query's parts are compact
+    /// ([`Response::CompactJobsPart`], then [`Response::CompactJobs`]). A reader that stops reading stops the listing
     /// where the stream's window fills.
     async fn list_jobs(&self, f: JobFilter, send: &mut quinn::SendStream) {
+        // A bare query's views are mostly bare: sent compact.
+        let compact = f.bare && !f.detail;
         let mut sel = match Selector::new(f) {
             Ok(s) => s,
             Err(e) => {
@@ -912,7 +915,11 @@ impl Server {
                 .ctl
                 .lock()
                 .each_job_view(&sel, per_part - count, SCAN_PER_SLICE, |v| {
-                    broke = encode_view(&v, &mut body).err();
+                    broke = match compact {
+                        true => encode_listed(v, &mut body),
+                        false => encode_view(v, &mut body),
+                    }
+                    .err();
                     count += 1;
                     broke.is_none() && body.len() < PART_BYTES
                 });
@@ -924,7 +931,7 @@ impl Server {
                     tokio::task::yield_now().await;
                     continue;
                 }
-                (None, next) => listing_frame(next.is_none(), count, &body),
+                (None, next) => listing_frame(next.is_none(), compact, count, &body),
             };
             let sent = match frame {
                 Ok(f) => send.write_all(&f).await.is_ok(),
