@@ -86,7 +86,8 @@ struct Args {
     #[arg(long, default_value = "/dev")]
     jail_dev: PathBuf,
     /// On SIGTERM, seconds the node's running jobs get to finish before
-    /// they are ended (failed, or requeued if they asked).
+    /// they are ended (failed, or requeued if they asked); a second
+    /// SIGTERM ends them at once.
     #[arg(long, default_value_t = 300)]
     leave_grace: u64,
     /// With --jail: the node's Docker socket, given to exclusive jobs only.
@@ -366,7 +367,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 agent.kill_all();
             } else {
                 tracing::info!("SIGTERM: leaving the cluster");
-                agent.leave(std::time::Duration::from_secs(args.leave_grace)).await;
+                let grace = std::time::Duration::from_secs(args.leave_grace);
+                tokio::select! {
+                    () = agent.leave(grace) => {}
+                    // A second SIGTERM (an impatient operator, or the
+                    // kernel's when `corral up` dies while it stops the
+                    // cluster, which leaves no ctld to confirm the leave)
+                    // does not wait out the grace.
+                    _ = term.recv() => {
+                        tracing::info!("SIGTERM again: ending every job and stopping");
+                        agent.kill_all();
+                    }
+                }
             }
         }
         _ = agent.removed() => {
