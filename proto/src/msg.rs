@@ -2325,4 +2325,79 @@ mod listing_tests {
             assert!(got.is_err(), "count {count}: {got:?}");
         }
     }
+
+    /// Reads a stream with both readers: the owned views, or the error.
+    fn read_both(stream: &[u8]) -> (Result<Vec<JobView>, String>, Result<Vec<JobView>, String>) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let owned = match read_answer(&mut &stream[..]).await {
+                Ok(Some(a @ Answer::Listing(_))) => match a.into_response() {
+                    Response::Jobs(v) => Ok(v),
+                    other => Err(format!("{other:?}")),
+                },
+                Ok(other) => Err(format!("{other:?}")),
+                Err(e) => Err(e.to_string()),
+            };
+            let mut got = Vec::new();
+            let borrowed =
+                match read_answer_views(&mut &stream[..], |v| got.push(v.clone().into_owned()))
+                    .await
+                {
+                    Ok(Some(Answer::Listing(_))) => Ok(got),
+                    Ok(other) => Err(format!("{other:?}")),
+                    Err(e) => Err(e.to_string()),
+                };
+            (owned, borrowed)
+        })
+    }
+
+    proptest::proptest! {
+        /// A listing's frame with bytes changed or cut short, whole or
+        /// compact: neither reader panics, and the one that borrows the
+        /// views' texts reads exactly what the one that copies them does
+        /// (the same views, or a refusal from both).
+        #[test]
+        fn damaged_listings_read_alike_both_ways(
+            compact in proptest::bool::ANY,
+            count in 0usize..8,
+            changes in proptest::collection::vec(
+                (proptest::num::usize::ANY, proptest::num::u8::ANY), 0..6),
+            cut in proptest::option::of(proptest::num::usize::ANY),
+        ) {
+            let all = views();
+            let part = &all[..count.min(all.len())];
+            let mut body = Vec::new();
+            for v in part {
+                match compact {
+                    true => encode_listed(v, &mut body).unwrap(),
+                    false => encode_view(v, &mut body).unwrap(),
+                }
+            }
+            let mut frame = listing_frame(true, compact, part.len(), &body).unwrap();
+            // The header stays: what is damaged is what a listing carries.
+            let head = 7;
+            let len = frame.len() - head;
+            if len > 0 {
+                for (at, byte) in &changes {
+                    frame[head + at % len] = *byte;
+                }
+            }
+            if let Some(c) = cut {
+                frame.truncate(head + c % (len + 1));
+                let n = (frame.len() - 4) as u32;
+                frame[..4].copy_from_slice(&n.to_be_bytes());
+            }
+            let (owned, borrowed) = read_both(&frame);
+            match (&owned, &borrowed) {
+                (Ok(a), Ok(b)) => proptest::prop_assert_eq!(a, b),
+                (Err(_), Err(_)) => {}
+                _ => proptest::prop_assert!(false, "{:?} against {:?}", owned, borrowed),
+            }
+            if changes.is_empty() && cut.is_none() {
+                proptest::prop_assert_eq!(owned.unwrap(), part.to_vec());
+            }
+        }
+    }
 }
