@@ -887,8 +887,9 @@ impl Server {
     /// [`Response::JobsPart`] while the next are made (the reader decodes
     /// one part as ctld makes the next); the last goes as
     /// [`Response::Jobs`]. A bare query's parts are compact
-    /// ([`Response::CompactJobsPart`], then [`Response::CompactJobs`]). A reader that stops reading stops the listing
-    /// where the stream's window fills.
+    /// ([`Response::CompactJobsPart`], then [`Response::CompactJobs`]). A
+    /// reader that stops reading stops the listing where the stream's
+    /// window fills.
     async fn list_jobs(&self, f: JobFilter, send: &mut quinn::SendStream) {
         // A bare query's views are mostly bare: sent compact.
         let compact = f.bare && !f.detail;
