@@ -27,7 +27,7 @@
 
 use corral_ctl::cli::squeue::{Layout, SqueueArgs};
 use corral_proto::msg::{
-    encode_listed, listing_frame, ExitStatus, Ident, JobId, JobReason, JobState, JobView,
+    encode_listed, listing_frame, BareView, ExitStatus, Ident, JobId, JobReason, JobState, JobView,
 };
 use criterion::{criterion_group, criterion_main, Criterion};
 
@@ -38,7 +38,7 @@ const NOW: u64 = 1_796_000_000;
 
 /// A held batch job's view as ctld makes it for squeue's default layout.
 fn view(id: u64) -> JobView<&'static str> {
-    JobView {
+    BareView {
         id: JobId(id),
         name: "wrap",
         user: Ident { uid: 0, gid: 0 },
@@ -53,29 +53,12 @@ fn view(id: u64) -> JobView<&'static str> {
         time_limit: None,
         nodes: Vec::new(),
         num_nodes: 1,
-        num_tasks: 0,
-        cpus_per_task: 0,
-        num_cpus: 0,
-        gpus: 0,
-        mem_mb: 0,
         exit: ExitStatus::default(),
-        work_dir: "",
-        stdout: None,
-        stderr: None,
-        command: "",
-        batch: false,
-        requeue: false,
         restarts: 0,
-        failure: None,
         usage: None,
-        comment: None,
-        mail_type: None,
-        mail_user: None,
-        array: None,
-        ask: None,
-        steps: Vec::new(),
         suspension: None,
     }
+    .into_view()
 }
 
 /// The listing's frames, back to back, as the agent relays them.

@@ -447,9 +447,7 @@ mod tests {
     fn a_listing_of_borrowed_views_is_the_listing_of_owned_ones() {
         use crate::cli::squeue::tests::job;
         use corral_proto::frame::{decode_body, encode};
-        use corral_proto::msg::{
-            encode_listed, encode_view, listing_frame, JobState, JobView, Listed,
-        };
+        use corral_proto::msg::{encode_in_listing, listing_frame, JobState, JobView, Listed};
         use std::borrow::Cow;
         let mut views: Vec<JobView> = (1..300).map(|id| job(id, JobState::Pending)).collect();
         views[3].stdout = Some("out-%j".into());
@@ -464,32 +462,7 @@ mod tests {
             v.restarts = 2;
         }
         assert!(views[5].is_bare() && !views[6].is_bare() && !views[4].is_bare());
-        let listed: Vec<Listed> = views
-            .iter()
-            .map(|v| match v.is_bare() {
-                true => Listed::Bare(corral_proto::msg::BareView {
-                    id: v.id,
-                    name: v.name.clone(),
-                    user: v.user,
-                    partition: v.partition.clone(),
-                    state: v.state,
-                    reason: v.reason,
-                    priority: v.priority,
-                    submit_time: v.submit_time,
-                    start_time: v.start_time,
-                    end_time: v.end_time,
-                    expected_start: v.expected_start,
-                    time_limit: v.time_limit,
-                    nodes: v.nodes.clone(),
-                    num_nodes: v.num_nodes,
-                    exit: v.exit,
-                    restarts: v.restarts,
-                    usage: v.usage,
-                    suspension: v.suspension,
-                }),
-                false => Listed::Whole(v.clone()),
-            })
-            .collect();
+        let listed: Vec<Listed> = views.iter().map(Listed::of).collect();
         // ctld's views borrow most texts and own some (a command made
         // of a path and arguments); a Cow writes as a str either way.
         let borrowed: Vec<JobView<Cow<'_, str>>> = views
@@ -499,10 +472,7 @@ mod tests {
         for (compact, last) in [(false, false), (false, true), (true, false), (true, true)] {
             let mut body = Vec::new();
             for v in &borrowed {
-                match compact {
-                    true => encode_listed(v, &mut body).unwrap(),
-                    false => encode_view(v, &mut body).unwrap(),
-                }
+                encode_in_listing(compact, v, &mut body).unwrap();
             }
             let made = listing_frame(last, compact, borrowed.len(), &body).unwrap();
             let whole = match (compact, last) {
@@ -544,10 +514,7 @@ mod tests {
         let size = |compact: bool| {
             let mut body = Vec::new();
             for v in &borrowed {
-                match compact {
-                    true => encode_listed(v, &mut body).unwrap(),
-                    false => encode_view(v, &mut body).unwrap(),
-                }
+                encode_in_listing(compact, v, &mut body).unwrap();
             }
             body.len()
         };

@@ -1584,6 +1584,36 @@ pub enum Listed<S = String> {
     Whole(JobView<S>),
 }
 
+impl<S: Clone + AsRef<str>> Listed<S> {
+    /// What [`encode_listed`] writes of a view, as a value (tests and
+    /// tools; ctld writes it straight from the view).
+    pub fn of(v: &JobView<S>) -> Listed<S> {
+        match v.is_bare() {
+            true => Listed::Bare(BareView {
+                id: v.id,
+                name: v.name.clone(),
+                user: v.user,
+                partition: v.partition.clone(),
+                state: v.state,
+                reason: v.reason,
+                priority: v.priority,
+                submit_time: v.submit_time,
+                start_time: v.start_time,
+                end_time: v.end_time,
+                expected_start: v.expected_start,
+                time_limit: v.time_limit,
+                nodes: v.nodes.clone(),
+                num_nodes: v.num_nodes,
+                exit: v.exit,
+                restarts: v.restarts,
+                usage: v.usage,
+                suspension: v.suspension,
+            }),
+            false => Listed::Whole(v.clone()),
+        }
+    }
+}
+
 impl<S: Default> Listed<S> {
     /// The view it stands for.
     pub fn into_view(self) -> JobView<S> {
@@ -1719,6 +1749,19 @@ pub fn encode_listed<S: bincode::Encode + AsRef<str>>(
         false => bincode::encode_into_writer((1u32, v), ByteWriter(out), config),
     }
     .map_err(crate::WireError::Encode)
+}
+
+/// Appends one view to a listing frame's views: [`encode_listed`] for a
+/// compact listing, [`encode_view`] for a whole one.
+pub fn encode_in_listing<S: bincode::Encode + AsRef<str>>(
+    compact: bool,
+    v: &JobView<S>,
+    out: &mut Vec<u8>,
+) -> Result<(), crate::WireError> {
+    match compact {
+        true => encode_listed(v, out),
+        false => encode_view(v, out),
+    }
 }
 
 /// Bincode's writer into a `Vec`, a byte at a time where it writes one:
@@ -2108,33 +2151,6 @@ mod listing_tests {
         out
     }
 
-    /// What a view is in a compact listing, made field by field.
-    fn listed(v: &JobView) -> Listed {
-        if !v.is_bare() {
-            return Listed::Whole(v.clone());
-        }
-        Listed::Bare(BareView {
-            id: v.id,
-            name: v.name.clone(),
-            user: v.user,
-            partition: v.partition.clone(),
-            state: v.state,
-            reason: v.reason,
-            priority: v.priority,
-            submit_time: v.submit_time,
-            start_time: v.start_time,
-            end_time: v.end_time,
-            expected_start: v.expected_start,
-            time_limit: v.time_limit,
-            nodes: v.nodes.clone(),
-            num_nodes: v.num_nodes,
-            exit: v.exit,
-            restarts: v.restarts,
-            usage: v.usage,
-            suspension: v.suspension,
-        })
-    }
-
     /// A compact listing's view is written alike by [`encode_listed`],
     /// bincode's derive and serde, reads back as the view, and a bare one
     /// is 17 bytes shorter than whole (a held job's: 51 → 34); a view that holds
@@ -2145,7 +2161,7 @@ mod listing_tests {
         let all = views();
         assert!(all.iter().filter(|v| v.is_bare()).count() == 2);
         for v in &all {
-            let l = listed(v);
+            let l = Listed::of(v);
             let mut ours = Vec::new();
             encode_listed(v, &mut ours).unwrap();
             assert_eq!(
@@ -2234,17 +2250,14 @@ mod listing_tests {
     async fn a_listing_comes_back_part_by_part_as(compact: bool) {
         let all = views();
         let (first, rest) = all.split_at(5);
-        let encode = |v: &JobView, body: &mut Vec<u8>| match compact {
-            true => encode_listed(v, body).unwrap(),
-            false => encode_view(v, body).unwrap(),
-        };
+        let encode = |v: &JobView, body: &mut Vec<u8>| encode_in_listing(compact, v, body).unwrap();
         let frame = |last: bool, part: &[JobView]| {
             let mut body = Vec::new();
             for v in part {
                 encode(v, &mut body);
             }
             let f = listing_frame(last, compact, part.len(), &body).unwrap();
-            let listed = || part.iter().map(listed).collect();
+            let listed = || part.iter().map(Listed::of).collect();
             let whole = match (compact, last) {
                 (false, true) => Response::Jobs(part.to_vec()),
                 (false, false) => Response::JobsPart(part.to_vec()),
@@ -2298,10 +2311,7 @@ mod listing_tests {
         let frame = |last: bool, part: &[JobView], count: usize| {
             let mut body = Vec::new();
             for v in part {
-                match compact {
-                    true => encode_listed(v, &mut body).unwrap(),
-                    false => encode_view(v, &mut body).unwrap(),
-                }
+                encode_in_listing(compact, v, &mut body).unwrap();
             }
             listing_frame(last, compact, count, &body).unwrap()
         };
@@ -2370,10 +2380,7 @@ mod listing_tests {
             let part = &all[..count.min(all.len())];
             let mut body = Vec::new();
             for v in part {
-                match compact {
-                    true => encode_listed(v, &mut body).unwrap(),
-                    false => encode_view(v, &mut body).unwrap(),
-                }
+                encode_in_listing(compact, v, &mut body).unwrap();
             }
             let mut frame = listing_frame(true, compact, part.len(), &body).unwrap();
             // The header stays: what is damaged is what a listing carries.

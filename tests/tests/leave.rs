@@ -17,6 +17,14 @@ fn exited(pid: u32) -> bool {
     }
 }
 
+fn sigterm(pid: u32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+}
+
 #[test]
 fn a_stopped_agent_drains_lets_its_job_finish_and_leaves_and_a_new_one_joins() {
     let mut env = Env::start(Opts {
@@ -30,11 +38,7 @@ fn a_stopped_agent_drains_lets_its_job_finish_and_leaves_and_a_new_one_joins() {
     );
     env.wait_state(job, &["RUNNING"], 10);
     let pid = env.cluster.agent_pid(1).expect("worker-1's agent");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("SIGTERM");
+    sigterm(pid);
     env.wait_node("worker-1", "drng", true, 10);
     let node = env.ok(&["scontrol", "show", "node", "worker-1"]);
     assert!(
@@ -96,19 +100,12 @@ fn a_second_sigterm_stops_a_leaving_agent_at_once() {
     };
     assert!(running(), "the job's process");
     let pid = env.cluster.agent_pid(1).expect("worker-1's agent");
-    let term = || {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .expect("SIGTERM")
-    };
-    term();
+    sigterm(pid);
     env.wait_node("worker-1", "drng", true, 10);
     // Leaving, with the job's 300 s of grace ahead of it.
     std::thread::sleep(Duration::from_millis(500));
     assert!(!exited(pid), "the agent left before its job ended");
-    term();
+    sigterm(pid);
     let t0 = Instant::now();
     while !exited(pid) {
         assert!(

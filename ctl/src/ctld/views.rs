@@ -8,8 +8,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use corral_proto::msg::{
-    GpuAsk, JobAsk, JobFilter, JobId, JobReason, JobState, JobView, NodeView, PartitionView,
-    StepView, JOBS_PER_PAGE,
+    BareView, GpuAsk, JobAsk, JobFilter, JobId, JobReason, JobState, JobView, NodeView,
+    PartitionView, StepView, JOBS_PER_PAGE,
 };
 use scheduler_core::JobStatus;
 
@@ -258,7 +258,7 @@ impl Controller {
             _ => JobReason::None,
         };
         let running = !j.alloc.is_empty();
-        JobView {
+        BareView {
             id: j.id,
             name: Cow::Borrowed(name),
             user: j.user,
@@ -285,29 +285,12 @@ impl Controller {
             } else {
                 nodes.unwrap_or(1)
             },
-            num_tasks: 0,
-            cpus_per_task: 0,
-            num_cpus: 0,
-            gpus: 0,
-            mem_mb: 0,
             exit: j.exit,
-            work_dir: Cow::Borrowed(""),
-            stdout: None,
-            stderr: None,
-            command: Cow::Borrowed(""),
-            batch: false,
-            requeue: false,
             restarts: j.restarts,
-            failure: None,
             usage: j.used,
-            comment: None,
-            mail_type: None,
-            mail_user: None,
-            array: None,
-            ask: None,
-            steps: Vec::new(),
             suspension: j.suspension,
         }
+        .into_view()
     }
 
     pub fn node_views(&self) -> Vec<NodeView> {

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use corral_proto::error_chain as chain;
 use corral_proto::msg::{
-    encode_listed, encode_view, listing_frame, AgentMsg, CtldMsg, JobFilter, JobId, JobRun,
-    LaunchKind, Open, Registration, Request, Response,
+    encode_in_listing, listing_frame, AgentMsg, CtldMsg, JobFilter, JobId, JobRun, LaunchKind,
+    Open, Registration, Request, Response,
 };
 use corral_proto::ratelimit::LogLimiter;
 use corral_proto::tls::{self, CertFiles, Identity, TlsError, CTLD_NAME};
@@ -916,11 +916,7 @@ impl Server {
                 .ctl
                 .lock()
                 .each_job_view(&sel, per_part - count, SCAN_PER_SLICE, |v| {
-                    broke = match compact {
-                        true => encode_listed(v, &mut body),
-                        false => encode_view(v, &mut body),
-                    }
-                    .err();
+                    broke = encode_in_listing(compact, v, &mut body).err();
                     count += 1;
                     broke.is_none() && body.len() < PART_BYTES
                 });
