@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use corral_proto::cred::{Minter, DEFAULT_TTL_MS};
 pub use corral_proto::error_chain;
@@ -281,6 +281,7 @@ impl Recent {
             msg,
             AgentMsg::StepExited { .. }
                 | AgentMsg::JobCleaned { .. }
+                | AgentMsg::BatchDone { .. }
                 | AgentMsg::LaunchFailed { .. }
         )
     }
@@ -406,7 +407,13 @@ impl Agent {
     }
 
     fn running(&self) -> Vec<JobRun> {
-        let mut v = self.procs.lock().running();
+        let mut v = {
+            let mut procs = self.procs.lock();
+            // Kept past the time their `BatchDone` may be sent again (it
+            // was kept a little after the run ended).
+            procs.prune_done(Instant::now(), Recent::KEEP * 2);
+            procs.running()
+        };
         v.sort_unstable();
         v
     }
@@ -687,24 +694,43 @@ impl Agent {
         }
     }
 
+    /// The batch step of a job on this node alone ended and the run left
+    /// the table ([`ProcTable::end_batch_alone`]): what its cgroup still
+    /// holds is killed, its usage read, and ctld told of the exit and the
+    /// clean node in one message.
+    fn batch_done(self: &Arc<Self>, job: JobRun, (exit, oom): (ExitStatus, bool)) {
+        self.clean_up(job, move |usage| AgentMsg::BatchDone {
+            job,
+            exit,
+            oom,
+            usage,
+        });
+    }
+
     /// Nothing of the run is left here: what its cgroup still holds is
     /// killed, its usage read, and ctld told.
     fn job_cleaned(self: &Arc<Self>, job: JobRun) {
+        self.clean_up(job, move |usage| AgentMsg::JobCleaned { job, usage });
+    }
+
+    /// Kills what the run's cgroup still holds, reads its usage, sends
+    /// `msg` with it, then removes the cgroup.
+    fn clean_up(
+        self: &Arc<Self>,
+        job: JobRun,
+        msg: impl FnOnce(Option<corral_proto::msg::JobUsage>) -> AgentMsg + Send + 'static,
+    ) {
         let Some(cg) = self.cgroups() else {
-            self.send_up(AgentMsg::JobCleaned { job, usage: None });
+            self.send_up(msg(None));
             return;
         };
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
             let u = cg.finish_job(job);
-            let usage = corral_proto::msg::JobUsage {
+            me.send_up(msg(Some(corral_proto::msg::JobUsage {
                 cpu_ms: u.cpu_ns / 1_000_000,
                 max_rss_kb: u.max_rss_bytes / 1024,
-            };
-            me.send_up(AgentMsg::JobCleaned {
-                job,
-                usage: Some(usage),
-            });
+            })));
             cg.remove_job(job);
         });
     }
@@ -760,6 +786,15 @@ impl Agent {
     async fn launch(self: Arc<Self>, l: Launch) {
         let (job, step) = (l.job_run(), l.step);
         match self.run_step(&l).await {
+            // A batch job on this node alone: its end here is the job's
+            // end, and the agent need not wait to be told to clean up.
+            Ok(exit)
+                if step == StepId::BATCH
+                    && l.job_nodes.len() == 1
+                    && self.procs.lock().end_batch_alone(job, Instant::now()) =>
+            {
+                self.batch_done(job, exit);
+            }
             Ok(exit) => self.end_step(job, step, Ok(exit)),
             Err(e) => {
                 let why = error_chain(&e);

@@ -12,6 +12,7 @@
 //! run is ignored.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use corral_proto::msg::{JobId, JobRun, Launched, SignalTo, StepId};
 use nix::sys::signal::Signal;
@@ -28,6 +29,9 @@ struct JobProcs {
     batch: bool,
     /// One more than the highest numbered step launched here.
     next: u32,
+    /// When its batch step ended it here, on a node of its own
+    /// ([`ProcTable::end_batch_alone`]): nothing of it runs.
+    done_at: Option<Instant>,
 }
 
 impl JobProcs {
@@ -96,10 +100,12 @@ impl ProcTable {
         self.jobs.values().flat_map(JobProcs::groups).collect()
     }
 
-    /// Runs with a step here (for heartbeats and registration).
+    /// Runs with a step here (for heartbeats and registration); not
+    /// those already ended here.
     pub fn running(&self) -> Vec<JobRun> {
         self.jobs
             .iter()
+            .filter(|(_, j)| j.done_at.is_none())
             .map(|(&job, j)| JobRun { job, run: j.run })
             .collect()
     }
@@ -203,6 +209,37 @@ impl ProcTable {
             return Termination::Clean;
         }
         Termination::Signal(j.groups())
+    }
+
+    /// The batch step of a run that has this node alone ended. True when
+    /// the run was not ending and had no other step here: nothing of it
+    /// is left once its cgroup is emptied, so the agent cleans up and
+    /// tells ctld at once ([`corral_proto::msg::AgentMsg::BatchDone`])
+    /// instead of waiting for a `Terminate`. The run then stays listed as
+    /// launched, and ending (no step starts), until a `Terminate` or a
+    /// newer run takes it, or [`ProcTable::prune_done`] finds it older
+    /// than the agent keeps its sent outcomes: a controller that did not
+    /// hear of its end must not send its batch step again.
+    pub fn end_batch_alone(&mut self, job: JobRun, now: Instant) -> bool {
+        let Some(j) = self.jobs.get_mut(&job.job).filter(|j| j.run == job.run) else {
+            return false;
+        };
+        if j.terminating || j.steps.keys().any(|s| *s != StepId::BATCH) {
+            return false;
+        }
+        j.steps.clear();
+        j.terminating = true;
+        j.done_at = Some(now);
+        true
+    }
+
+    /// Forgets the runs [`ProcTable::end_batch_alone`] ended longer than
+    /// `keep` ago.
+    pub fn prune_done(&mut self, now: Instant, keep: Duration) {
+        self.jobs.retain(|_, j| {
+            j.done_at
+                .is_none_or(|t| now.saturating_duration_since(t) <= keep)
+        });
     }
 
     /// A step of a run ended (or never started). True when the run was
@@ -385,5 +422,64 @@ mod tests {
         t.terminate(run(2, 4));
         assert_eq!(t.begin_step(run(2, 4), StepId(1)), StepStart::Refused);
         assert_eq!(t.begin_step(run(2, 4), StepId(1)), StepStart::Again);
+    }
+
+    /// A batch step that ends alone ends its run here: the run is no
+    /// longer running but stays launched (its batch step is not started
+    /// again, no other step starts) until a Terminate, a newer run or the
+    /// prune takes it. With another step still here, or once ending, the
+    /// usual way holds.
+    #[test]
+    fn a_batch_step_ending_alone_leaves_its_run_launched_until_pruned() {
+        let go = StepStart::Go { replaced: vec![] };
+        let t0 = Instant::now();
+        let keep = Duration::from_secs(240);
+        let mut t = ProcTable::default();
+        assert_eq!(t.begin_step(run(1, 0), StepId::BATCH), go);
+        assert!(t.add_groups(run(1, 0), StepId::BATCH, &[10]));
+        t.group_exited(run(1, 0), StepId::BATCH, 10);
+        assert!(!t.end_batch_alone(run(1, 1), t0), "not the run here");
+        assert!(t.end_batch_alone(run(1, 0), t0));
+        assert!(t.running().is_empty());
+        assert!(t.all_groups().is_empty());
+        assert_eq!(
+            t.launched(),
+            [Launched {
+                run: run(1, 0),
+                batch: true,
+                next: 0
+            }]
+        );
+        assert_eq!(t.begin_step(run(1, 0), StepId::BATCH), StepStart::Again);
+        assert_eq!(t.begin_step(run(1, 0), StepId(0)), StepStart::Refused);
+        t.prune_done(t0 + keep, keep);
+        assert_eq!(t.launched().len(), 1, "kept for as long as told");
+        t.prune_done(t0 + keep + Duration::from_secs(1), keep);
+        assert!(t.launched().is_empty());
+        // A Terminate takes it at once, and finds it clean.
+        t.begin_step(run(2, 0), StepId::BATCH);
+        assert!(t.end_batch_alone(run(2, 0), t0));
+        assert_eq!(t.terminate(run(2, 0)), Termination::Clean);
+        assert!(t.launched().is_empty());
+        // A newer run of the job replaces it.
+        t.begin_step(run(3, 0), StepId::BATCH);
+        assert!(t.end_batch_alone(run(3, 0), t0));
+        assert_eq!(t.begin_step(run(3, 1), StepId::BATCH), go);
+        assert_eq!(t.running(), [run(3, 1)]);
+        // Another step of the run still here: not alone.
+        t.begin_step(run(4, 0), StepId::BATCH);
+        t.begin_step(run(4, 0), StepId(0));
+        assert!(!t.end_batch_alone(run(4, 0), t0));
+        assert!(!t.end_step(run(4, 0), StepId::BATCH));
+        assert_eq!(t.running().len(), 2);
+        // Ending already (a Terminate came first): the usual way.
+        t.begin_step(run(5, 0), StepId::BATCH);
+        assert!(t.add_groups(run(5, 0), StepId::BATCH, &[50]));
+        assert_eq!(t.terminate(run(5, 0)), Termination::Signal(vec![50]));
+        assert!(!t.end_batch_alone(run(5, 0), t0));
+        assert!(
+            t.end_step(run(5, 0), StepId::BATCH),
+            "cleaned the usual way"
+        );
     }
 }

@@ -144,6 +144,16 @@ pub enum AgentMsg {
     Leaving {
         grace_ms: u64,
     },
+    /// The batch step of a job that runs on this node alone ended, and
+    /// nothing of the run is left here: [`AgentMsg::StepExited`] and
+    /// [`AgentMsg::JobCleaned`] at once, with no
+    /// [`CtldMsg::Terminate`] between them.
+    BatchDone {
+        job: JobRun,
+        exit: ExitStatus,
+        oom: bool,
+        usage: Option<JobUsage>,
+    },
 }
 
 /// How a step ended on one node: the highest exit code of its tasks, and

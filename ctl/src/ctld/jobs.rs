@@ -44,8 +44,39 @@ impl Controller {
                 self.record_usage(node, job, usage);
                 self.cleaned(now, node, job)
             }
+            AgentMsg::BatchDone {
+                job,
+                exit,
+                oom,
+                usage,
+            } => {
+                if oom {
+                    self.record_oom(job);
+                }
+                let queued = self.outbox.len();
+                self.step_exited(now, node, job, StepId::BATCH, exit, None);
+                // The node has nothing of the run left: the job's end
+                // sends it no Terminate, and it is clean.
+                self.withdraw_terminate(queued, node, job);
+                self.record_usage(node, job, usage);
+                self.cleaned(now, node, job)
+            }
             AgentMsg::Health { problem } => self.health(node, problem, now),
             AgentMsg::Leaving { grace_ms } => self.leaving(node, grace_ms, now),
+        }
+    }
+
+    /// Takes back the `Terminate` of `run` to `node` queued since the
+    /// outbox held `queued` messages.
+    fn withdraw_terminate(&mut self, queued: usize, node: &str, run: JobRun) {
+        let mut at = queued;
+        while at < self.outbox.len() {
+            let (to, msg) = &self.outbox[at];
+            if to == node && matches!(msg, CtldMsg::Terminate { job, .. } if *job == run) {
+                self.outbox.remove(at);
+            } else {
+                at += 1;
+            }
         }
     }
 

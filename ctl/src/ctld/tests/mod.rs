@@ -177,6 +177,109 @@ fn batch_job_runs_completes_and_frees_its_node() {
     assert!(c.node_views().iter().all(|n| node_state(n) == "idle"));
 }
 
+/// A batch job on one node whose agent reports its end and its clean
+/// node in one message: no Terminate goes out, the job ends with the
+/// script's code and the node's usage, and the node is free at once.
+/// Sent again (a new connection), the message changes nothing.
+#[test]
+fn a_batch_job_alone_on_its_node_ends_in_one_message() {
+    let mut c = cluster(2);
+    let id = c.submit(ALICE, batch("#!/bin/sh\nexit 3\n"), 10).unwrap();
+    assert_eq!(c.schedule(10), 1);
+    let (node, _) = launches(&mut c).remove(0);
+    let done = AgentMsg::BatchDone {
+        job: r0(id),
+        exit: ExitStatus {
+            code: 3,
+            signal: None,
+        },
+        oom: false,
+        usage: Some(JobUsage {
+            cpu_ms: 40,
+            max_rss_kb: 512,
+        }),
+    };
+    c.agent_message(&node, done.clone(), 12);
+    let out = c.take_outbox();
+    assert!(
+        !out.iter()
+            .any(|(_, m)| matches!(m, CtldMsg::Terminate { .. })),
+        "{out:?}"
+    );
+    let v = &c.job_views(&JobFilter::default(), 12)[0];
+    assert_eq!(v.state, JobState::Failed);
+    assert_eq!(v.exit.code, 3);
+    assert_eq!(v.usage.map(|u| (u.cpu_ms, u.max_rss_kb)), Some((40, 512)));
+    assert!(c.node_views().iter().all(|n| node_state(n) == "idle"));
+    c.agent_message(&node, done, 13);
+    assert!(c.take_outbox().is_empty());
+    let v = &c.job_views(&JobFilter::default(), 13)[0];
+    assert_eq!((v.state, v.exit.code), (JobState::Failed, 3));
+    assert_eq!(v.usage.map(|u| u.cpu_ms), Some(40), "usage counted once");
+    // A process killed for memory: OUT_OF_MEMORY, as with StepExited.
+    let id = c.submit(ALICE, batch("x"), 14).unwrap();
+    c.schedule(14);
+    let (node, _) = launches(&mut c).remove(0);
+    c.agent_message(
+        &node,
+        AgentMsg::BatchDone {
+            job: r0(id),
+            exit: ExitStatus {
+                code: 137,
+                signal: Some(9),
+            },
+            oom: true,
+            usage: None,
+        },
+        15,
+    );
+    assert_eq!(state(&c, id), JobState::OutOfMemory);
+}
+
+/// The batch step ends on its own while a cancel's Terminate is on its
+/// way: the node's one message ends the clean-up (the job stays
+/// CANCELLED), and the agent's later answer to the Terminate is news of
+/// nothing.
+#[test]
+fn a_batch_end_that_crosses_a_cancel_finishes_its_clean_up() {
+    let mut c = cluster(1);
+    let id = c.submit(ALICE, batch("x"), 0).unwrap();
+    c.schedule(0);
+    let (node, _) = launches(&mut c).remove(0);
+    let f = JobFilter {
+        ids: vec![id],
+        ..Default::default()
+    };
+    c.cancel(ALICE, &f, None, 1).unwrap();
+    assert_eq!(state(&c, id), JobState::Completing);
+    assert!(c
+        .take_outbox()
+        .iter()
+        .any(|(_, m)| matches!(m, CtldMsg::Terminate { .. })));
+    c.agent_message(
+        &node,
+        AgentMsg::BatchDone {
+            job: r0(id),
+            exit: ExitStatus::default(),
+            oom: false,
+            usage: None,
+        },
+        2,
+    );
+    assert_eq!(state(&c, id), JobState::Cancelled);
+    assert!(c.node_views().iter().all(|n| node_state(n) == "idle"));
+    c.agent_message(
+        &node,
+        AgentMsg::JobCleaned {
+            job: r0(id),
+            usage: None,
+        },
+        3,
+    );
+    assert_eq!(state(&c, id), JobState::Cancelled);
+    assert!(c.take_outbox().is_empty());
+}
+
 #[test]
 fn failing_exit_is_failed_with_its_code() {
     let mut c = cluster(1);
