@@ -196,6 +196,92 @@ fn markdown(rows: &[Row]) -> String {
     out
 }
 
+/// The figures of a process start and of a round trip, measured in the
+/// same run, that one-shot commands cannot go below.
+const PROCESS_FLOOR: &str = "sbatch --version (process floor)";
+const ROUND_TRIP_FLOOR: &str = "scontrol ping (process floor and a controller round trip)";
+const FLUSH: &str = "4 KiB write and flush to disk (the price of a durable answer)";
+
+/// Rates bound by one client's sequence of one-shot `sbatch` processes.
+const CLI_BOUND: [&str; 3] = [
+    "sbatch --hold, 1 client(s)",
+    "sbatch (jobs that run), 1 client(s)",
+    "tiny jobs end to end, 1 submitter(s)",
+];
+
+/// A CLI-bound figure of one system as a multiple of its floors: the time
+/// a job took (from the rate's median) over the process start, over the
+/// round trip and, for Corral, which answers only once a submission is
+/// on disk, over the round trip and one flush.
+#[derive(Debug, Clone, PartialEq)]
+struct Floored {
+    figure: &'static str,
+    system: &'static str,
+    ms: f64,
+    over_process: Option<f64>,
+    over_round_trip: Option<f64>,
+    over_durable: Option<f64>,
+}
+
+fn floored(rows: &[Row]) -> Vec<Floored> {
+    let find = |f: &str| rows.iter().find(|r| r.figure == f);
+    let median = |f: &str, corral: bool| {
+        find(f)
+            .and_then(|r| if corral { r.corral } else { r.slurm })
+            .map(|s| s.median)
+            .filter(|m| *m > 0.0)
+    };
+    let mut out = Vec::new();
+    for figure in CLI_BOUND {
+        for (system, corral) in [("Slurm", false), ("Corral", true)] {
+            let Some(rate) = median(figure, corral) else {
+                continue;
+            };
+            let ms = 1000.0 / rate;
+            let over = |floor: Option<f64>| floor.map(|f| ms / f);
+            let round_trip = median(ROUND_TRIP_FLOOR, corral);
+            let durable = match (corral, round_trip, median(FLUSH, corral)) {
+                (true, Some(r), Some(f)) => Some(r + f),
+                _ => None,
+            };
+            out.push(Floored {
+                figure,
+                system,
+                ms,
+                over_process: over(median(PROCESS_FLOOR, corral)),
+                over_round_trip: over(round_trip),
+                over_durable: over(durable),
+            });
+        }
+    }
+    out
+}
+
+fn floors_markdown(rows: &[Floored]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let times = |x: Option<f64>| x.map_or("–".into(), |x| format!("{}×", num(x)));
+    let mut out = String::from(
+        "\nOne client's one-shot commands against their floors, measured in the same run \
+         (the time a job took over the floor's time):\n\n\
+         | figure | system | ms a job | × process start | × round trip | × round trip and flush |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    for f in rows {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            f.figure,
+            f.system,
+            num(f.ms),
+            times(f.over_process),
+            times(f.over_round_trip),
+            times(f.over_durable)
+        ));
+    }
+    out
+}
+
 fn chart(path: &Path, rows: &[Row]) -> Result<(), String> {
     corral_replay::chart::register_font()?;
     let shown: Vec<&Row> = rows.iter().filter(|r| r.advantage.is_some()).collect();
@@ -268,6 +354,7 @@ fn run(args: &[String]) -> Result<(), String> {
     }
     let rows = rows(&samples);
     print!("{}", markdown(&rows));
+    print!("{}", floors_markdown(&floored(&rows)));
     let mut rest = args[1..].iter();
     while let Some(flag) = rest.next() {
         let path = rest.next().ok_or(format!("{flag} needs a file"))?;
@@ -391,5 +478,51 @@ mod tests {
         std::fs::write(&p, "{\"figure\":\"a\"}\n").unwrap();
         let e = run(&[p.display().to_string()]).unwrap_err();
         assert!(e.contains("bad.jsonl:1:"), "{e}");
+    }
+
+    #[test]
+    fn one_shot_figures_are_set_against_their_floors() {
+        let samples = vec![
+            s(PROCESS_FLOOR, "slurm", 2.0, Better::Lower),
+            s(PROCESS_FLOOR, "corral", 1.0, Better::Lower),
+            s(ROUND_TRIP_FLOOR, "slurm", 5.0, Better::Lower),
+            s(ROUND_TRIP_FLOOR, "corral", 2.0, Better::Lower),
+            s(FLUSH, "slurm", 0.3, Better::Lower),
+            s(FLUSH, "corral", 0.5, Better::Lower),
+            s(CLI_BOUND[0], "slurm", 100.0, Better::Higher),
+            s(CLI_BOUND[0], "corral", 400.0, Better::Higher),
+            s(CLI_BOUND[2], "corral", 200.0, Better::Higher),
+        ];
+        let f = floored(&rows(&samples));
+        assert_eq!(f.len(), 3, "{f:?}");
+        // Slurm: 10 ms a job; it answers before its disk, so no flush.
+        assert_eq!(
+            (
+                f[0].system,
+                f[0].ms,
+                f[0].over_process,
+                f[0].over_round_trip,
+                f[0].over_durable
+            ),
+            ("Slurm", 10.0, Some(5.0), Some(2.0), None)
+        );
+        // Corral: 2.5 ms a job over 1, 2 and 2 + 0.5 ms.
+        assert_eq!(
+            (
+                f[1].ms,
+                f[1].over_process,
+                f[1].over_round_trip,
+                f[1].over_durable
+            ),
+            (2.5, Some(2.5), Some(1.25), Some(1.0))
+        );
+        assert_eq!((f[2].figure, f[2].ms), (CLI_BOUND[2], 5.0));
+        let md = floors_markdown(&f);
+        assert!(
+            md.contains("| sbatch --hold, 1 client(s) | Corral | 2.50 | 2.50× | 1.25× | 1.00× |"),
+            "{md}"
+        );
+        assert!(md.contains("| Slurm | 10.0 | 5.00× | 2.00× | – |"), "{md}");
+        assert_eq!(floors_markdown(&[]), "", "nothing measured, nothing said");
     }
 }

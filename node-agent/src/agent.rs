@@ -748,9 +748,11 @@ impl Agent {
         let limits = self.limits(l);
         let (job, step) = (l.job_run(), l.step);
         tokio::task::spawn_blocking(move || {
-            cg.create_job(job, &limits)?;
+            // A cgroup made just now has killed nothing yet.
+            let fresh = cg.create_job(job, &limits)?;
             let join = cg.create_step(job, step)?;
-            Ok(Some((Arc::new(join), cg.oom_kills(job))))
+            let baseline = if fresh { 0 } else { cg.oom_kills(job) };
+            Ok(Some((Arc::new(join), baseline)))
         })
         .await
         .unwrap_or_else(|e| {

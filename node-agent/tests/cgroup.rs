@@ -263,12 +263,12 @@ fn a_task_runs_on_its_jobs_cpus_only() {
     node.cg.end_job(job);
 }
 
-/// Makes `nvidia0` and `nvidia1` (major 195) in `dir`. No driver is
+/// Makes `nvidia0` to `nvidia2` (major 195) in `dir`. No driver is
 /// loaded, so an allowed open fails with ENXIO or ENODEV and a denied one
 /// with EPERM: the errors tell the two apart.
 fn fake_gpus(dir: &Path) -> Vec<PathBuf> {
     use nix::sys::stat::{makedev, mknod, Mode, SFlag};
-    (0..2)
+    (0..3)
         .map(|i| {
             let p = dir.join(format!("nvidia{i}"));
             mknod(
@@ -287,21 +287,22 @@ fn fake_gpus(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// A job given GPU 1 of two: what opening each device says.
+/// A job given GPU 1 of three: what opening each device says.
 fn open_gpus(node: &Node, job: JobRun) -> String {
     let dir = tempfile::tempdir().expect("dir");
     let devs = fake_gpus(dir.path());
     let mut l = limits(&[0]);
-    l.denied = vec![Denied {
-        major: 195,
-        minor: 0,
-    }];
+    l.denied = [0, 2]
+        .into_iter()
+        .map(|minor| Denied { major: 195, minor })
+        .collect();
     node.cg.create_job(job, &l).expect("job cgroup");
     let out = dir.path().join("out");
     let script = format!(
-        "for d in {} {}; do dd if=$d of=/dev/null count=1; done",
+        "for d in {} {} {}; do dd if=$d of=/dev/null count=1; done",
         devs[0].display(),
-        devs[1].display()
+        devs[1].display(),
+        devs[2].display()
     );
     sh(node, job, StepId(0), &script, &out, 10);
     node.cg.end_step(job, StepId(0), 0);
@@ -311,11 +312,15 @@ fn open_gpus(node: &Node, job: JobRun) -> String {
 
 fn assert_only_gpu1_opens(text: &str) {
     let lines: Vec<&str> = text.lines().filter(|l| l.contains("nvidia")).collect();
-    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines.len(), 3, "{text}");
     assert!(lines[0].contains("Operation not permitted"), "{text}");
     assert!(
         lines[1].contains("No such device"),
         "the allowed GPU gets past the cgroup to the (absent) driver: {text}"
+    );
+    assert!(
+        lines[2].contains("Operation not permitted"),
+        "every denied GPU is denied: {text}"
     );
 }
 

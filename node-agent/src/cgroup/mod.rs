@@ -450,15 +450,15 @@ impl Cgroups {
     }
 
     /// Creates the job's cgroup with its limits, unless it exists (a later
-    /// step of the same run).
-    pub fn create_job(&self, job: JobRun, limits: &Limits) -> Result<(), CgroupError> {
+    /// step of the same run). True when it made it.
+    pub fn create_job(&self, job: JobRun, limits: &Limits) -> Result<bool, CgroupError> {
         let rel = self.job_rel(job);
         let mut created = false;
         for dir in self.dirs(&rel) {
             created |= mkdir(&dir)?;
         }
         if !created {
-            return Ok(());
+            return Ok(false);
         }
         let cpus = self.cpuset_for(&limits.cpus);
         let result = match &self.layout {
@@ -468,7 +468,7 @@ impl Cgroups {
         if result.is_err() {
             self.remove(&rel, &[]);
         }
-        result
+        result.map(|()| true)
     }
 
     fn limit_v1(&self, rel: &Path, cpus: &str, limits: &Limits) -> Result<(), CgroupError> {
@@ -486,12 +486,25 @@ impl Cgroups {
         if let (Some(dir), Some(max)) = (self.dir(Controller::Pids, rel), self.pids_max) {
             write(&dir.join("pids.max"), &max.to_string())?;
         }
-        if let Some(dir) = self.dir(Controller::Devices, rel) {
+        if let (Some(dir), false) = (self.dir(Controller::Devices, rel), limits.denied.is_empty()) {
+            // One rule a write, all through one descriptor.
+            let path = dir.join("devices.deny");
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|source| CgroupError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
             for d in &limits.denied {
-                write(
-                    &dir.join("devices.deny"),
-                    &format!("c {}:{} rwm", d.major, d.minor),
-                )?;
+                let rule = format!("c {}:{} rwm", d.major, d.minor);
+                std::io::Write::write_all(&mut f, rule.as_bytes()).map_err(|source| {
+                    CgroupError::Write {
+                        path: path.clone(),
+                        value: rule.clone(),
+                        source,
+                    }
+                })?;
             }
         }
         Ok(())
