@@ -398,3 +398,57 @@ fn an_srun_streaming_through_a_controller_outage_finishes_and_is_accounted() {
     let elapsed: u64 = f[3].parse().expect("ElapsedRaw");
     assert!((3..=15).contains(&elapsed), "{line}");
 }
+
+/// A one-node batch job whose script ends while the controller is down:
+/// its agent cleans up at once and says so in one message (`BatchDone`),
+/// which the controller never got. Back, the controller must neither run
+/// the script again (the agent still lists its batch step as launched)
+/// nor lose the job: it hears the end again and records the script's own
+/// exit code.
+#[test]
+fn a_batch_job_that_ends_while_the_controller_is_down_is_not_run_again() {
+    let mut env = Env::start(Opts {
+        nodes: 1,
+        heartbeat_timeout: 5,
+        ..Opts::default()
+    });
+    let marker = env.work.join("runs");
+    let go = env.work.join("go");
+    let job = env.sbatch(
+        &["-o", "/dev/null"],
+        &format!(
+            "#!/bin/sh\nwhile [ ! -e {} ]; do sleep 0.01; done\necho ran >> {}\nexit 4\n",
+            go.display(),
+            marker.display()
+        ),
+    );
+    env.wait_state(job, &["RUNNING"], 10);
+    env.cluster.kill_ctld(Signal::SIGKILL);
+    std::fs::write(&go, "").expect("go");
+    let t0 = std::time::Instant::now();
+    while !marker.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the script did not end"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The agent has cleaned up and queued its news by now.
+    std::thread::sleep(Duration::from_millis(500));
+    env.cluster.restart_ctld().expect("ctld starts again");
+    assert_eq!(
+        env.wait_state(job, &["FAILED", "COMPLETED"], 30),
+        "FAILED",
+        "{}",
+        logs(&env)
+    );
+    let shown = env.ok(&["scontrol", "show", "job", &job.to_string()]);
+    assert!(shown.contains("ExitCode=4:0"), "{shown}");
+    // Long enough for a launch sent again to have run the script.
+    std::thread::sleep(Duration::from_millis(1500));
+    let runs = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert_eq!(runs, "ran\n", "run once\n{}", logs(&env));
+    // The node is free for the next job.
+    let next = env.sbatch(&["-o", "/dev/null"], "#!/bin/sh\ntrue\n");
+    assert_eq!(env.wait_state(next, &["COMPLETED"], 30), "COMPLETED");
+}
