@@ -694,10 +694,10 @@ impl Agent {
         }
     }
 
-    /// The batch step of a job on this node alone ended and the run left
-    /// the table ([`ProcTable::end_batch_alone`]): what its cgroup still
-    /// holds is killed, its usage read, and ctld told of the exit and the
-    /// clean node in one message.
+    /// The batch step of a job on this node alone ended the run here
+    /// ([`ProcTable::end_batch_alone`]): what its cgroup still holds is
+    /// killed, its usage read, and ctld told of the exit and the clean
+    /// node in one message.
     fn batch_done(self: &Arc<Self>, job: JobRun, (exit, oom): (ExitStatus, bool)) {
         self.clean_up(job, move |usage| AgentMsg::BatchDone {
             job,
