@@ -410,8 +410,9 @@ impl Agent {
         let mut v = {
             let mut procs = self.procs.lock();
             // Kept past the time their `BatchDone` may be sent again (it
-            // was kept a little after the run ended).
-            procs.prune_done(Instant::now(), Recent::KEEP * 2);
+            // was kept a little after the run ended), and no more of them
+            // than of outcomes kept.
+            procs.prune_done(Instant::now(), Recent::KEEP * 2, Recent::MOST);
             procs.running()
         };
         v.sort_unstable();

@@ -234,12 +234,24 @@ impl ProcTable {
     }
 
     /// Forgets the runs [`ProcTable::end_batch_alone`] ended longer than
-    /// `keep` ago.
-    pub fn prune_done(&mut self, now: Instant, keep: Duration) {
+    /// `keep` ago, and the oldest of them beyond `most` (the agent keeps
+    /// no more outcomes to send again either).
+    pub fn prune_done(&mut self, now: Instant, keep: Duration, most: usize) {
         self.jobs.retain(|_, j| {
             j.done_at
                 .is_none_or(|t| now.saturating_duration_since(t) <= keep)
         });
+        let mut done: Vec<(Instant, JobId)> = self
+            .jobs
+            .iter()
+            .filter_map(|(&id, j)| j.done_at.map(|t| (t, id)))
+            .collect();
+        if done.len() > most {
+            done.sort_unstable();
+            for (_, id) in &done[..done.len() - most] {
+                self.jobs.remove(id);
+            }
+        }
     }
 
     /// A step of a run ended (or never started). True when the run was
@@ -452,10 +464,25 @@ mod tests {
         );
         assert_eq!(t.begin_step(run(1, 0), StepId::BATCH), StepStart::Again);
         assert_eq!(t.begin_step(run(1, 0), StepId(0)), StepStart::Refused);
-        t.prune_done(t0 + keep, keep);
+        t.prune_done(t0 + keep, keep, 10);
         assert_eq!(t.launched().len(), 1, "kept for as long as told");
-        t.prune_done(t0 + keep + Duration::from_secs(1), keep);
+        t.prune_done(t0 + keep + Duration::from_secs(1), keep, 10);
         assert!(t.launched().is_empty());
+        // No more than told: the oldest go first; running runs stay.
+        for (job, secs) in [(10, 3), (11, 1), (12, 2)] {
+            t.begin_step(run(job, 0), StepId::BATCH);
+            assert!(t.end_batch_alone(run(job, 0), t0 + Duration::from_secs(secs)));
+        }
+        t.begin_step(run(13, 0), StepId::BATCH);
+        t.prune_done(t0 + Duration::from_secs(4), keep, 2);
+        let mut left: Vec<u64> = t.launched().iter().map(|l| l.run.job.0).collect();
+        left.sort_unstable();
+        assert_eq!(left, [10, 12, 13]);
+        t.prune_done(t0 + Duration::from_secs(4), keep, 0);
+        assert_eq!(t.running(), [run(13, 0)]);
+        assert_eq!(t.launched().len(), 1);
+        t.terminate(run(13, 0));
+        assert!(t.end_step(run(13, 0), StepId::BATCH));
         // A Terminate takes it at once, and finds it clean.
         t.begin_step(run(2, 0), StepId::BATCH);
         assert!(t.end_batch_alone(run(2, 0), t0));
