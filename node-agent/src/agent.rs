@@ -312,6 +312,32 @@ impl Recent {
     }
 }
 
+/// How long the agent keeps a run whose batch step ended it on a node of
+/// its own ([`ProcTable::end_batch_alone`]), and sends its `BatchDone`
+/// again on each new connection: a controller down for longer, which
+/// never stored that end, loses the job when its recovery ends (as on a
+/// node failure) rather than sending its batch step again. At most
+/// [`Recent::MOST`] such runs are kept, the oldest forgotten first.
+const ENDED_KEEP: Duration = Duration::from_secs(900);
+
+/// What a new connection sends first: the outcomes the last one may have
+/// lost, oldest first, and the end of every ended run still kept that is
+/// not among them.
+fn replay(recent: &mut Recent, ended: Vec<AgentMsg>, now: Instant) -> Vec<AgentMsg> {
+    let mut again = recent.replay(now);
+    let done_of = |m: &AgentMsg| match m {
+        AgentMsg::BatchDone { job, .. } => Some(*job),
+        _ => None,
+    };
+    let sent: std::collections::HashSet<JobRun> = again.iter().filter_map(done_of).collect();
+    again.extend(
+        ended
+            .into_iter()
+            .filter(|m| done_of(m).is_some_and(|j| !sent.contains(&j))),
+    );
+    again
+}
+
 /// The latest word of each of the node's checks: `Some` is a problem.
 #[derive(Debug, Default)]
 struct CheckResults {
@@ -409,10 +435,7 @@ impl Agent {
     fn running(&self) -> Vec<JobRun> {
         let mut v = {
             let mut procs = self.procs.lock();
-            // Kept past the time their `BatchDone` may be sent again (it
-            // was kept a little after the run ended), and no more of them
-            // than of outcomes kept.
-            procs.prune_done(Instant::now(), Recent::KEEP * 2, Recent::MOST);
+            procs.prune_done(Instant::now(), ENDED_KEEP, Recent::MOST);
             procs.running()
         };
         v.sort_unstable();
@@ -487,7 +510,8 @@ impl Agent {
             }
         });
         // What the last connection may have lost goes again first.
-        let again = self.recent.lock().replay(std::time::Instant::now());
+        let ended = self.procs.lock().ended_outcomes();
+        let again = replay(&mut self.recent.lock(), ended, std::time::Instant::now());
         for msg in &again {
             if let Err(e) = write_frame(&mut send, msg).await {
                 reader.abort();
@@ -722,18 +746,31 @@ impl Agent {
         msg: impl FnOnce(Option<corral_proto::msg::JobUsage>) -> AgentMsg + Send + 'static,
     ) {
         let Some(cg) = self.cgroups() else {
-            self.send_up(msg(None));
+            self.send_end(job, msg(None));
             return;
         };
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
             let u = cg.finish_job(job);
-            me.send_up(msg(Some(corral_proto::msg::JobUsage {
-                cpu_ms: u.cpu_ns / 1_000_000,
-                max_rss_kb: u.max_rss_bytes / 1024,
-            })));
+            me.send_end(
+                job,
+                msg(Some(corral_proto::msg::JobUsage {
+                    cpu_ms: u.cpu_ns / 1_000_000,
+                    max_rss_kb: u.max_rss_bytes / 1024,
+                })),
+            );
             cg.remove_job(job);
         });
+    }
+
+    /// Sends a message about a run's end; a `BatchDone` is kept with the
+    /// ended run too, to be sent again on each new connection while the
+    /// run is kept.
+    fn send_end(&self, job: JobRun, msg: AgentMsg) {
+        if matches!(msg, AgentMsg::BatchDone { .. }) {
+            self.procs.lock().record_outcome(job, msg.clone());
+        }
+        self.send_up(msg);
     }
 
     /// Creates the step's cgroup (and its job's, with the job's limits,
@@ -1247,6 +1284,52 @@ mod tests {
             r.push(t0 + Duration::from_millis(i as u64), &exited);
         }
         assert_eq!(r.replay(t0).len(), Recent::MOST);
+    }
+
+    /// A new connection sends the kept outcomes, then the end of each
+    /// ended run they no longer hold, each end once.
+    #[test]
+    fn a_new_connection_sends_the_end_of_every_kept_ended_run_once() {
+        let t0 = std::time::Instant::now();
+        let run = |job| JobRun {
+            job: corral_proto::msg::JobId(job),
+            run: 0,
+        };
+        let done = |job| AgentMsg::BatchDone {
+            job: run(job),
+            exit: ExitStatus::default(),
+            oom: false,
+            usage: None,
+        };
+        let mut r = Recent::default();
+        r.push(t0, &done(1));
+        r.push(
+            t0 + Recent::KEEP,
+            &AgentMsg::JobCleaned {
+                job: run(3),
+                usage: None,
+            },
+        );
+        r.push(t0 + Recent::KEEP, &done(2));
+        let now = t0 + Recent::KEEP + Duration::from_secs(1);
+        // Job 1's end left the kept outcomes; its run is still kept.
+        let names = |v: Vec<AgentMsg>| {
+            v.iter()
+                .map(|m| match m {
+                    AgentMsg::BatchDone { job, .. } => format!("done {}", job.job.0),
+                    AgentMsg::JobCleaned { job, .. } => format!("cleaned {}", job.job.0),
+                    other => format!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(replay(&mut r, vec![done(1), done(2)], now)),
+            ["cleaned 3", "done 2", "done 1"]
+        );
+        assert_eq!(
+            names(replay(&mut r, Vec::new(), now)),
+            ["cleaned 3", "done 2"]
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use corral_proto::msg::{JobId, JobRun, Launched, SignalTo, StepId};
+use corral_proto::msg::{AgentMsg, JobId, JobRun, Launched, SignalTo, StepId};
 use nix::sys::signal::Signal;
 
 /// This node's processes of one job, of its latest run here.
@@ -32,6 +32,9 @@ struct JobProcs {
     /// When its batch step ended it here, on a node of its own
     /// ([`ProcTable::end_batch_alone`]): nothing of it runs.
     done_at: Option<Instant>,
+    /// Then, once its cgroup is gone: the `BatchDone` that said so, sent
+    /// again on each new connection while the run is kept.
+    outcome: Option<AgentMsg>,
 }
 
 impl JobProcs {
@@ -217,9 +220,10 @@ impl ProcTable {
     /// tells ctld at once ([`corral_proto::msg::AgentMsg::BatchDone`])
     /// instead of waiting for a `Terminate`. The run then stays listed as
     /// launched, and ending (no step starts), until a `Terminate` or a
-    /// newer run takes it, or [`ProcTable::prune_done`] finds it older
-    /// than the agent keeps its sent outcomes: a controller that did not
-    /// hear of its end must not send its batch step again.
+    /// newer run takes it, or [`ProcTable::prune_done`] finds it old: a
+    /// controller that did not hear of its end must not send its batch
+    /// step again, and hears the end again instead
+    /// ([`ProcTable::ended_outcomes`]).
     pub fn end_batch_alone(&mut self, job: JobRun, now: Instant) -> bool {
         let Some(j) = self.jobs.get_mut(&job.job).filter(|j| j.run == job.run) else {
             return false;
@@ -234,8 +238,7 @@ impl ProcTable {
     }
 
     /// Forgets the runs [`ProcTable::end_batch_alone`] ended longer than
-    /// `keep` ago, and the oldest of them beyond `most` (the agent keeps
-    /// no more outcomes to send again either).
+    /// `keep` ago, and the oldest of them beyond `most`.
     pub fn prune_done(&mut self, now: Instant, keep: Duration, most: usize) {
         self.jobs.retain(|_, j| {
             j.done_at
@@ -252,6 +255,29 @@ impl ProcTable {
                 self.jobs.remove(id);
             }
         }
+    }
+
+    /// Keeps `msg` (the run's `BatchDone`) with a run
+    /// [`ProcTable::end_batch_alone`] ended, if it is still kept.
+    pub fn record_outcome(&mut self, job: JobRun, msg: AgentMsg) {
+        if let Some(j) = self
+            .jobs
+            .get_mut(&job.job)
+            .filter(|j| j.run == job.run && j.done_at.is_some())
+        {
+            j.outcome = Some(msg);
+        }
+    }
+
+    /// The `BatchDone` of every ended run still kept, oldest first.
+    pub fn ended_outcomes(&self) -> Vec<AgentMsg> {
+        let mut v: Vec<(Instant, &AgentMsg)> = self
+            .jobs
+            .values()
+            .filter_map(|j| Some((j.done_at?, j.outcome.as_ref()?)))
+            .collect();
+        v.sort_by_key(|(t, _)| *t);
+        v.into_iter().map(|(_, m)| m.clone()).collect()
     }
 
     /// A step of a run ended (or never started). True when the run was
@@ -464,10 +490,28 @@ mod tests {
         );
         assert_eq!(t.begin_step(run(1, 0), StepId::BATCH), StepStart::Again);
         assert_eq!(t.begin_step(run(1, 0), StepId(0)), StepStart::Refused);
+        // Its end is kept with it, for a new connection to send again;
+        // another run's is not.
+        let done = |r: JobRun| AgentMsg::BatchDone {
+            job: r,
+            exit: corral_proto::msg::ExitStatus::default(),
+            oom: false,
+            usage: None,
+        };
+        assert!(t.ended_outcomes().is_empty(), "not before it is made");
+        t.record_outcome(run(1, 0), done(run(1, 0)));
+        t.record_outcome(run(1, 1), done(run(1, 1)));
+        t.record_outcome(run(9, 0), done(run(9, 0)));
+        let kept = t.ended_outcomes();
+        assert!(
+            matches!(kept.as_slice(), [AgentMsg::BatchDone { job, .. }] if *job == run(1, 0)),
+            "{kept:?}"
+        );
         t.prune_done(t0 + keep, keep, 10);
         assert_eq!(t.launched().len(), 1, "kept for as long as told");
         t.prune_done(t0 + keep + Duration::from_secs(1), keep, 10);
         assert!(t.launched().is_empty());
+        assert!(t.ended_outcomes().is_empty(), "gone with its run");
         // No more than told: the oldest go first; running runs stay.
         for (job, secs) in [(10, 3), (11, 1), (12, 2)] {
             t.begin_step(run(job, 0), StepId::BATCH);
