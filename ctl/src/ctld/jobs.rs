@@ -44,22 +44,29 @@ impl Controller {
                 self.record_usage(node, job, usage);
                 self.cleaned(now, node, job)
             }
+            // `StepExited` of the batch step and `JobCleaned` in one: the
+            // node has nothing of the run left, so the job's end sends it
+            // no Terminate.
             AgentMsg::BatchDone {
                 job,
                 exit,
                 oom,
                 usage,
             } => {
-                if oom {
-                    self.record_oom(job);
-                }
                 let queued = self.outbox.len();
-                self.step_exited(now, node, job, StepId::BATCH, exit, None);
-                // The node has nothing of the run left: the job's end
-                // sends it no Terminate, and it is clean.
+                let step = StepId::BATCH;
+                self.agent_message(
+                    node,
+                    AgentMsg::StepExited {
+                        job,
+                        step,
+                        exit,
+                        oom,
+                    },
+                    now,
+                );
                 self.withdraw_terminate(queued, node, job);
-                self.record_usage(node, job, usage);
-                self.cleaned(now, node, job)
+                self.agent_message(node, AgentMsg::JobCleaned { job, usage }, now);
             }
             AgentMsg::Health { problem } => self.health(node, problem, now),
             AgentMsg::Leaving { grace_ms } => self.leaving(node, grace_ms, now),
