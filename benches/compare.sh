@@ -272,14 +272,16 @@ workloads() {
             sample "tiny jobs end to end, $clients submitter(s)" "$(echo "$N_TINY * 1000 / ($t1 - $t0)" | bc -l)" jobs/s higher
         done
     done
-    # srun latency, each run timed.
+    # srun latency, each run timed. Its input is /dev/null for both
+    # systems, as in a batch script, so that the figure does not depend
+    # on whether this script was started from a terminal.
     local lat=$SCRATCH/lat-$SYS
     for what in "-N1 true" "-N2 --gres=gpu:1 hostname"; do
         : > "$lat"
         for _ in $(seq 1 "$N_SRUN"); do
             bash_us t0
             # shellcheck disable=SC2086
-            srun $what > /dev/null
+            srun $what < /dev/null > /dev/null
             bash_us t1
             echo "($t1 - $t0) / 1000" | bc -l >> "$lat"
         done

@@ -64,8 +64,19 @@ pub enum TlsError {
     },
 }
 
+/// ring's suites with AES-128-GCM-SHA256 first. The default puts
+/// AES-256-GCM-SHA384 first, whose key schedule runs SHA-512 in software
+/// on machines without its instructions (SHA-256 has them): every step
+/// connection's handshake paid for it on both ends.
 fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    use rustls::crypto::ring::cipher_suite;
+    let mut p = rustls::crypto::ring::default_provider();
+    p.cipher_suites = vec![
+        cipher_suite::TLS13_AES_128_GCM_SHA256,
+        cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+        cipher_suite::TLS13_AES_256_GCM_SHA384,
+    ];
+    Arc::new(p)
 }
 
 fn read(path: &Path) -> Result<String, TlsError> {
@@ -300,6 +311,13 @@ pub fn peer_is(conn: &quinn::Connection, name: &str) -> bool {
 /// srun's step endpoint: a fresh self-signed certificate, no client
 /// certificates (agents prove themselves with the step's secret).
 pub fn step_server_config() -> Result<(quinn::ServerConfig, [u8; 32]), TlsError> {
+    let (tls, fp) = step_server_tls()?;
+    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(tls)?));
+    cfg.transport_config(transport(Duration::from_secs(30), STEP_STREAMS, true));
+    Ok((cfg, fp))
+}
+
+fn step_server_tls() -> Result<(rustls::ServerConfig, [u8; 32]), TlsError> {
     let key = KeyPair::generate()?;
     let cert = CertificateParams::new(vec!["srun".to_string()])?.self_signed(&key)?;
     let der = cert.der().clone();
@@ -311,13 +329,19 @@ pub fn step_server_config() -> Result<(quinn::ServerConfig, [u8; 32]), TlsError>
         .with_no_client_auth()
         .with_single_cert(vec![der], key)?;
     tls.alpn_protocols = vec![ALPN.to_vec()];
-    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(QuicServerConfig::try_from(tls)?));
-    cfg.transport_config(transport(Duration::from_secs(30), STEP_STREAMS, true));
-    Ok((cfg, fp))
+    Ok((tls, fp))
 }
 
 /// An agent dialing srun: trusts exactly the certificate with this hash.
 pub fn pinned_client_config(cert_sha256: [u8; 32]) -> Result<quinn::ClientConfig, TlsError> {
+    let tls = pinned_client_tls(cert_sha256)?;
+    let mut cfg = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
+    // srun opens no stream to an agent.
+    cfg.transport_config(transport(Duration::from_secs(30), 0, true));
+    Ok(cfg)
+}
+
+fn pinned_client_tls(cert_sha256: [u8; 32]) -> Result<rustls::ClientConfig, TlsError> {
     let verifier = Arc::new(Pinned {
         sha256: cert_sha256,
         provider: provider(),
@@ -328,10 +352,7 @@ pub fn pinned_client_config(cert_sha256: [u8; 32]) -> Result<quinn::ClientConfig
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
     tls.alpn_protocols = vec![ALPN.to_vec()];
-    let mut cfg = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls)?));
-    // srun opens no stream to an agent.
-    cfg.transport_config(transport(Duration::from_secs(30), 0, true));
-    Ok(cfg)
+    Ok(tls)
 }
 
 pub fn sha256(bytes: &[u8]) -> [u8; 32] {
@@ -643,6 +664,49 @@ mod tests {
             .await;
             assert!(r.is_none());
         }
+    }
+
+    /// A TLS handshake in memory between an agent trusting `pin` and
+    /// srun's step configuration: the suite they settle on, or `None`
+    /// when the agent refuses srun's certificate.
+    fn step_handshake(
+        server: rustls::ServerConfig,
+        pin: [u8; 32],
+    ) -> Option<rustls::SupportedCipherSuite> {
+        let name = ServerName::try_from("srun").unwrap();
+        let mut c =
+            rustls::ClientConnection::new(Arc::new(pinned_client_tls(pin).unwrap()), name).unwrap();
+        let mut s = rustls::ServerConnection::new(Arc::new(server)).unwrap();
+        for _ in 0..10 {
+            let mut wire = Vec::new();
+            c.write_tls(&mut wire).unwrap();
+            s.read_tls(&mut &wire[..]).unwrap();
+            s.process_new_packets().ok()?;
+            wire.clear();
+            s.write_tls(&mut wire).unwrap();
+            c.read_tls(&mut &wire[..]).unwrap();
+            c.process_new_packets().ok()?;
+            if !c.is_handshaking() && !s.is_handshaking() {
+                return s.negotiated_cipher_suite();
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_step_connection_trusts_only_the_pinned_certificate_with_aes_128() {
+        let (server, fp) = step_server_tls().unwrap();
+        let suite = step_handshake(server, fp).expect("the pinned certificate is trusted");
+        // Not AES-256-GCM-SHA384, whose SHA-512 runs without hardware
+        // help: both ends of every srun pay for the key schedule.
+        assert_eq!(suite.suite(), rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+        let (server, mut fp) = step_server_tls().unwrap();
+        fp[0] ^= 1;
+        assert!(step_handshake(server, fp).is_none());
+        // Another srun's certificate is not this one's.
+        let (server, _) = step_server_tls().unwrap();
+        let (_, other) = step_server_tls().unwrap();
+        assert!(step_handshake(server, other).is_none());
     }
 
     #[tokio::test]

@@ -96,6 +96,30 @@ fn srun_labels_four_tasks_on_two_nodes() {
         .unwrap();
     let o = child.wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout), "through stdin\n");
+    // srun's input /dev/null and its output a file (as inside a batch
+    // job, where srun reads and writes them without tokio's threads):
+    // task 0's input ends at once, and every task's output is in the
+    // file, labelled.
+    let file = env.work.join("srun-to-a-file.out");
+    let mut c = env.cmd(&["srun", "-N2", "-n2", "-l", "sh", "-c", "cat; echo end"]);
+    c.stdout(std::fs::File::create(&file).unwrap());
+    let mut child = c.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("srun with /dev/null as input did not end: task 0 never saw its input end");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    let out = std::fs::read_to_string(&file).unwrap();
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["0: end", "1: end"], "{out}");
 }
 
 #[test]

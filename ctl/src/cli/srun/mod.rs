@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -169,6 +170,49 @@ struct Session {
     labeller: Mutex<Labeller>,
     /// The step's output files srun writes itself.
     sinks: Sinks,
+    /// srun's own standard output and error, where writing to them
+    /// cannot wait (see [`Stream::of`]).
+    own: [Stream; 2],
+}
+
+/// One of srun's own standard streams, and how it is served.
+///
+/// tokio reads and writes the standard streams on its blocking pool (a
+/// terminal or pipe may make a call wait), which costs srun a thread for
+/// each and a hand-off for each write. A regular file and `/dev/null`
+/// never make a call wait, and they are what srun has inside a batch
+/// job: its output goes to the job's file, its input is `/dev/null`. So
+/// those are written on the session's own thread, and `/dev/null` as
+/// input is its end at once, with no reader at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stream {
+    /// A terminal, pipe, socket or anything else that may block.
+    Waits,
+    /// A regular file.
+    File,
+    /// `/dev/null`.
+    Null,
+}
+
+impl Stream {
+    fn of(fd: std::os::fd::BorrowedFd<'_>) -> Stream {
+        use nix::sys::stat::{fstat, major, minor, SFlag};
+        let Ok(st) = fstat(std::os::fd::AsRawFd::as_raw_fd(&fd)) else {
+            return Stream::Waits;
+        };
+        let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+        if kind == SFlag::S_IFREG {
+            Stream::File
+        } else if kind == SFlag::S_IFCHR && major(st.st_rdev) == 1 && minor(st.st_rdev) == 3 {
+            Stream::Null
+        } else {
+            Stream::Waits
+        }
+    }
+
+    fn waits(self) -> bool {
+        self == Stream::Waits
+    }
 }
 
 /// An output file srun writes: one for the whole step, shared by its
@@ -259,16 +303,24 @@ impl Session {
                     eprintln!("{CMD}: error: writing output: {e}");
                 }
             }
-            None => write_out(stderr, bytes).await,
+            None => write_out(stderr, self.own[usize::from(stderr)], bytes).await,
         }
     }
 }
 
-async fn write_out(stderr: bool, bytes: &[u8]) {
+async fn write_out(stderr: bool, stream: Stream, bytes: &[u8]) {
     if bytes.is_empty() {
         return;
     }
-    if stderr {
+    if !stream.waits() {
+        use std::io::Write;
+        let _ = if stderr {
+            std::io::stderr().lock().write_all(bytes)
+        } else {
+            let mut o = std::io::stdout().lock();
+            o.write_all(bytes).and_then(|()| o.flush())
+        };
+    } else if stderr {
         let mut e = tokio::io::stderr();
         let _ = e.write_all(bytes).await;
         let _ = e.flush().await;
@@ -610,6 +662,10 @@ async fn run(a: SrunArgs) -> i32 {
         stdin_ready: Notify::new(),
         labeller: Mutex::new(Labeller::default()),
         sinks,
+        own: [
+            Stream::of(std::io::stdout().as_fd()),
+            Stream::of(std::io::stderr().as_fd()),
+        ],
     });
     let acceptor = {
         let s = s.clone();
@@ -647,8 +703,13 @@ async fn run(a: SrunArgs) -> i32 {
             }
         });
     }
-    // stdin → task 0.
-    {
+    // stdin → task 0 (`/dev/null`: its end, with no reader).
+    if Stream::of(std::io::stdin().as_fd()) == Stream::Null {
+        let s = s.clone();
+        tokio::spawn(async move {
+            let _ = s.stdin_link().await.send(StepDown::StdinEof);
+        });
+    } else {
         let s = s.clone();
         tokio::spawn(async move {
             let mut stdin = tokio::io::stdin();
