@@ -270,10 +270,7 @@ impl Controller {
         }
         self.limit_signals(now);
         self.silent_allocations(now);
-        let age = self.cfg.min_job_age;
-        self.jobs.retain(|_, j| {
-            !(j.state.is_final() && j.end.get().is_some_and(|e| now.saturating_sub(e) > age))
-        });
+        self.jobs.forget_ended(now, self.cfg.min_job_age);
         self.finish_leaving(now);
         self.end_recovery(now);
         self.active_checks(now);
@@ -437,7 +434,7 @@ impl Controller {
             j.accounted = true;
             j.end = super::Stamp::at(now);
         }
-        self.jobs.retain(|k, _| *k != id);
+        self.jobs.remove(id);
         self.stats.submitted = self.stats.submitted.saturating_sub(1);
         self.dirty = true;
     }

@@ -134,6 +134,14 @@ struct JobTable {
     /// partition held ten thousand copies of its name (40 bytes a job
     /// with the allocator's share).
     names: HashSet<std::sync::Arc<str>>,
+    /// Records changed (or added, or read back) since the last
+    /// [`JobTable::forget_ended`], which looks at these alone for jobs
+    /// that ended.
+    changed: Vec<JobId>,
+    /// Ended jobs by when they ended, oldest first, for
+    /// [`JobTable::forget_ended`]. An entry whose job has since run
+    /// again (a requeue) no longer matches its record and is dropped.
+    ended: std::collections::BTreeSet<(u64, JobId)>,
 }
 
 impl JobTable {
@@ -156,6 +164,7 @@ impl JobTable {
         let r = self.map.get_mut(id);
         if r.is_some() {
             self.dirty.insert(*id);
+            self.changed.push(*id);
         }
         r.map(|r| &mut **r)
     }
@@ -183,7 +192,41 @@ impl JobTable {
     /// submission's) or from the record it copies (an array's task).
     fn insert(&mut self, id: JobId, r: JobRecord) {
         self.dirty.insert(id);
+        self.changed.push(id);
         self.map.insert(id, Box::new(r));
+    }
+
+    /// Takes a record out; the store deletes it too.
+    fn remove(&mut self, id: JobId) {
+        if self.map.remove(&id).is_some() {
+            self.dirty.insert(id);
+        }
+    }
+
+    /// Forgets the jobs that ended more than `age` seconds before `now`
+    /// (and deletes them from the store). Costs what changed since the
+    /// last call and what it forgets, not the table: a tick with 50,000
+    /// jobs pending walked them all twice a second, holding the
+    /// controller.
+    fn forget_ended(&mut self, now: u64, age: u64) {
+        for id in std::mem::take(&mut self.changed) {
+            let end = self.get(&id).filter(|j| j.state.is_final());
+            if let Some(end) = end.and_then(|j| j.end.get()) {
+                self.ended.insert((end, id));
+            }
+        }
+        while let Some(&(end, id)) = self.ended.first() {
+            if now.saturating_sub(end) <= age {
+                break;
+            }
+            self.ended.pop_first();
+            let still = self
+                .get(&id)
+                .is_some_and(|j| j.state.is_final() && j.end.get() == Some(end));
+            if still {
+                self.remove(id);
+            }
+        }
     }
 
     /// A record read back from the store: nothing to store again. Its
@@ -193,6 +236,7 @@ impl JobTable {
         if matches!(r.state, JobState::Running | JobState::Completing) {
             self.mark_started(r.id, r.alloc.iter().map(|(n, _)| n.as_str()));
         }
+        self.changed.push(r.id);
         self.map.insert(r.id, Box::new(r));
     }
 
@@ -257,19 +301,6 @@ impl JobTable {
         r: impl std::ops::RangeBounds<JobId>,
     ) -> impl DoubleEndedIterator<Item = (&JobId, &JobRecord)> {
         self.map.range(r).map(|(id, r)| (id, &**r))
-    }
-
-    /// Keeps the records `keep` says yes to; the others are deleted from
-    /// the store too.
-    fn retain(&mut self, mut keep: impl FnMut(&JobId, &mut JobRecord) -> bool) {
-        let dirty = &mut self.dirty;
-        self.map.retain(|id, r| {
-            let k = keep(id, r);
-            if !k {
-                dirty.insert(*id);
-            }
-            k
-        });
     }
 
     fn take_dirty(&mut self) -> std::collections::BTreeSet<JobId> {

@@ -1,6 +1,7 @@
 //! The audit: the scheduler checks its own bookkeeping.
 
 use super::{Scheduler, State};
+use crate::{JobId, Secs, INFINITE};
 use std::collections::HashSet;
 
 use crate::timeline::Free;
@@ -22,6 +23,63 @@ impl Scheduler {
                 if self.held[&id] != j.user {
                     return Err(format!("held job {id} indexed under another user"));
                 }
+            }
+        }
+        // Every job waiting for a time of its own is filed under it, and
+        // every running job is on its first node's list (what the clock's
+        // questions walk instead of the queue).
+        for (&id, j) in &self.jobs {
+            if j.is_pending() && j.begin > j.submit && !self.delayed.contains(&(j.begin, id)) {
+                return Err(format!("job {id} waits until {} unfiled", j.begin));
+            }
+            if let State::Running(r) = &j.state {
+                let first = r.alloc.first().map(|a| a.node.0 as usize);
+                let listed = first
+                    .and_then(|n| self.nodes.get(n)?.as_ref())
+                    .is_some_and(|n| n.jobs.contains(&id));
+                if !listed {
+                    return Err(format!("running job {id} is not on its first node's list"));
+                }
+            }
+        }
+        // The clock's questions answer as a walk of every job would, at
+        // the times where their answers change (none before the latest
+        // submission: the clock does not go back).
+        let latest = self.jobs.values().map(|j| j.submit).max().unwrap_or(0);
+        let mut probes: Vec<Secs> = self
+            .jobs
+            .values()
+            .flat_map(|j| match &j.state {
+                State::Running(r) => [r.end_by, j.begin],
+                State::Pending { .. } => [j.begin, j.submit],
+            })
+            .filter(|&t| t < INFINITE)
+            .flat_map(|t| [t.saturating_sub(1), t, t.saturating_add(1)])
+            .collect();
+        probes.retain(|&t| t >= latest);
+        probes.sort_unstable();
+        probes.dedup();
+        for &now in probes.iter().take(64) {
+            let wake = self
+                .jobs
+                .values()
+                .filter_map(|j| match &j.state {
+                    State::Pending { .. } if j.begin > now => Some(j.begin),
+                    State::Running(r) if r.end_by < INFINITE => Some(r.end_by),
+                    _ => None,
+                })
+                .min();
+            if wake != self.next_wakeup(now) {
+                return Err(format!("next wakeup at {now}: {wake:?} by a walk"));
+            }
+            let overdue: Vec<JobId> = self
+                .jobs
+                .iter()
+                .filter(|(_, j)| matches!(&j.state, State::Running(r) if r.end_by <= now))
+                .map(|(&id, _)| id)
+                .collect();
+            if overdue != self.overdue_jobs(now) {
+                return Err(format!("overdue at {now}: {overdue:?} by a walk"));
             }
         }
         // A job is live or finished, never both (`job_status` asks the

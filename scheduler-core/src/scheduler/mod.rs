@@ -356,6 +356,14 @@ pub struct Scheduler {
     held_users: BTreeMap<UserId, u32>,
     unheld: BTreeSet<JobId>,
     finished: HashMap<JobId, JobOutcome>,
+    /// Pending jobs that may not start before a time of their own
+    /// (`--begin`, a requeue's delay), by that time: filed by
+    /// [`Scheduler::note_hold`] and [`Scheduler::queue_again`], read by
+    /// [`Scheduler::next_wakeup`] (an entry whose job started, went or
+    /// waits for another time is passed over) and pruned by each pass of
+    /// those no job waits for any more.
+    /// The clock tick asked every job for its begin time twice a second.
+    delayed: BTreeSet<(Secs, JobId)>,
     /// Arrays with a task not yet ended, by the array's id.
     arrays: BTreeMap<JobId, array::Book>,
     fairshare: FairShare,
@@ -386,6 +394,7 @@ impl Scheduler {
             held_users: BTreeMap::new(),
             unheld: BTreeSet::new(),
             finished: HashMap::new(),
+            delayed: BTreeSet::new(),
             arrays: BTreeMap::new(),
             fairshare,
             timelines: Vec::new(),
@@ -489,6 +498,9 @@ impl Scheduler {
             _ => None,
         };
         let user = j.user;
+        if j.is_pending() && j.begin > j.submit {
+            self.delayed.insert((j.begin, id));
+        }
         match held {
             Some(reason) => {
                 j.set_pending(reason, None);
@@ -529,6 +541,9 @@ impl Scheduler {
         if let Some(j) = self.jobs.get_mut(&id) {
             j.begin = now.saturating_add(delay);
             j.submit = now;
+            if delay > 0 {
+                self.delayed.insert((j.begin, id));
+            }
             let reason = match delay {
                 0 => PendingReason::None,
                 _ => PendingReason::BeginTime,
@@ -676,26 +691,73 @@ impl Scheduler {
     }
 
     /// The earliest time a pass is due although no event arrives: a begin
-    /// time is reached, or a running job reaches its time limit.
+    /// time is reached, or a running job reaches its time limit. Costs
+    /// the running jobs and the delayed ones, not the queue.
     pub fn next_wakeup(&self, now: Secs) -> Option<Secs> {
-        self.jobs
-            .values()
-            .filter_map(|j| match j.state {
-                State::Pending { .. } if j.begin > now => Some(j.begin),
-                State::Running(ref r) if r.end_by < INFINITE => Some(r.end_by),
-                _ => None,
-            })
-            .min()
+        let begin = self
+            .delayed
+            .range((now.saturating_add(1), JobId(0))..)
+            .find(|&&(t, id)| self.waits_until(id, t))
+            .map(|&(t, _)| t);
+        let end = self
+            .running()
+            .map(|(_, r)| r.end_by)
+            .filter(|&e| e < INFINITE)
+            .min();
+        begin.into_iter().chain(end).min()
     }
 
-    /// Jobs whose time limit has passed at `now`: the driver ends them
-    /// (TIMEOUT) and reports them finished.
-    pub fn overdue_jobs(&self, now: Secs) -> Vec<JobId> {
+    /// Whether job `id` is pending and may not start before `t`.
+    fn waits_until(&self, id: JobId, t: Secs) -> bool {
         self.jobs
+            .get(&id)
+            .is_some_and(|j| j.is_pending() && j.begin == t)
+    }
+
+    /// Drops the begin times no job waits for any more (it started, went,
+    /// or was given another). One reached stays while its job is pending:
+    /// [`Scheduler::next_wakeup`] looks only past `now`.
+    fn prune_delayed(&mut self) {
+        let stale: Vec<(Secs, JobId)> = self
+            .delayed
             .iter()
-            .filter(|(_, j)| matches!(j.state, State::Running(ref r) if r.end_by <= now))
-            .map(|(&id, _)| id)
-            .collect()
+            .filter(|&&(t, id)| !self.waits_until(id, t))
+            .copied()
+            .collect();
+        for e in stale {
+            self.delayed.remove(&e);
+        }
+    }
+
+    /// The running jobs, each once (on the list of its first node), with
+    /// their runs: what the nodes hold, not the queue.
+    fn running(&self) -> impl Iterator<Item = (JobId, &Run)> + '_ {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.as_ref().map(|n| (i, n)))
+            .flat_map(move |(i, n)| {
+                n.jobs
+                    .iter()
+                    .filter_map(move |&id| match &self.jobs.get(&id)?.state {
+                        State::Running(r) if r.alloc.first()?.node.0 as usize == i => {
+                            Some((id, &**r))
+                        }
+                        _ => None,
+                    })
+            })
+    }
+
+    /// Jobs whose time limit has passed at `now`, ascending by id: the
+    /// driver ends them (TIMEOUT) and reports them finished.
+    pub fn overdue_jobs(&self, now: Secs) -> Vec<JobId> {
+        let mut due: Vec<JobId> = self
+            .running()
+            .filter(|(_, r)| r.end_by <= now)
+            .map(|(id, _)| id)
+            .collect();
+        due.sort_unstable();
+        due
     }
 }
 /// Jobs' statuses asked in ascending id order ([`Scheduler::statuses`]).

@@ -163,6 +163,7 @@ impl Scheduler {
     /// now; every other pending job gets a reason and, where the policy
     /// reserves for it, an expected start.
     pub fn schedule(&mut self, now: Secs) -> Vec<StartDecision> {
+        self.prune_delayed();
         let mut pass = self.build_timelines(now);
         let queue = self.rank(now);
         let Classes {

@@ -365,6 +365,11 @@ impl Sim {
         c
     }
 
+    /// Whether the sim's store holds the job's record.
+    pub fn stored_job(&self, id: JobId) -> bool {
+        self.stored.jobs.contains_key(&id.0)
+    }
+
     pub fn run_for(&mut self, secs: u64) {
         for _ in 0..secs {
             self.step();

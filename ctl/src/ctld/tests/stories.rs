@@ -20,6 +20,44 @@ fn a_job_runs_completes_and_its_node_is_free_again() {
     assert_eq!(sim.view(next).exit.code, 3);
 }
 
+/// A job that ended is kept `min_job_age` (300 s) after its end, then
+/// forgotten and deleted from the store; jobs pending or running are
+/// kept however old; a controller started again forgets what it read
+/// back on the same clock.
+#[test]
+fn ended_jobs_are_forgotten_min_job_age_after_their_end() {
+    let mut sim = Sim::new(1);
+    let short = sim.submit(job().runs(5));
+    let long = sim.submit(job().runs(400));
+    let held = sim.submit(job().runs(5));
+    sim.c.hold(ALICE, &[held], false).unwrap();
+    while !sim.state(short).is_final() {
+        sim.step();
+    }
+    let ended = sim.now;
+    sim.run_for(300);
+    assert!(sim.c.jobs.get(&short).is_some(), "kept for 300 s");
+    sim.step();
+    assert!(sim.c.jobs.get(&short).is_none(), "forgotten after 300 s");
+    assert!(!sim.stored_job(short), "and deleted from the store");
+    assert_eq!(sim.now - ended, 301);
+    assert_eq!(sim.state(long), JobState::Running);
+    assert_eq!(sim.state(held), JobState::Pending);
+    while !sim.state(long).is_final() {
+        sim.step();
+    }
+    let ended = sim.now;
+    sim.run_for(100);
+    let mut c = sim.restarted();
+    c.register(super::reg("worker-0", 4), sim.now).unwrap();
+    c.tick(ended + 300);
+    assert!(c.jobs.get(&long).is_some(), "read back, kept for 300 s");
+    c.tick(ended + 301);
+    assert!(c.jobs.get(&long).is_none(), "read back, forgotten after");
+    let h = c.jobs.get(&held).unwrap();
+    assert_eq!(h.state, JobState::Pending, "{:?}", h.failure);
+}
+
 #[test]
 fn a_lost_node_fails_its_jobs_and_requeues_those_that_asked() {
     let mut sim = Sim::new(2);
