@@ -12,8 +12,8 @@
 //! Before, the tick walked every job three times: the controller's
 //! records for those ended long enough ago, and the scheduling core's
 //! for the earliest begin time and for running jobs past their limits.
-//! `048e9b4` took 3.5–6.4 ms a tick here (the VM's speed varies by
-//! twice within the hour), with only the first walk gone 0.8–2.6 ms.
+//! `048e9b4` took 3.7–6.4 ms a tick here (the VM's speed varies by
+//! twice within the hour), with only the first walk gone 0.8–2.7 ms.
 //! Now the controller files each ended job by its end as it changes, the
 //! core files begin times (`delayed`) and asks the nodes for their
 //! running jobs, and the tick costs what is due.
