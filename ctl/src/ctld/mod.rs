@@ -134,13 +134,11 @@ struct JobTable {
     /// partition held ten thousand copies of its name (40 bytes a job
     /// with the allocator's share).
     names: HashSet<std::sync::Arc<str>>,
-    /// Records changed (or added, or read back) since the last
-    /// [`JobTable::forget_ended`], which looks at these alone for jobs
-    /// that ended.
-    changed: Vec<JobId>,
     /// Ended jobs by when they ended, oldest first, for
-    /// [`JobTable::forget_ended`]. An entry whose job has since run
-    /// again (a requeue) no longer matches its record and is dropped.
+    /// [`JobTable::forget_ended`]: each record read back or taken to be
+    /// stored again ([`JobTable::take_dirty`]) is filed here if it has
+    /// ended. An entry whose job has since run again (a requeue) no
+    /// longer matches its record and is dropped.
     ended: std::collections::BTreeSet<(u64, JobId)>,
 }
 
@@ -164,7 +162,6 @@ impl JobTable {
         let r = self.map.get_mut(id);
         if r.is_some() {
             self.dirty.insert(*id);
-            self.changed.push(*id);
         }
         r.map(|r| &mut **r)
     }
@@ -192,7 +189,6 @@ impl JobTable {
     /// submission's) or from the record it copies (an array's task).
     fn insert(&mut self, id: JobId, r: JobRecord) {
         self.dirty.insert(id);
-        self.changed.push(id);
         self.map.insert(id, Box::new(r));
     }
 
@@ -203,18 +199,19 @@ impl JobTable {
         }
     }
 
-    /// Forgets the jobs that ended more than `age` seconds before `now`
-    /// (and deletes them from the store). Costs what changed since the
-    /// last call and what it forgets, not the table: a tick with 50,000
-    /// jobs pending walked them all twice a second, holding the
-    /// controller.
-    fn forget_ended(&mut self, now: u64, age: u64) {
-        for id in std::mem::take(&mut self.changed) {
-            let end = self.get(&id).filter(|j| j.state.is_final());
-            if let Some(end) = end.and_then(|j| j.end.get()) {
-                self.ended.insert((end, id));
-            }
+    /// Files job `id` under its end, if it has ended.
+    fn file_if_ended(&mut self, id: JobId) {
+        let end = self.get(&id).filter(|j| j.state.is_final());
+        if let Some(end) = end.and_then(|j| j.end.get()) {
+            self.ended.insert((end, id));
         }
+    }
+
+    /// Forgets the jobs that ended more than `age` seconds before `now`
+    /// (and deletes them from the store). Costs what it forgets, not the
+    /// table: a tick with 50,000 jobs pending walked them all twice a
+    /// second, holding the controller.
+    fn forget_ended(&mut self, now: u64, age: u64) {
         while let Some(&(end, id)) = self.ended.first() {
             if now.saturating_sub(end) <= age {
                 break;
@@ -236,8 +233,9 @@ impl JobTable {
         if matches!(r.state, JobState::Running | JobState::Completing) {
             self.mark_started(r.id, r.alloc.iter().map(|(n, _)| n.as_str()));
         }
-        self.changed.push(r.id);
-        self.map.insert(r.id, Box::new(r));
+        let id = r.id;
+        self.map.insert(id, Box::new(r));
+        self.file_if_ended(id);
     }
 
     /// A job started running on these nodes.
@@ -303,8 +301,14 @@ impl JobTable {
         self.map.range(r).map(|(id, r)| (id, &**r))
     }
 
+    /// The records changed since the last call, to be stored; those
+    /// that ended are filed for [`JobTable::forget_ended`] on the way.
     fn take_dirty(&mut self) -> std::collections::BTreeSet<JobId> {
-        std::mem::take(&mut self.dirty)
+        let dirty = std::mem::take(&mut self.dirty);
+        for &id in &dirty {
+            self.file_if_ended(id);
+        }
+        dirty
     }
 }
 
