@@ -14,9 +14,9 @@
 //! for the earliest begin time and for running jobs past their limits.
 //! `048e9b4` took 3.7–6.4 ms a tick here (the VM's speed varies by
 //! twice within the hour), with only the first walk gone 0.8–2.7 ms.
-//! Now the controller files each ended job by its end as it changes, the
-//! core files begin times (`delayed`) and asks the nodes for their
-//! running jobs, and the tick costs what is due.
+//! Now the controller files each ended job by its end as its record is
+//! taken to be stored, the core files begin times (`delayed`) and asks
+//! the nodes for their running jobs, and the tick costs what is due.
 //!
 //! Run: `cargo bench -p benches --bench tick`.
 
