@@ -244,16 +244,18 @@ impl ProcTable {
             j.done_at
                 .is_none_or(|t| now.saturating_duration_since(t) <= keep)
         });
+        // Counted first: on each heartbeat, and rarely over.
+        if self.jobs.values().filter(|j| j.done_at.is_some()).count() <= most {
+            return;
+        }
         let mut done: Vec<(Instant, JobId)> = self
             .jobs
             .iter()
             .filter_map(|(&id, j)| j.done_at.map(|t| (t, id)))
             .collect();
-        if done.len() > most {
-            done.sort_unstable();
-            for (_, id) in &done[..done.len() - most] {
-                self.jobs.remove(id);
-            }
+        done.sort_unstable();
+        for (_, id) in &done[..done.len() - most] {
+            self.jobs.remove(id);
         }
     }
 

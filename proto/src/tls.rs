@@ -68,15 +68,21 @@ pub enum TlsError {
 /// AES-256-GCM-SHA384 first, whose key schedule runs SHA-512 in software
 /// on machines without its instructions (SHA-256 has them): every step
 /// connection's handshake paid for it on both ends.
+/// Made once: every agent's dial back to an srun asks for it.
 fn provider() -> Arc<CryptoProvider> {
-    use rustls::crypto::ring::cipher_suite;
-    let mut p = rustls::crypto::ring::default_provider();
-    p.cipher_suites = vec![
-        cipher_suite::TLS13_AES_128_GCM_SHA256,
-        cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
-        cipher_suite::TLS13_AES_256_GCM_SHA384,
-    ];
-    Arc::new(p)
+    static PROVIDER: std::sync::OnceLock<Arc<CryptoProvider>> = std::sync::OnceLock::new();
+    PROVIDER
+        .get_or_init(|| {
+            use rustls::crypto::ring::cipher_suite;
+            let mut p = rustls::crypto::ring::default_provider();
+            p.cipher_suites = vec![
+                cipher_suite::TLS13_AES_128_GCM_SHA256,
+                cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+                cipher_suite::TLS13_AES_256_GCM_SHA384,
+            ];
+            Arc::new(p)
+        })
+        .clone()
 }
 
 fn read(path: &Path) -> Result<String, TlsError> {

@@ -172,6 +172,30 @@ fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
     })
 }
 
+/// Writes each of `values` to `path` in a write of its own (a cgroup
+/// file takes one rule a write), all through one descriptor.
+fn write_each(path: &Path, values: &[String]) -> Result<(), CgroupError> {
+    let failed = |value: &String| {
+        let value = value.clone();
+        move |source| CgroupError::Write {
+            path: path.to_path_buf(),
+            value,
+            source,
+        }
+    };
+    let Some(first) = values.first() else {
+        return Ok(());
+    };
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(failed(first))?;
+    for v in values {
+        std::io::Write::write_all(&mut f, v.as_bytes()).map_err(failed(v))?;
+    }
+    Ok(())
+}
+
 fn read(path: &Path) -> Result<String, CgroupError> {
     fs::read_to_string(path).map_err(|source| CgroupError::Read {
         path: path.to_path_buf(),
@@ -486,26 +510,13 @@ impl Cgroups {
         if let (Some(dir), Some(max)) = (self.dir(Controller::Pids, rel), self.pids_max) {
             write(&dir.join("pids.max"), &max.to_string())?;
         }
-        if let (Some(dir), false) = (self.dir(Controller::Devices, rel), limits.denied.is_empty()) {
-            // One rule a write, all through one descriptor.
-            let path = dir.join("devices.deny");
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .map_err(|source| CgroupError::Read {
-                    path: path.clone(),
-                    source,
-                })?;
-            for d in &limits.denied {
-                let rule = format!("c {}:{} rwm", d.major, d.minor);
-                std::io::Write::write_all(&mut f, rule.as_bytes()).map_err(|source| {
-                    CgroupError::Write {
-                        path: path.clone(),
-                        value: rule.clone(),
-                        source,
-                    }
-                })?;
-            }
+        if let Some(dir) = self.dir(Controller::Devices, rel) {
+            let rules: Vec<String> = limits
+                .denied
+                .iter()
+                .map(|d| format!("c {}:{} rwm", d.major, d.minor))
+                .collect();
+            write_each(&dir.join("devices.deny"), &rules)?;
         }
         Ok(())
     }

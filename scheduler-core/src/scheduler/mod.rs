@@ -289,6 +289,11 @@ impl Job {
         matches!(self.state, State::Pending { .. })
     }
 
+    /// Pending, and not to start before `t`, its own begin time.
+    fn waits_until(&self, t: Secs) -> bool {
+        self.is_pending() && self.begin == t
+    }
+
     fn set_pending(&mut self, reason: PendingReason, plan: Option<Box<Reservation>>) {
         self.state = State::Pending { reason, plan };
     }
@@ -709,24 +714,16 @@ impl Scheduler {
 
     /// Whether job `id` is pending and may not start before `t`.
     fn waits_until(&self, id: JobId, t: Secs) -> bool {
-        self.jobs
-            .get(&id)
-            .is_some_and(|j| j.is_pending() && j.begin == t)
+        self.jobs.get(&id).is_some_and(|j| j.waits_until(t))
     }
 
     /// Drops the begin times no job waits for any more (it started, went,
     /// or was given another). One reached stays while its job is pending:
     /// [`Scheduler::next_wakeup`] looks only past `now`.
     fn prune_delayed(&mut self) {
-        let stale: Vec<(Secs, JobId)> = self
-            .delayed
-            .iter()
-            .filter(|&&(t, id)| !self.waits_until(id, t))
-            .copied()
-            .collect();
-        for e in stale {
-            self.delayed.remove(&e);
-        }
+        let jobs = &self.jobs;
+        self.delayed
+            .retain(|&(t, id)| jobs.get(&id).is_some_and(|j| j.waits_until(t)));
     }
 
     /// The running jobs, each once (on the list of its first node), with
