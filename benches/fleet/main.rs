@@ -369,6 +369,7 @@ impl Run {
         self.put("ctld memory after restart", rss_mib(self.ctld_pid()), "MiB");
         // 6. The fillers go: every pending job starts.
         let t = Instant::now();
+        let cpu0 = cpu_ms(self.ctld_pid());
         let filter = JobFilter {
             names: vec!["filler".into()],
             ..JobFilter::default()
@@ -405,6 +406,11 @@ impl Run {
                 600.0 * self.args.time_scale
             ),
             t.elapsed().as_secs_f64(),
+            "s",
+        );
+        self.put(
+            "ctld CPU, fillers cancelled to queue empty",
+            (cpu_ms(self.ctld_pid()) - cpu0) as f64 / 1000.0,
             "s",
         );
         self.put("ctld memory at the end", rss_mib(self.ctld_pid()), "MiB");

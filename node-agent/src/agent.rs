@@ -318,12 +318,12 @@ impl Recent {
 /// never stored that end, loses the job when its recovery ends (as on a
 /// node failure) rather than sending its batch step again. At most
 /// [`Recent::MOST`] such runs are kept, the oldest forgotten first.
-const ENDED_KEEP: Duration = Duration::from_secs(900);
+pub(crate) const ENDED_KEEP: Duration = Duration::from_secs(900);
 
 /// What a new connection sends first: the outcomes the last one may have
 /// lost, oldest first, and the end of every ended run still kept that is
 /// not among them.
-fn replay(recent: &mut Recent, ended: Vec<AgentMsg>, now: Instant) -> Vec<AgentMsg> {
+pub(crate) fn replay(recent: &mut Recent, ended: Vec<AgentMsg>, now: Instant) -> Vec<AgentMsg> {
     let mut again = recent.replay(now);
     let done_of = |m: &AgentMsg| match m {
         AgentMsg::BatchDone { job, .. } => Some(*job),

@@ -1,8 +1,11 @@
 //! A fleet: many simulated nodes in one process, each speaking to ctld
 //! exactly as an agent does (its own certificate, connection, credential
 //! key, heartbeats and simulated GPUs), none running anything. A batch
-//! job "runs" for its time limit scaled down, then reports its exit; a
-//! terminate is answered clean at once. It measures the controller at a
+//! job "runs" for its time limit scaled down, then reports its end as an
+//! agent does: alone on the node, in one `BatchDone` (kept, and sent
+//! again on each new connection, for as long as the agent keeps it);
+//! otherwise as the batch step's exit, the clean node following on the
+//! controller's terminate, which is answered at once. It measures the controller at a
 //! scale one machine cannot run real agents at (thousands of nodes).
 //!
 //! What a node keeps is the part of the agent's state the controller can
@@ -19,15 +22,15 @@ use std::time::{Duration, Instant};
 
 use corral_proto::cred::{Minter, DEFAULT_TTL_MS};
 use corral_proto::msg::{
-    read_response, AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, JobRun, Launch, LaunchKind,
-    Launched, Open, Registration, Request, Response, StepId,
+    read_response, AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, JobId, JobRun, Launch,
+    LaunchKind, Launched, Open, Registration, Request, Response, StepId,
 };
 use corral_proto::tls::{self, CertFiles, Identity};
 use corral_proto::{now_ms, read_frame, write_frame};
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
-use crate::agent::{AgentError, Recent, Reconnect};
+use crate::agent::{AgentError, Recent, Reconnect, ENDED_KEEP};
 
 /// What every node of a fleet is.
 #[derive(Clone, Debug)]
@@ -73,12 +76,24 @@ pub struct Counters {
     pub registrations: AtomicU64,
     pub heartbeats: AtomicU64,
     pub launches: AtomicU64,
-    /// Batch jobs whose simulated run ended (`StepExited` sent).
+    /// Batch jobs of several nodes whose simulated run ended
+    /// (`StepExited` sent).
     pub exits: AtomicU64,
     /// `JobCleaned` sent.
     pub cleaned: AtomicU64,
+    /// Batch jobs alone on their node whose simulated run ended
+    /// (`BatchDone` sent).
+    pub done: AtomicU64,
     /// Nodes connected and registered now.
     pub connected: AtomicUsize,
+}
+
+/// A run that ended on a node in a `BatchDone`: when, and that message.
+#[derive(Debug)]
+struct Ended {
+    run: JobRun,
+    at: Instant,
+    done: AgentMsg,
 }
 
 /// A running fleet; its nodes stop when it is dropped.
@@ -114,6 +129,13 @@ struct SimNode {
     conn: watch::Sender<Option<(u64, quinn::Connection)>>,
     up: mpsc::UnboundedSender<AgentMsg>,
     runs: Mutex<HashMap<JobRun, Launched>>,
+    /// The runs of `runs` that ended here in a `BatchDone`, with when and
+    /// that message: kept, listed as launched but not as running, so that
+    /// a controller that never stored the end hears it again instead of
+    /// launching the batch step a second time (the agent's
+    /// `ProcTable::end_batch_alone`). Locked after `runs` where both are.
+    /// By job: a run is kept until a newer run of its job takes it.
+    ended: Mutex<HashMap<JobId, Ended>>,
     recent: Mutex<Recent>,
     counters: Arc<Counters>,
     /// Times this node registered.
@@ -148,6 +170,7 @@ impl Fleet {
                 conn: watch::channel(None).0,
                 up,
                 runs: Mutex::new(HashMap::new()),
+                ended: Mutex::new(HashMap::new()),
                 recent: Mutex::new(Recent::default()),
                 counters: counters.clone(),
                 registered: AtomicU64::new(0),
@@ -187,9 +210,14 @@ impl Fleet {
             .collect()
     }
 
-    /// Runs held by all nodes now.
+    /// Runs held by all nodes now, short of those ended and kept.
     pub fn runs(&self) -> usize {
-        self.nodes.iter().map(|n| n.runs.lock().len()).sum()
+        self.nodes.iter().map(|n| n.running().len()).sum()
+    }
+
+    /// Runs ended in a `BatchDone` and kept by all nodes now.
+    pub fn ended(&self) -> usize {
+        self.nodes.iter().map(|n| n.ended.lock().len()).sum()
     }
 
     /// Sends `request` to ctld through node `node` as `who` would through
@@ -271,11 +299,8 @@ impl Drop for Fleet {
 
 impl SimNode {
     fn registration(&self) -> Registration {
-        let runs = self.runs.lock();
-        let mut running: Vec<JobRun> = runs.keys().copied().collect();
-        running.sort_unstable();
-        let launched = runs.values().copied().collect();
-        drop(runs);
+        let running = self.running();
+        let launched = self.runs.lock().values().copied().collect();
         let gpus = (0..self.cfg.gpus)
             .map(|g| GpuInfo {
                 index: g,
@@ -299,10 +324,48 @@ impl SimNode {
         }
     }
 
+    /// The runs held, short of those ended and kept.
     fn running(&self) -> Vec<JobRun> {
-        let mut v: Vec<JobRun> = self.runs.lock().keys().copied().collect();
+        let runs = self.runs.lock();
+        let ended = self.ended.lock();
+        let mut v: Vec<JobRun> = runs
+            .keys()
+            .filter(|r| ended.get(&r.job).is_none_or(|e| e.run != **r))
+            .copied()
+            .collect();
         v.sort_unstable();
         v
+    }
+
+    /// Forgets the ended runs kept longer than the agent keeps them, and
+    /// the oldest beyond as many as it keeps.
+    fn prune_ended(&self, now: Instant) {
+        let mut runs = self.runs.lock();
+        let mut ended = self.ended.lock();
+        ended.retain(|_, e| {
+            let keep = now.saturating_duration_since(e.at) <= ENDED_KEEP;
+            if !keep {
+                runs.remove(&e.run);
+            }
+            keep
+        });
+        if ended.len() > Recent::MOST {
+            let mut by_age: Vec<(Instant, JobRun)> =
+                ended.values().map(|e| (e.at, e.run)).collect();
+            by_age.sort_unstable();
+            for (_, run) in &by_age[..by_age.len() - Recent::MOST] {
+                ended.remove(&run.job);
+                runs.remove(run);
+            }
+        }
+    }
+
+    /// The `BatchDone` of every ended run kept, oldest first.
+    fn ended_outcomes(&self) -> Vec<AgentMsg> {
+        let ended = self.ended.lock();
+        let mut v: Vec<&Ended> = ended.values().collect();
+        v.sort_by_key(|e| e.at);
+        v.into_iter().map(|e| e.done.clone()).collect()
     }
 
     fn send_up(&self, msg: AgentMsg) {
@@ -361,7 +424,10 @@ impl SimNode {
             }
         });
         let mut out = vec![AgentMsg::Health { problem: None }];
-        out.extend(self.recent.lock().replay(Instant::now()));
+        let now = Instant::now();
+        self.prune_ended(now);
+        let ended = self.ended_outcomes();
+        out.extend(crate::agent::replay(&mut self.recent.lock(), ended, now));
         for msg in &out {
             if let Err(e) = write_frame(&mut send, msg).await {
                 reader.abort();
@@ -384,6 +450,7 @@ impl SimNode {
                     }
                 }
                 _ = tick.tick() => {
+                    self.prune_ended(Instant::now());
                     let hb = AgentMsg::Heartbeat { running: self.running() };
                     if let Err(e) = write_frame(&mut send, &hb).await {
                         break Err(e.into());
@@ -403,9 +470,9 @@ impl SimNode {
             CtldMsg::Terminate { job, .. } => {
                 // Nothing runs: the run is gone as soon as it is ended. A
                 // newer run ends what an older one left here too.
-                self.runs
-                    .lock()
-                    .retain(|r, _| !(r.job == job.job && r.run <= job.run));
+                let gone = |r: &JobRun| r.job == job.job && r.run <= job.run;
+                self.runs.lock().retain(|r, _| !gone(r));
+                self.ended.lock().retain(|_, e| !gone(&e.run));
                 self.counters.cleaned.fetch_add(1, Ordering::Relaxed);
                 self.send_up(AgentMsg::JobCleaned { job, usage: None });
             }
@@ -415,10 +482,68 @@ impl SimNode {
         }
     }
 
+    /// A batch step's simulated run ended. Alone on this node, with no
+    /// other step of the run here, the run ends with it, in one
+    /// `BatchDone` (as the agent's `end_batch_alone`); otherwise its exit
+    /// goes up and the controller's terminate follows.
+    fn batch_ended(&self, run: JobRun, step: StepId, alone: bool) {
+        let mut runs = self.runs.lock();
+        // Ended meanwhile (cancelled, requeued): nothing to say.
+        let Some(had) = runs.get(&run) else {
+            return;
+        };
+        let mut ended = self.ended.lock();
+        if ended.get(&run.job).is_some_and(|e| e.run == run) {
+            return;
+        }
+        if alone && had.next == 0 {
+            let done = AgentMsg::BatchDone {
+                job: run,
+                exit: ExitStatus::default(),
+                oom: false,
+                usage: None,
+            };
+            let at = Instant::now();
+            let e = Ended {
+                run,
+                at,
+                done: done.clone(),
+            };
+            // A run of the job ended before is gone with it (the agent
+            // keeps one run of a job).
+            if let Some(old) = ended.insert(run.job, e) {
+                runs.remove(&old.run);
+            }
+            drop((ended, runs));
+            self.counters.done.fetch_add(1, Ordering::Relaxed);
+            self.send_up(done);
+        } else {
+            drop((ended, runs));
+            self.counters.exits.fetch_add(1, Ordering::Relaxed);
+            self.send_up(AgentMsg::StepExited {
+                job: run,
+                step,
+                exit: ExitStatus::default(),
+                oom: false,
+            });
+        }
+    }
+
     fn launch(self: &Arc<Self>, l: Launch) {
         let (run, step) = (l.job_run(), l.step);
         {
             let mut runs = self.runs.lock();
+            // A newer run of the job takes the place of an ended one.
+            let mut ended = self.ended.lock();
+            if let Some(old) = ended
+                .get(&run.job)
+                .map(|e| e.run)
+                .filter(|r| r.run < run.run)
+            {
+                ended.remove(&run.job);
+                runs.remove(&old);
+            }
+            drop(ended);
             let had = runs.entry(run).or_insert(Launched {
                 run,
                 batch: false,
@@ -437,20 +562,11 @@ impl SimNode {
         match l.what {
             LaunchKind::Batch { .. } => {
                 let secs = l.time_limit.map_or(0.0, |t| t as f64 * self.cfg.time_scale);
+                let alone = l.job_nodes.len() == 1;
                 let me = self.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
-                    // Ended meanwhile (cancelled, requeued): nothing to say.
-                    if !me.runs.lock().contains_key(&run) {
-                        return;
-                    }
-                    me.counters.exits.fetch_add(1, Ordering::Relaxed);
-                    me.send_up(AgentMsg::StepExited {
-                        job: run,
-                        step,
-                        exit: ExitStatus::default(),
-                        oom: false,
-                    });
+                    me.batch_ended(run, step, alone);
                 });
             }
             // No srun to dial back: a simulated node runs no steps.

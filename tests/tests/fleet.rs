@@ -1,8 +1,10 @@
 //! A fleet of simulated nodes (`corral_agent::fleet`) against a real
 //! corral-ctld: every node registers with its own certificate, jobs run
-//! their scaled-down limits and end, and a controller killed under them
-//! gets every node back with its running jobs adopted.
+//! their scaled-down limits and end (alone on a node, in one `BatchDone`),
+//! and a controller killed under them gets every node back with its
+//! running jobs adopted.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use corral_agent::fleet::{Fleet, FleetConfig};
@@ -182,6 +184,13 @@ fn a_fleet_runs_jobs_and_comes_back_after_a_controller_restart() {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        // Each alone on its node, every short job ended there in one
+        // message, kept by its node (those that ended while the controller
+        // was down were heard again from there); none needed a terminate.
+        let done = b.fleet.counters.done.load(Ordering::Relaxed);
+        assert!(done >= 200, "{done} BatchDone sent");
+        assert_eq!(b.fleet.counters.exits.load(Ordering::Relaxed), 0);
+        assert_eq!(b.fleet.ended(), 200, "one ended run kept per short job");
         // Cancelled, the long jobs leave nothing on the nodes.
         let filter = JobFilter {
             names: vec!["long".into()],
