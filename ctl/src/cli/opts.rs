@@ -545,7 +545,7 @@ pub fn umask_text() -> String {
 }
 
 /// The submitting process's nice value. (Read from `/proc/self/stat`
-/// before: the kernel gathers the whole line of statistics for that, 2%
+/// before: the kernel gathers the whole line of statistics for that, 3%
 /// of a one-shot `sbatch`'s samples in `perf record`.)
 pub fn nice_value() -> Option<i32> {
     use nix::errno::Errno;
