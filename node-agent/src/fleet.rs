@@ -5,8 +5,9 @@
 //! agent does: alone on the node, in one `BatchDone` (kept, and sent
 //! again on each new connection, for as long as the agent keeps it);
 //! otherwise as the batch step's exit, the clean node following on the
-//! controller's terminate, which is answered at once. It measures the controller at a
-//! scale one machine cannot run real agents at (thousands of nodes).
+//! controller's terminate, which is answered at once. It measures the
+//! controller at a scale one machine cannot run real agents at
+//! (thousands of nodes).
 //!
 //! What a node keeps is the part of the agent's state the controller can
 //! see: which runs it holds and which of their steps it was sent, so that
@@ -482,21 +483,21 @@ impl SimNode {
         }
     }
 
-    /// A batch step's simulated run ended. Alone on this node, with no
-    /// other step of the run here, the run ends with it, in one
-    /// `BatchDone` (as the agent's `end_batch_alone`); otherwise its exit
-    /// goes up and the controller's terminate follows.
+    /// A batch step's simulated run ended. Alone on this node (where no
+    /// other step runs: a simulated node runs none), the run ends with
+    /// it, in one `BatchDone` (as the agent's `end_batch_alone`);
+    /// otherwise its exit goes up and the controller's terminate follows.
     fn batch_ended(&self, run: JobRun, step: StepId, alone: bool) {
         let mut runs = self.runs.lock();
         // Ended meanwhile (cancelled, requeued): nothing to say.
-        let Some(had) = runs.get(&run) else {
+        if !runs.contains_key(&run) {
             return;
-        };
+        }
         let mut ended = self.ended.lock();
         if ended.get(&run.job).is_some_and(|e| e.run == run) {
             return;
         }
-        if alone && had.next == 0 {
+        if alone {
             let done = AgentMsg::BatchDone {
                 job: run,
                 exit: ExitStatus::default(),
