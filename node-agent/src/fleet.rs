@@ -9,12 +9,11 @@
 //! controller at a scale one machine cannot run real agents at
 //! (thousands of nodes).
 //!
-//! What a node keeps is the part of the agent's state the controller can
-//! see: which runs it holds and which of their steps it was sent, so that
-//! a controller restarted under it adopts its jobs as it would a real
-//! node's.
+//! What a node keeps is the agent's own process table
+//! ([`ProcTable`]), with no process in it: which runs it holds, which of
+//! their steps it was sent, and the runs ended here, so that a controller
+//! restarted under it adopts its jobs as it would a real node's.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -23,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use corral_proto::cred::{Minter, DEFAULT_TTL_MS};
 use corral_proto::msg::{
-    read_response, AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, JobId, JobRun, Launch,
-    LaunchKind, Launched, Open, Registration, Request, Response, StepId,
+    read_response, AgentMsg, CtldMsg, ExitStatus, GpuInfo, Ident, JobRun, Launch, LaunchKind, Open,
+    Registration, Request, Response, StepId,
 };
 use corral_proto::tls::{self, CertFiles, Identity};
 use corral_proto::{now_ms, read_frame, write_frame};
@@ -32,6 +31,7 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
 use crate::agent::{AgentError, Recent, Reconnect, ENDED_KEEP};
+use crate::procs::{ProcTable, StepStart, Termination};
 
 /// What every node of a fleet is.
 #[derive(Clone, Debug)]
@@ -89,14 +89,6 @@ pub struct Counters {
     pub connected: AtomicUsize,
 }
 
-/// A run that ended on a node in a `BatchDone`: when, and that message.
-#[derive(Debug)]
-struct Ended {
-    run: JobRun,
-    at: Instant,
-    done: AgentMsg,
-}
-
 /// A running fleet; its nodes stop when it is dropped.
 pub struct Fleet {
     nodes: Vec<Arc<SimNode>>,
@@ -129,14 +121,9 @@ struct SimNode {
     /// that failed it would then wait for ever).
     conn: watch::Sender<Option<(u64, quinn::Connection)>>,
     up: mpsc::UnboundedSender<AgentMsg>,
-    runs: Mutex<HashMap<JobRun, Launched>>,
-    /// The runs of `runs` that ended here in a `BatchDone`, with when and
-    /// that message: kept, listed as launched but not as running, so that
-    /// a controller that never stored the end hears it again instead of
-    /// launching the batch step a second time (the agent's
-    /// `ProcTable::end_batch_alone`). Locked after `runs` where both are.
-    /// By job: a run is kept until a newer run of its job takes it.
-    ended: Mutex<HashMap<JobId, Ended>>,
+    /// The agent's table, which lists no process group here: a step
+    /// "runs" from its launch to its simulated end.
+    procs: Mutex<ProcTable>,
     recent: Mutex<Recent>,
     counters: Arc<Counters>,
     /// Times this node registered.
@@ -170,8 +157,7 @@ impl Fleet {
                 client: tls::client_config(&id)?,
                 conn: watch::channel(None).0,
                 up,
-                runs: Mutex::new(HashMap::new()),
-                ended: Mutex::new(HashMap::new()),
+                procs: Mutex::new(ProcTable::default()),
                 recent: Mutex::new(Recent::default()),
                 counters: counters.clone(),
                 registered: AtomicU64::new(0),
@@ -213,12 +199,18 @@ impl Fleet {
 
     /// Runs held by all nodes now, short of those ended and kept.
     pub fn runs(&self) -> usize {
-        self.nodes.iter().map(|n| n.running().len()).sum()
+        self.nodes
+            .iter()
+            .map(|n| n.procs.lock().running().len())
+            .sum()
     }
 
     /// Runs ended in a `BatchDone` and kept by all nodes now.
     pub fn ended(&self) -> usize {
-        self.nodes.iter().map(|n| n.ended.lock().len()).sum()
+        self.nodes
+            .iter()
+            .map(|n| n.procs.lock().ended_outcomes().len())
+            .sum()
     }
 
     /// Sends `request` to ctld through node `node` as `who` would through
@@ -301,7 +293,7 @@ impl Drop for Fleet {
 impl SimNode {
     fn registration(&self) -> Registration {
         let running = self.running();
-        let launched = self.runs.lock().values().copied().collect();
+        let launched = self.procs.lock().launched();
         let gpus = (0..self.cfg.gpus)
             .map(|g| GpuInfo {
                 index: g,
@@ -327,46 +319,9 @@ impl SimNode {
 
     /// The runs held, short of those ended and kept.
     fn running(&self) -> Vec<JobRun> {
-        let runs = self.runs.lock();
-        let ended = self.ended.lock();
-        let mut v: Vec<JobRun> = runs
-            .keys()
-            .filter(|r| ended.get(&r.job).is_none_or(|e| e.run != **r))
-            .copied()
-            .collect();
+        let mut v = self.procs.lock().running();
         v.sort_unstable();
         v
-    }
-
-    /// Forgets the ended runs kept longer than the agent keeps them, and
-    /// the oldest beyond as many as it keeps.
-    fn prune_ended(&self, now: Instant) {
-        let mut runs = self.runs.lock();
-        let mut ended = self.ended.lock();
-        ended.retain(|_, e| {
-            let keep = now.saturating_duration_since(e.at) <= ENDED_KEEP;
-            if !keep {
-                runs.remove(&e.run);
-            }
-            keep
-        });
-        if ended.len() > Recent::MOST {
-            let mut by_age: Vec<(Instant, JobRun)> =
-                ended.values().map(|e| (e.at, e.run)).collect();
-            by_age.sort_unstable();
-            for (_, run) in &by_age[..by_age.len() - Recent::MOST] {
-                ended.remove(&run.job);
-                runs.remove(run);
-            }
-        }
-    }
-
-    /// The `BatchDone` of every ended run kept, oldest first.
-    fn ended_outcomes(&self) -> Vec<AgentMsg> {
-        let ended = self.ended.lock();
-        let mut v: Vec<&Ended> = ended.values().collect();
-        v.sort_by_key(|e| e.at);
-        v.into_iter().map(|e| e.done.clone()).collect()
     }
 
     fn send_up(&self, msg: AgentMsg) {
@@ -426,8 +381,11 @@ impl SimNode {
         });
         let mut out = vec![AgentMsg::Health { problem: None }];
         let now = Instant::now();
-        self.prune_ended(now);
-        let ended = self.ended_outcomes();
+        let ended = {
+            let mut procs = self.procs.lock();
+            procs.prune_done(now, ENDED_KEEP, Recent::MOST);
+            procs.ended_outcomes()
+        };
         out.extend(crate::agent::replay(&mut self.recent.lock(), ended, now));
         for msg in &out {
             if let Err(e) = write_frame(&mut send, msg).await {
@@ -451,7 +409,9 @@ impl SimNode {
                     }
                 }
                 _ = tick.tick() => {
-                    self.prune_ended(Instant::now());
+                    self.procs
+                        .lock()
+                        .prune_done(Instant::now(), ENDED_KEEP, Recent::MOST);
                     let hb = AgentMsg::Heartbeat { running: self.running() };
                     if let Err(e) = write_frame(&mut send, &hb).await {
                         break Err(e.into());
@@ -469,13 +429,18 @@ impl SimNode {
         match msg {
             CtldMsg::Launch(l) => self.launch(l),
             CtldMsg::Terminate { job, .. } => {
-                // Nothing runs: the run is gone as soon as it is ended. A
-                // newer run ends what an older one left here too.
-                let gone = |r: &JobRun| r.job == job.job && r.run <= job.run;
-                self.runs.lock().retain(|r, _| !gone(r));
-                self.ended.lock().retain(|_, e| !gone(&e.run));
-                self.counters.cleaned.fetch_add(1, Ordering::Relaxed);
-                self.send_up(AgentMsg::JobCleaned { job, usage: None });
+                // Nothing runs: a batch step still "running" ends at once
+                // (the only step a simulated node keeps), and with it the
+                // run.
+                let mut procs = self.procs.lock();
+                let clean = match procs.terminate(job) {
+                    Termination::Clean => true,
+                    Termination::Signal(_) => procs.end_step(job, StepId::BATCH),
+                };
+                drop(procs);
+                if clean {
+                    self.job_cleaned(job);
+                }
             }
             // Nothing runs to signal, freeze or thaw.
             CtldMsg::Signal { .. } | CtldMsg::Suspend { .. } => {}
@@ -485,79 +450,50 @@ impl SimNode {
 
     /// A batch step's simulated run ended. Alone on this node (where no
     /// other step runs: a simulated node runs none), the run ends with
-    /// it, in one `BatchDone` (as the agent's `end_batch_alone`);
-    /// otherwise its exit goes up and the controller's terminate follows.
+    /// it, in one `BatchDone` (the agent's `end_batch_alone`); otherwise
+    /// its exit goes up and the controller's terminate follows.
     fn batch_ended(&self, run: JobRun, step: StepId, alone: bool) {
-        let mut runs = self.runs.lock();
+        let mut procs = self.procs.lock();
         // Ended meanwhile (cancelled, requeued): nothing to say.
-        if !runs.contains_key(&run) {
+        if !procs.has_step(run, step) {
             return;
         }
-        let mut ended = self.ended.lock();
-        if ended.get(&run.job).is_some_and(|e| e.run == run) {
-            return;
-        }
-        if alone {
+        let exit = ExitStatus::default();
+        if alone && procs.end_batch_alone(run, Instant::now()) {
             let done = AgentMsg::BatchDone {
                 job: run,
-                exit: ExitStatus::default(),
+                exit,
                 oom: false,
                 usage: None,
             };
-            let at = Instant::now();
-            let e = Ended {
-                run,
-                at,
-                done: done.clone(),
-            };
-            // A run of the job ended before is gone with it (the agent
-            // keeps one run of a job).
-            if let Some(old) = ended.insert(run.job, e) {
-                runs.remove(&old.run);
-            }
-            drop((ended, runs));
+            procs.record_outcome(run, done.clone());
+            drop(procs);
             self.counters.done.fetch_add(1, Ordering::Relaxed);
             self.send_up(done);
         } else {
-            drop((ended, runs));
+            let cleaned = procs.end_step(run, step);
+            drop(procs);
             self.counters.exits.fetch_add(1, Ordering::Relaxed);
             self.send_up(AgentMsg::StepExited {
                 job: run,
                 step,
-                exit: ExitStatus::default(),
+                exit,
                 oom: false,
             });
+            if cleaned {
+                self.job_cleaned(run);
+            }
         }
     }
 
     fn launch(self: &Arc<Self>, l: Launch) {
         let (run, step) = (l.job_run(), l.step);
-        {
-            let mut runs = self.runs.lock();
-            // A newer run of the job takes the place of an ended one.
-            let mut ended = self.ended.lock();
-            if let Some(old) = ended
-                .get(&run.job)
-                .map(|e| e.run)
-                .filter(|r| r.run < run.run)
-            {
-                ended.remove(&run.job);
-                runs.remove(&old);
-            }
-            drop(ended);
-            let had = runs.entry(run).or_insert(Launched {
-                run,
-                batch: false,
-                next: 0,
-            });
-            if had.has(step) {
-                return;
-            }
-            if step == StepId::BATCH {
-                had.batch = true;
-            } else {
-                had.next = had.next.max(step.0 + 1);
-            }
+        // The agent's rules: a copy of a launch is ignored, a step of a
+        // run that is ending (or older than the one here) fails.
+        match self.procs.lock().begin_step(run, step) {
+            StepStart::Go { .. } => {}
+            StepStart::Again => return,
+            StepStart::Refused => return self.step_failed(run, step, "the job is ending"),
         }
         self.counters.launches.fetch_add(1, Ordering::Relaxed);
         match l.what {
@@ -571,11 +507,32 @@ impl SimNode {
                 });
             }
             // No srun to dial back: a simulated node runs no steps.
-            LaunchKind::Step { .. } => self.send_up(AgentMsg::LaunchFailed {
-                job: run,
-                step,
-                message: "a simulated node runs no steps".into(),
-            }),
+            LaunchKind::Step { .. } => {
+                self.step_failed(run, step, "a simulated node runs no steps")
+            }
         }
+    }
+
+    /// A step that will not run leaves the table, as the agent's does; the
+    /// run's last step here, on a run that is ending, leaves the node
+    /// clean.
+    fn step_failed(&self, run: JobRun, step: StepId, message: &str) {
+        let cleaned = self.procs.lock().end_step(run, step);
+        self.send_up(AgentMsg::LaunchFailed {
+            job: run,
+            step,
+            message: message.into(),
+        });
+        if cleaned {
+            self.job_cleaned(run);
+        }
+    }
+
+    fn job_cleaned(&self, run: JobRun) {
+        self.counters.cleaned.fetch_add(1, Ordering::Relaxed);
+        self.send_up(AgentMsg::JobCleaned {
+            job: run,
+            usage: None,
+        });
     }
 }

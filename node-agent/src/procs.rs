@@ -194,6 +194,13 @@ impl ProcTable {
             .collect()
     }
 
+    /// Whether `step` of the run is running here.
+    pub fn has_step(&self, job: JobRun, step: StepId) -> bool {
+        self.jobs
+            .get(&job.job)
+            .is_some_and(|j| j.run == job.run && j.steps.contains_key(&step))
+    }
+
     /// ctld ends a run here. An older run than the one here is already
     /// gone; a newer one takes what is here with it.
     pub fn terminate(&mut self, job: JobRun) -> Termination {
@@ -312,6 +319,21 @@ mod tests {
             job: JobId(job),
             run,
         }
+    }
+
+    #[test]
+    fn a_step_is_had_from_its_start_to_its_end_in_its_own_run() {
+        let mut t = ProcTable::default();
+        assert!(!t.has_step(run(1, 0), StepId::BATCH));
+        assert_eq!(
+            t.begin_step(run(1, 0), StepId::BATCH),
+            StepStart::Go { replaced: vec![] }
+        );
+        assert!(t.has_step(run(1, 0), StepId::BATCH));
+        assert!(!t.has_step(run(1, 0), StepId(0)), "another step");
+        assert!(!t.has_step(run(1, 1), StepId::BATCH), "another run");
+        t.end_step(run(1, 0), StepId::BATCH);
+        assert!(!t.has_step(run(1, 0), StepId::BATCH));
     }
 
     fn sorted(mut v: Vec<u32>) -> Vec<u32> {
