@@ -26,6 +26,7 @@ pub mod config;
 mod durable;
 mod error;
 mod jobs;
+pub mod journal;
 mod launch;
 mod nodes;
 mod packed;

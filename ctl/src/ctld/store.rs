@@ -1,9 +1,19 @@
 //! The controller's durable state: an embedded redb database in the
-//! configured state directory. Every change a call on the controller made
+//! configured state directory, with a write-ahead journal beside it
+//! ([`super::journal`]). Every change a call on the controller made
 //! ([`Changes`]: job records, operators' node states, the next job id) is
-//! written in one transaction with an fsync before what it acknowledges
-//! goes out; changes that arrive while a commit is running share the next
-//! one (group commit, in the server).
+//! appended to the journal and flushed before what it acknowledges goes
+//! out; changes that arrive while a commit is running share the next one
+//! (group commit, in the server). The database then takes the same
+//! changes in one transaction without a flush of its own, and is flushed
+//! at checkpoints (every [`CHECKPOINT_BYTES`] of journal); at start, and
+//! when it is opened again after a failed write, it takes what the
+//! journal holds past its last checkpoint.
+//!
+//! Why: a held submission's commit, flushed by redb (ten or so pages and
+//! an `fdatasync`), took 0.76 ms at the median inside ctld; appended to
+//! the journal it is on disk in 0.39 ms, and redb's write (0.18 ms) comes
+//! after the answer.
 //!
 //! The layout holds no host-local path: a standby controller on another
 //! host could take over from the same directory on shared storage.
@@ -13,11 +23,21 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
+use super::journal::Journal;
+
+/// The journal's size when made (records fit without growing the file,
+/// so a flush writes no metadata). One larger record grows it.
+const JOURNAL_BYTES: u64 = 4 << 20;
+/// Journal written since the last checkpoint that makes the next commit
+/// one: 256 one-page records, or fewer larger ones.
+pub const CHECKPOINT_BYTES: u64 = 1 << 20;
+
 /// Job id → the job's record (bincode).
 const JOBS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("jobs");
 /// Node name → an operator's drain or down (bincode).
 const NODES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("nodes");
-/// `next_job`, `layout`, `acct_seq`.
+/// `next_job`, `layout`, `acct_seq`, `journal_seq` (the last journal
+/// record the database holds).
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 /// Job id → the job's script and the key of its environment in `envs`,
 /// kept here rather than in the controller's memory until the job ends.
@@ -48,8 +68,10 @@ const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
 /// 15: job arrays (an array's record, its tasks' records). 16: a GPU
 /// model asked for. 17: open steps name their nodes, and overlap. 18:
 /// srun's files for its tasks. 19: accounting records name a task's
-/// array.
-const LAYOUT: u64 = 21;
+/// array. 22: the journal beside the database (`journal_seq`); a store
+/// of 21 is taken as it is and marked 22, so that an older controller,
+/// which would not read the journal, refuses it.
+const LAYOUT: u64 = 22;
 
 /// The bulky part of a job: its batch script and environment. Read when
 /// the job (or a step of it) is launched.
@@ -61,7 +83,7 @@ pub struct Payload {
 
 /// A new job's payload as the controller hands it over: its environment
 /// encoded (the store keeps each distinct one once) and its script.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NewPayload {
     pub env: Vec<u8>,
     pub script: Option<Vec<u8>>,
@@ -85,7 +107,7 @@ struct StoredPayload {
 }
 
 /// What one call on the controller changed.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Changes {
     /// Records to write, or `None` to delete.
     pub jobs: Vec<(u64, Option<Vec<u8>>)>,
@@ -228,6 +250,7 @@ pub struct Store {
     /// every use of a handle that saw an I/O error (a full disk).
     db: parking_lot::RwLock<Option<Database>>,
     path: PathBuf,
+    journal: parking_lot::Mutex<Journal>,
 }
 
 fn open_db(path: &Path) -> Result<Database, StoreError> {
@@ -267,9 +290,16 @@ impl Store {
             return Err(StoreError::Unsafe(dir.to_path_buf()));
         }
         let path = dir.join("ctld.redb");
+        let journal_path = dir.join("ctld.journal");
+        let journal =
+            Journal::open(&journal_path, JOURNAL_BYTES, 0).map_err(|source| StoreError::Dir {
+                path: journal_path,
+                source,
+            })?;
         let store = Store {
             db: parking_lot::RwLock::new(Some(open_db(&path)?)),
             path: path.clone(),
+            journal: parking_lot::Mutex::new(journal),
         };
         let found = {
             let tx = store.with(|d| d.begin_read().map_err(db))?;
@@ -281,6 +311,14 @@ impl Store {
         };
         match found {
             Some(LAYOUT) => {}
+            Some(21) => {
+                let tx = store.with(|d| d.begin_write().map_err(db))?;
+                tx.open_table(META)
+                    .map_err(db)?
+                    .insert("layout", LAYOUT)
+                    .map_err(db)?;
+                tx.commit().map_err(db)?;
+            }
             Some(found) => return Err(StoreError::Layout { path, found }),
             None => {
                 let tx = store.with(|d| d.begin_write().map_err(db))?;
@@ -299,7 +337,39 @@ impl Store {
                 tx.commit().map_err(db)?;
             }
         }
+        store.with(|d| store.catch_up(d))?;
         Ok(store)
+    }
+
+    /// Takes into the open database what the journal holds past its last
+    /// checkpoint, in one flushed transaction: the next record goes at
+    /// the journal's start.
+    fn catch_up(&self, d: &Database) -> Result<(), StoreError> {
+        let mut journal = self.journal.lock();
+        let stored = {
+            let tx = d.begin_read().map_err(db)?;
+            match tx.open_table(META) {
+                Ok(t) => t.get("journal_seq").map_err(db)?.map_or(0, |v| v.value()),
+                Err(redb::TableError::TableDoesNotExist(_)) => 0,
+                Err(e) => return Err(db(e)),
+            }
+        };
+        let records = journal
+            .replay(stored)
+            .map_err(|e| StoreError::Db(format!("reading the journal: {e}")))?;
+        let mut last = stored;
+        if !records.is_empty() {
+            let mut batch = Vec::new();
+            for (seq, body) in &records {
+                let part: Vec<Changes> = decode(body)?;
+                batch.extend(part);
+                last = *seq;
+            }
+            tracing::info!(records = records.len(), "state: journal replayed");
+            write(d, &batch, last, redb::Durability::Immediate)?;
+        }
+        journal.checkpointed(last);
+        Ok(())
     }
 
     /// Uses the open database, opening it again first if a failed write
@@ -313,7 +383,10 @@ impl Store {
         }
         let mut g = self.db.write();
         if g.is_none() {
-            *g = Some(open_db(&self.path)?);
+            let d = open_db(&self.path)?;
+            // What was written since its last checkpoint is in the journal.
+            self.catch_up(&d)?;
+            *g = Some(d);
         }
         match g.as_ref() {
             Some(d) => f(d),
@@ -346,93 +419,42 @@ impl Store {
         Ok(out)
     }
 
-    /// Writes a batch of changes in one transaction, durable when this
-    /// returns. Later changes to a record win. After a failure (a full
-    /// disk) the next call opens the store again.
+    /// Writes a batch of changes, durable when this returns. Later
+    /// changes to a record win. After a failure (a full disk) the next
+    /// call opens the store again.
     pub fn commit(&self, batch: &[Changes]) -> Result<(), StoreError> {
-        let r = self.try_commit(batch);
-        if r.is_err() {
-            self.close_after_error();
-        }
-        r
+        self.commit_then(batch, || {})
     }
 
-    fn try_commit(&self, batch: &[Changes]) -> Result<(), StoreError> {
-        let tx = self.with(|d| d.begin_write().map_err(db))?;
-        {
-            let mut jobs = tx.open_table(JOBS).map_err(db)?;
-            let mut nodes = tx.open_table(NODES).map_err(db)?;
-            let mut meta = tx.open_table(META).map_err(db)?;
-            let mut acct = tx.open_table(ACCT).map_err(db)?;
-            let mut payloads = tx.open_table(PAYLOADS).map_err(db)?;
-            let mut envs = Envs {
-                table: tx.open_table(ENVS).map_err(db)?,
-                refs: tx.open_table(ENV_REFS).map_err(db)?,
-                known: HashMap::new(),
-                delta: HashMap::new(),
-            };
-            let mut seq = meta.get("acct_seq").map_err(db)?.map_or(0, |v| v.value());
-            let seq_before = seq;
-            let mut next = 0;
-            for c in batch {
-                for (id, rec) in &c.jobs {
-                    match rec {
-                        Some(bytes) => {
-                            jobs.insert(id, bytes.as_slice()).map_err(db)?;
-                        }
-                        None => {
-                            jobs.remove(id).map_err(db)?;
-                        }
-                    }
-                }
-                for (name, rec) in &c.nodes {
-                    match rec {
-                        Some(bytes) => {
-                            nodes.insert(name.as_str(), bytes.as_slice()).map_err(db)?;
-                        }
-                        None => {
-                            nodes.remove(name.as_str()).map_err(db)?;
-                        }
-                    }
-                }
-                for (id, p) in &c.payloads {
-                    let old = match p {
-                        Some(p) => {
-                            let env = envs.take(&p.env)?;
-                            let stored = StoredPayload {
-                                env,
-                                script: p.script.clone(),
-                            };
-                            let bytes =
-                                bincode::serde::encode_to_vec(&stored, bincode::config::standard())
-                                    .map_err(db)?;
-                            let old = payloads.insert(id, bytes.as_slice()).map_err(db)?;
-                            old.map(|v| v.value().to_vec())
-                        }
-                        None => {
-                            let old = payloads.remove(id).map_err(db)?;
-                            old.map(|v| v.value().to_vec())
-                        }
-                    };
-                    if let Some(old) = old {
-                        envs.release(&old)?;
-                    }
-                }
-                for rec in &c.acct {
-                    seq += 1;
-                    acct.insert(seq, rec.as_slice()).map_err(db)?;
-                }
-                next = next.max(c.next_job);
-            }
-            envs.settle()?;
-            if next > 0 {
-                meta.insert("next_job", next).map_err(db)?;
-            }
-            if seq != seq_before {
-                meta.insert("acct_seq", seq).map_err(db)?;
+    /// [`Store::commit`], calling `durable` as soon as the batch is on
+    /// disk (in the journal), before the database takes it. An error
+    /// means the batch is not stored and `durable` was not called; once
+    /// it was, a failure of the database is mended from the journal when
+    /// it is next used (opened again, it takes what it missed).
+    pub fn commit_then(&self, batch: &[Changes], durable: impl FnOnce()) -> Result<(), StoreError> {
+        let body = bincode::serde::encode_to_vec(batch, bincode::config::standard()).map_err(db)?;
+        let (seq, checkpoint) = {
+            let mut journal = self.journal.lock();
+            let seq = journal
+                .append(&body)
+                .map_err(|e| StoreError::Db(format!("writing the journal: {e}")))?;
+            (seq, journal.used() >= CHECKPOINT_BYTES)
+        };
+        durable();
+        let durability = if checkpoint {
+            redb::Durability::Immediate
+        } else {
+            redb::Durability::None
+        };
+        match self.with(|d| write(d, batch, seq, durability)) {
+            Ok(true) if checkpoint => self.journal.lock().checkpointed(seq),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "state: the database missed a journalled write; it takes it when opened again");
+                self.close_after_error();
             }
         }
-        tx.commit().map_err(db)
+        Ok(())
     }
 
     /// A job's script and environment, if stored.
@@ -489,8 +511,8 @@ impl Store {
 
     fn try_acct_done(&self, keys: &[u64]) -> Result<(), StoreError> {
         let mut tx = self.with(|d| d.begin_write().map_err(db))?;
-        // No fsync of its own: the next commit makes it durable, and a
-        // crash before that only writes the same records again, which
+        // No fsync of its own: the next checkpoint makes it durable, and
+        // a crash before that only writes the same records again, which
         // the database takes as a repeat.
         tx.set_durability(redb::Durability::None).map_err(db)?;
         {
@@ -501,6 +523,103 @@ impl Store {
         }
         tx.commit().map_err(db)
     }
+}
+
+/// Writes `batch`, journal record `seq`, in one transaction of the
+/// given durability, unless the database already holds that record (a
+/// replay after it was opened again took it). True when it wrote.
+fn write(
+    d: &Database,
+    batch: &[Changes],
+    seq: u64,
+    durability: redb::Durability,
+) -> Result<bool, StoreError> {
+    let mut tx = d.begin_write().map_err(db)?;
+    tx.set_durability(durability).map_err(db)?;
+    {
+        let mut jobs = tx.open_table(JOBS).map_err(db)?;
+        let mut nodes = tx.open_table(NODES).map_err(db)?;
+        let mut meta = tx.open_table(META).map_err(db)?;
+        if meta
+            .get("journal_seq")
+            .map_err(db)?
+            .map_or(0, |v| v.value())
+            >= seq
+        {
+            return Ok(false);
+        }
+        let mut acct = tx.open_table(ACCT).map_err(db)?;
+        let mut payloads = tx.open_table(PAYLOADS).map_err(db)?;
+        let mut envs = Envs {
+            table: tx.open_table(ENVS).map_err(db)?,
+            refs: tx.open_table(ENV_REFS).map_err(db)?,
+            known: HashMap::new(),
+            delta: HashMap::new(),
+        };
+        let mut acct_seq = meta.get("acct_seq").map_err(db)?.map_or(0, |v| v.value());
+        let acct_before = acct_seq;
+        let mut next = 0;
+        for c in batch {
+            for (id, rec) in &c.jobs {
+                match rec {
+                    Some(bytes) => {
+                        jobs.insert(id, bytes.as_slice()).map_err(db)?;
+                    }
+                    None => {
+                        jobs.remove(id).map_err(db)?;
+                    }
+                }
+            }
+            for (name, rec) in &c.nodes {
+                match rec {
+                    Some(bytes) => {
+                        nodes.insert(name.as_str(), bytes.as_slice()).map_err(db)?;
+                    }
+                    None => {
+                        nodes.remove(name.as_str()).map_err(db)?;
+                    }
+                }
+            }
+            for (id, p) in &c.payloads {
+                let old = match p {
+                    Some(p) => {
+                        let env = envs.take(&p.env)?;
+                        let stored = StoredPayload {
+                            env,
+                            script: p.script.clone(),
+                        };
+                        let bytes =
+                            bincode::serde::encode_to_vec(&stored, bincode::config::standard())
+                                .map_err(db)?;
+                        let old = payloads.insert(id, bytes.as_slice()).map_err(db)?;
+                        old.map(|v| v.value().to_vec())
+                    }
+                    None => {
+                        let old = payloads.remove(id).map_err(db)?;
+                        old.map(|v| v.value().to_vec())
+                    }
+                };
+                if let Some(old) = old {
+                    envs.release(&old)?;
+                }
+            }
+            for rec in &c.acct {
+                acct_seq += 1;
+                acct.insert(acct_seq, rec.as_slice()).map_err(db)?;
+            }
+            next = next.max(c.next_job);
+        }
+        envs.settle()?;
+        if next > 0 {
+            meta.insert("next_job", next).map_err(db)?;
+        }
+        if acct_seq != acct_before {
+            meta.insert("acct_seq", acct_seq).map_err(db)?;
+        }
+        meta.insert("journal_seq", seq).map_err(db)?;
+    }
+    tx.commit().map_err(db)?;
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -683,5 +802,121 @@ mod tests {
         std::fs::create_dir(&open).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(matches!(Store::open(&open), Err(StoreError::Unsafe(_))));
+    }
+
+    /// The state directory as a crash would leave it while `s` is open:
+    /// the files as the kernel has them (the database's unflushed
+    /// commits are in its own buffer, not there), copied to `to`.
+    fn crash_image(s: &Store, from: &Path, to: &Path) {
+        let _held = s.journal.lock();
+        std::fs::create_dir_all(to).unwrap();
+        for name in ["ctld.redb", "ctld.journal"] {
+            std::fs::copy(from.join(name), to.join(name)).unwrap();
+        }
+    }
+
+    fn submission(id: u64) -> Changes {
+        Changes {
+            jobs: vec![(id, Some(format!("job {id}").into_bytes()))],
+            acct: vec![format!("run of {id}").into_bytes()],
+            payloads: vec![(
+                id,
+                Some(NewPayload::new(
+                    &[("HOME".into(), "/home/a".into())],
+                    Some(b"#!/bin/sh".to_vec()),
+                )),
+            )],
+            next_job: id + 1,
+            ..Changes::default()
+        }
+    }
+
+    #[test]
+    fn a_commit_the_database_never_flushed_comes_back_from_the_journal_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let s = Store::open(&state).unwrap();
+        let mut heard = false;
+        s.commit_then(&[submission(1)], || heard = true).unwrap();
+        assert!(heard, "told once it is on disk");
+        // Readable at once, though not flushed by the database.
+        assert!(s.payload(1).unwrap().is_some());
+        let crashed = dir.path().join("crashed");
+        crash_image(&s, &state, &crashed);
+        // The database alone lost it: the image is a real crash's.
+        let bare = dir.path().join("bare");
+        std::fs::create_dir(&bare).unwrap();
+        std::fs::copy(crashed.join("ctld.redb"), bare.join("ctld.redb")).unwrap();
+        assert!(Store::open(&bare).unwrap().load().unwrap().jobs.is_empty());
+        // With its journal it has the job, its payload and one accounting
+        // record, and again after a second restart (replayed once).
+        for _ in 0..2 {
+            let r = Store::open(&crashed).unwrap();
+            let l = r.load().unwrap();
+            assert_eq!(l.jobs, [b"job 1".to_vec()]);
+            assert_eq!(l.next_job, 2);
+            assert_eq!(r.payload(1).unwrap().unwrap().script.unwrap(), b"#!/bin/sh");
+            assert_eq!(r.acct_pending(10).unwrap().len(), 1);
+            assert_eq!(r.environments().unwrap(), 1);
+        }
+        // Later commits on the restarted store continue the journal.
+        let r = Store::open(&crashed).unwrap();
+        r.commit(&[submission(2)]).unwrap();
+        let again = dir.path().join("again");
+        crash_image(&r, &crashed, &again);
+        let l = Store::open(&again).unwrap().load().unwrap();
+        assert_eq!(l.jobs.len(), 2);
+        assert_eq!(l.next_job, 3);
+    }
+
+    #[test]
+    fn a_checkpoint_flushes_the_database_and_starts_the_journal_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let s = Store::open(&state).unwrap();
+        // Each one-page record: a checkpoint after CHECKPOINT_BYTES of them.
+        let per = CHECKPOINT_BYTES / super::super::journal::PAGE;
+        for id in 1..=per + 3 {
+            s.commit(&[submission(id)]).unwrap();
+        }
+        assert_eq!(s.journal.lock().used(), 3 * super::super::journal::PAGE);
+        // Without the journal, the database alone has what was
+        // checkpointed; with it, everything.
+        let crashed = dir.path().join("crashed");
+        crash_image(&s, &state, &crashed);
+        let bare = dir.path().join("bare");
+        std::fs::create_dir(&bare).unwrap();
+        std::fs::copy(crashed.join("ctld.redb"), bare.join("ctld.redb")).unwrap();
+        assert_eq!(
+            Store::open(&bare).unwrap().load().unwrap().jobs.len() as u64,
+            per
+        );
+        let r = Store::open(&crashed).unwrap();
+        assert_eq!(r.load().unwrap().jobs.len() as u64, per + 3);
+        assert_eq!(r.acct_pending(10_000).unwrap().len() as u64, per + 3);
+    }
+
+    #[test]
+    fn a_store_of_the_layout_before_the_journal_is_taken_and_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        {
+            let s = Store::open(&state).unwrap();
+            s.commit(&[submission(1)]).unwrap();
+            let tx = s.with(|d| d.begin_write().map_err(db)).unwrap();
+            tx.open_table(META).unwrap().insert("layout", 21).unwrap();
+            tx.commit().unwrap();
+        }
+        let s = Store::open(&state).unwrap();
+        assert_eq!(s.load().unwrap().jobs.len(), 1);
+        let tx = s.with(|d| d.begin_read().map_err(db)).unwrap();
+        let layout = tx
+            .open_table(META)
+            .unwrap()
+            .get("layout")
+            .unwrap()
+            .unwrap()
+            .value();
+        assert_eq!(layout, LAYOUT);
     }
 }

@@ -450,8 +450,17 @@ impl Server {
                     continue;
                 }
                 let accounted = changes.iter().any(|c| !c.acct.is_empty());
+                // The waiters hear it from the committing thread as soon
+                // as the batch is on disk; its messages go once the
+                // database has it too (a launch reads its script there).
+                let me = self.clone();
                 let (changes, result) = tokio::task::spawn_blocking(move || {
-                    let r = s.commit(&changes);
+                    let r = s.commit_then(&changes, || {
+                        me.committed.send_replace(Committed {
+                            ticket,
+                            error: None,
+                        });
+                    });
                     (changes, r)
                 })
                 .await
@@ -467,10 +476,6 @@ impl Server {
                                 self.deliver(out);
                             }
                         }
-                        self.committed.send_replace(Committed {
-                            ticket,
-                            error: None,
-                        });
                     }
                     Err(e) => {
                         let why = chain(&e);
