@@ -200,7 +200,7 @@ fn markdown(rows: &[Row]) -> String {
 /// same run, that one-shot commands cannot go below.
 const PROCESS_FLOOR: &str = "sbatch --version (process floor)";
 const ROUND_TRIP_FLOOR: &str = "scontrol ping (process floor and a controller round trip)";
-const FLUSH: &str = "4 KiB write and flush to disk (the price of a durable answer)";
+const FLUSH: &str = "4 KiB write and flush to disk, one at a time (the price of a durable answer)";
 
 /// Rates bound by one client's sequence of one-shot `sbatch` processes.
 const CLI_BOUND: [&str; 3] = [
