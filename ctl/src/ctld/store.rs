@@ -430,8 +430,13 @@ impl Store {
     /// disk (in the journal), before the database takes it. An error
     /// means the batch is not stored and `durable` was not called; once
     /// it was, a failure of the database is mended from the journal when
-    /// it is next used (opened again, it takes what it missed).
+    /// it is next used (opened again, it takes what it missed), and the
+    /// next batch is refused until it is.
     pub fn commit_then(&self, batch: &[Changes], durable: impl FnOnce()) -> Result<(), StoreError> {
+        // A database that missed a write must take it (opened again, from
+        // the journal) before more is accepted: while it cannot (a full
+        // disk), a launch could not read its job's script there.
+        self.with(|_| Ok(()))?;
         let body = bincode::serde::encode_to_vec(batch, bincode::config::standard()).map_err(db)?;
         let (seq, checkpoint) = {
             let mut journal = self.journal.lock();
