@@ -231,35 +231,37 @@ workloads() {
     wait_empty 300
     t1=$(ms_now)
     sample "scancel -u until the queue is empty" "$(echo "$t1 - $t0" | bc -l)" ms lower
-    # The floor of a one-shot command: a process start and its version.
-    t0=$(ms_now)
-    for _ in $(seq 1 50); do sbatch --version > /dev/null; done
-    t1=$(ms_now)
-    sample "sbatch --version (process floor)" "$(echo "($t1 - $t0) / 50" | bc -l)" ms lower
-    # The floor with one round trip: a process start and one answer from
-    # the controller, which is what a one-shot sbatch cannot go below.
-    t0=$(ms_now)
-    for _ in $(seq 1 50); do scontrol ping > /dev/null; done
-    t1=$(ms_now)
-    sample "scontrol ping (process floor and a controller round trip)" "$(echo "($t1 - $t0) / 50" | bc -l)" ms lower
-    # What a durable acknowledgement adds to that floor on this disk: one
-    # 4 KiB write and its flush (O_DSYNC), on the filesystem the
-    # controller keeps its state on. Slurm answers a submission before its
-    # state reaches the disk, Corral after; this is the machine's price of
-    # the difference, not either system's. Each write alone, a process
-    # start apart, into a file already written (as a sequential
-    # submitter's are, into Corral's journal): on this VM's disk a flush
-    # right after another costs about half of one alone. The median of
-    # dd's own times.
-    dd if=/dev/zero of=flush.probe bs=4k count=100 status=none
-    sync flush.probe
-    flush=$(for i in $(seq 0 99); do
-        dd if=/dev/zero of=flush.probe bs=4k count=1 seek="$i" conv=notrunc oflag=dsync 2>&1 |
-            awk '/copied/ {print $(NF-3) * 1000}'
-    done | sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}')
-    rm -f flush.probe
-    sample "4 KiB write and flush to disk, one at a time (the price of a durable answer)" "$flush" ms lower
     for r in $(seq 1 "$REPS"); do
+        # The floors, once a repetition: measured once, a noisy moment
+        # could move every ratio to them.
+        # The floor of a one-shot command: a process start and its version.
+        t0=$(ms_now)
+        for _ in $(seq 1 50); do sbatch --version > /dev/null; done
+        t1=$(ms_now)
+        sample "sbatch --version (process floor)" "$(echo "($t1 - $t0) / 50" | bc -l)" ms lower
+        # The floor with one round trip: a process start and one answer from
+        # the controller, which is what a one-shot sbatch cannot go below.
+        t0=$(ms_now)
+        for _ in $(seq 1 50); do scontrol ping > /dev/null; done
+        t1=$(ms_now)
+        sample "scontrol ping (process floor and a controller round trip)" "$(echo "($t1 - $t0) / 50" | bc -l)" ms lower
+        # What a durable acknowledgement adds to that floor on this disk: one
+        # 4 KiB write and its flush (O_DSYNC), on the filesystem the
+        # controller keeps its state on. Slurm answers a submission before its
+        # state reaches the disk, Corral after; this is the machine's price of
+        # the difference, not either system's. Each write alone, a process
+        # start apart, into a file already written (as a sequential
+        # submitter's are, into Corral's journal): on this VM's disk a flush
+        # right after another costs about half of one alone. The median of
+        # dd's own times.
+        dd if=/dev/zero of=flush.probe bs=4k count=100 status=none
+        sync flush.probe
+        flush=$(for i in $(seq 0 99); do
+            dd if=/dev/zero of=flush.probe bs=4k count=1 seek="$i" conv=notrunc oflag=dsync 2>&1 |
+                awk '/copied/ {print $(NF-3) * 1000}'
+        done | sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}')
+        rm -f flush.probe
+        sample "4 KiB write and flush to disk, one at a time (the price of a durable answer)" "$flush" ms lower
         for clients in 1 2 8; do
             t0=$(ms_now)
             submit_n "$N_SUB" "$clients" -H
