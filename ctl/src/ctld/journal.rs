@@ -107,10 +107,27 @@ impl Journal {
         buf.extend_from_slice(body);
         buf.resize(padded(buf.len() as u64) as usize, 0);
         self.file.write_all_at(&buf, self.at)?;
-        self.file.sync_data()?;
+        if let Err(e) = self.file.sync_data() {
+            // Refused to its callers, it must not be replayed should it
+            // have reached the disk anyway: its header goes (best effort).
+            let _ = self.file.write_all_at(&[0u8; HEAD], self.at);
+            let _ = self.file.sync_data();
+            return Err(e);
+        }
         self.at += buf.len() as u64;
         self.last = seq;
         Ok(seq)
+    }
+
+    /// A new database starts with none of the journal's records: the
+    /// first header goes, so that a journal left beside a removed
+    /// database replays nothing into its successor.
+    pub fn forget(&mut self) -> io::Result<()> {
+        self.file.write_all_at(&[0u8; HEAD], 0)?;
+        self.file.sync_data()?;
+        self.at = 0;
+        self.last = 0;
+        Ok(())
     }
 
     /// Bytes written since the last checkpoint.

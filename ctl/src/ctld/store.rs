@@ -335,6 +335,11 @@ impl Store {
                     tx.open_table(ENV_REFS).map_err(db)?;
                 }
                 tx.commit().map_err(db)?;
+                store
+                    .journal
+                    .lock()
+                    .forget()
+                    .map_err(|e| StoreError::Db(format!("clearing the journal: {e}")))?;
             }
         }
         store.with(|d| store.catch_up(d))?;
@@ -923,5 +928,25 @@ mod tests {
             .unwrap()
             .value();
         assert_eq!(layout, LAYOUT);
+    }
+
+    #[test]
+    fn a_journal_left_beside_a_removed_database_replays_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        {
+            let s = Store::open(&state).unwrap();
+            s.commit(&[submission(1)]).unwrap();
+        }
+        // The operator starts over by removing the database alone.
+        std::fs::remove_file(state.join("ctld.redb")).unwrap();
+        let s = Store::open(&state).unwrap();
+        assert!(s.load().unwrap().jobs.is_empty(), "job 1 came back");
+        // And the new store's own records still come back after a crash.
+        s.commit(&[submission(7)]).unwrap();
+        let crashed = dir.path().join("crashed");
+        crash_image(&s, &state, &crashed);
+        let l = Store::open(&crashed).unwrap().load().unwrap();
+        assert_eq!(l.jobs, [b"job 7".to_vec()]);
     }
 }
