@@ -6,9 +6,11 @@
 # Sets up a single-host Slurm cluster from Debian's packages (slurm-wlm,
 # munge; installed with apt when missing) in a scratch directory: its own
 # munged, a slurmctld and four `slurmd -N nX` with 16 CPUs, 64 GB and 8 fake
-# GPUs each. Runs the workloads through Slurm's commands, stops exactly the
-# processes it started (by pid), then starts `corral up` with the same
-# shape and runs the same workloads through the same commands. Writes the
+# GPUs each, and `corral up` with the same shape. Runs the same workloads
+# through the same Slurm commands on each cluster in turn (each workload
+# on one, then on the other, so that the machine's slow and fast spells
+# fall on both), then stops exactly the processes it started (by pid).
+# Writes the
 # samples (DIR/samples.jsonl), then the table (DIR/compare.md, also
 # printed), DIR/compare.json and DIR/compare.png (compare-report).
 #
@@ -125,11 +127,13 @@ submit_n() {
     local n=$1 clients=$2
     shift 2
     local per=$(( (n + clients - 1) / clients ))
-    local c
+    local c pids=()
     for c in $(seq 1 "$clients"); do
         (for _ in $(seq 1 "$per"); do sbatch "$@" -o /dev/null --wrap true > /dev/null; done) &
+        pids+=("$!")
     done
-    wait
+    # Its own loops only: `corral up` runs in the background of this shell.
+    wait "${pids[@]}"
 }
 
 # Percentile $2 (0-100) of the numbers in file $1.
@@ -205,17 +209,73 @@ trace_quality() {
     sample "trace slice: mean bounded slowdown" "$bsd" ratio lower
 }
 
-workloads() {
-    say "$SYS: workloads (reps $REPS)"
-    sample "controller memory, idle" "$(rss_mib "$CTLD_PID")" MiB lower
-    # A deep queue first, while the controller holds no finished jobs
-    # (both keep them a while, and a listing carries them).
+# The figures one repetition takes on the system in use: the floors, held
+# submissions, tiny jobs end to end ($N_TINY of them, fewer on a system
+# that runs them slowly: TINY[$SYS]).
+one_rep() {
+    local t0 t1 clients
+    # The floors, once a repetition: measured once, a noisy moment could
+    # move every ratio to them.
+    # The floor of a one-shot command: a process start and its version.
+    t0=$(ms_now)
+    for _ in $(seq 1 50); do sbatch --version > /dev/null; done
+    t1=$(ms_now)
+    sample "sbatch --version (process floor)" "$(echo "($t1 - $t0) / 50" | bc -l)" ms lower
+    # The floor with one round trip: a process start and one answer from
+    # the controller, which is what a one-shot sbatch cannot go below.
+    t0=$(ms_now)
+    for _ in $(seq 1 50); do scontrol ping > /dev/null; done
+    t1=$(ms_now)
+    sample "scontrol ping (process floor and a controller round trip)" "$(echo "($t1 - $t0) / 50" | bc -l)" ms lower
+    # What a durable acknowledgement adds to that floor on this disk: one
+    # 4 KiB write and its flush (O_DSYNC), on the filesystem the
+    # controller keeps its state on. Slurm answers a submission before its
+    # state reaches the disk, Corral after; this is the machine's price of
+    # the difference, not either system's. Each write alone, a process
+    # start apart, into a file already written (as a sequential
+    # submitter's are, into Corral's journal): on this VM's disk a flush
+    # right after another costs about half of one alone. The median of
+    # dd's own times.
+    dd if=/dev/zero of=flush.probe bs=4k count=100 status=none
+    sync flush.probe
+    local flush
+    flush=$(for i in $(seq 0 99); do
+        dd if=/dev/zero of=flush.probe bs=4k count=1 seek="$i" conv=notrunc oflag=dsync 2>&1 |
+            awk '/copied/ {print $(NF-3) * 1000}'
+    done | sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}')
+    rm -f flush.probe
+    sample "4 KiB write and flush to disk, one at a time (the price of a durable answer)" "$flush" ms lower
+    for clients in 1 2 8; do
+        t0=$(ms_now)
+        submit_n "$N_SUB" "$clients" -H
+        t1=$(ms_now)
+        sample "sbatch --hold, $clients client(s)" "$(echo "$N_SUB * 1000 / ($t1 - $t0)" | bc -l)" jobs/s higher
+        scancel -u root
+        wait_empty 120
+    done
+    # Tiny jobs end to end: first submit to an empty queue.
+    local n=${TINY[$SYS]}
+    for clients in 1 2; do
+        t0=$(ms_now)
+        submit_n "$n" "$clients"
+        t1=$(ms_now)
+        sample "sbatch (jobs that run), $clients client(s)" "$(echo "$n * 1000 / ($t1 - $t0)" | bc -l)" jobs/s higher
+        wait_empty 600
+        t1=$(ms_now)
+        sample "tiny jobs end to end, $clients submitter(s)" "$(echo "$n * 1000 / ($t1 - $t0)" | bc -l)" jobs/s higher
+    done
+}
+
+# A deep queue first, while the controller holds no finished jobs (both
+# keep them a while, and a listing carries them): memory idle and with
+# $N_PEND pending, listings of them, and cancelling them all.
+deep_queue() {
+    say "$SYS: a deep queue"
+    sample "controller memory, idle" "$(rss_mib "${CTLD[$SYS]}")" MiB lower
     local t0 t1 r
     submit_n "$N_PEND" 8 -H
-    local pending
-    pending=$(squeue -h | wc -l)
-    say "$SYS: $pending pending"
-    sample "controller memory, $N_PEND pending" "$(rss_mib "$CTLD_PID")" MiB lower
+    say "$SYS: $(squeue -h | wc -l) pending"
+    sample "controller memory, $N_PEND pending" "$(rss_mib "${CTLD[$SYS]}")" MiB lower
     for r in $(seq 1 $(( REPS * 3 ))); do
         bash_us t0; squeue > /dev/null; bash_us t1
         sample "squeue, $N_PEND pending" "$(echo "($t1 - $t0) / 1000" | bc -l)" ms lower
@@ -231,73 +291,30 @@ workloads() {
     wait_empty 300
     t1=$(ms_now)
     sample "scancel -u until the queue is empty" "$(echo "$t1 - $t0" | bc -l)" ms lower
-    for r in $(seq 1 "$REPS"); do
-        # The floors, once a repetition: measured once, a noisy moment
-        # could move every ratio to them.
-        # The floor of a one-shot command: a process start and its version.
-        t0=$(ms_now)
-        for _ in $(seq 1 50); do sbatch --version > /dev/null; done
-        t1=$(ms_now)
-        sample "sbatch --version (process floor)" "$(echo "($t1 - $t0) / 50" | bc -l)" ms lower
-        # The floor with one round trip: a process start and one answer from
-        # the controller, which is what a one-shot sbatch cannot go below.
-        t0=$(ms_now)
-        for _ in $(seq 1 50); do scontrol ping > /dev/null; done
-        t1=$(ms_now)
-        sample "scontrol ping (process floor and a controller round trip)" "$(echo "($t1 - $t0) / 50" | bc -l)" ms lower
-        # What a durable acknowledgement adds to that floor on this disk: one
-        # 4 KiB write and its flush (O_DSYNC), on the filesystem the
-        # controller keeps its state on. Slurm answers a submission before its
-        # state reaches the disk, Corral after; this is the machine's price of
-        # the difference, not either system's. Each write alone, a process
-        # start apart, into a file already written (as a sequential
-        # submitter's are, into Corral's journal): on this VM's disk a flush
-        # right after another costs about half of one alone. The median of
-        # dd's own times.
-        dd if=/dev/zero of=flush.probe bs=4k count=100 status=none
-        sync flush.probe
-        flush=$(for i in $(seq 0 99); do
-            dd if=/dev/zero of=flush.probe bs=4k count=1 seek="$i" conv=notrunc oflag=dsync 2>&1 |
-                awk '/copied/ {print $(NF-3) * 1000}'
-        done | sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}')
-        rm -f flush.probe
-        sample "4 KiB write and flush to disk, one at a time (the price of a durable answer)" "$flush" ms lower
-        for clients in 1 2 8; do
-            t0=$(ms_now)
-            submit_n "$N_SUB" "$clients" -H
-            t1=$(ms_now)
-            sample "sbatch --hold, $clients client(s)" "$(echo "$N_SUB * 1000 / ($t1 - $t0)" | bc -l)" jobs/s higher
-            scancel -u root
-            wait_empty 120
-        done
-        # Tiny jobs end to end: first submit to an empty queue.
-        for clients in 1 2; do
-            t0=$(ms_now)
-            submit_n "$N_TINY" "$clients"
-            t1=$(ms_now)
-            sample "sbatch (jobs that run), $clients client(s)" "$(echo "$N_TINY * 1000 / ($t1 - $t0)" | bc -l)" jobs/s higher
-            wait_empty 600
-            t1=$(ms_now)
-            sample "tiny jobs end to end, $clients submitter(s)" "$(echo "$N_TINY * 1000 / ($t1 - $t0)" | bc -l)" jobs/s higher
-        done
+}
+
+# srun latency, each run timed, $2 runs of `srun $1` appended to the
+# system's file for it. Its input is /dev/null for both systems, as in a
+# batch script, so that the figure does not depend on whether this script
+# was started from a terminal.
+sruns() {
+    local lat=$SCRATCH/lat-$SYS-${1// /_} t0 t1
+    for _ in $(seq 1 "$2"); do
+        bash_us t0
+        # shellcheck disable=SC2086
+        srun $1 < /dev/null > /dev/null
+        bash_us t1
+        echo "($t1 - $t0) / 1000" | bc -l >> "$lat"
     done
-    # srun latency, each run timed. Its input is /dev/null for both
-    # systems, as in a batch script, so that the figure does not depend
-    # on whether this script was started from a terminal.
-    local lat=$SCRATCH/lat-$SYS
-    for what in "-N1 true" "-N2 --gres=gpu:1 hostname"; do
-        : > "$lat"
-        for _ in $(seq 1 "$N_SRUN"); do
-            bash_us t0
-            # shellcheck disable=SC2086
-            srun $what < /dev/null > /dev/null
-            bash_us t1
-            echo "($t1 - $t0) / 1000" | bc -l >> "$lat"
-        done
+}
+
+srun_samples() {
+    local what lat
+    for what in "${SRUN_KINDS[@]}"; do
+        lat=$SCRATCH/lat-$SYS-${what// /_}
         sample "srun $what, p50" "$(pct "$lat" 50)" ms lower
         sample "srun $what, p99" "$(pct "$lat" 99)" ms lower
     done
-    trace_quality
 }
 
 # ---- Slurm --------------------------------------------------------------
@@ -308,12 +325,30 @@ if ! command -v slurmctld > /dev/null || ! command -v munged > /dev/null; then
 fi
 command -v bc > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q bc > /dev/null
 
-# run_slurm defaults|htc SYSTEM: a Slurm cluster with those settings,
-# measured as SYSTEM, then stopped.
-run_slurm() {
+# Each system's environment (a file sourced by use_sys), controller pid,
+# tiny jobs and sruns; the systems in the order first measured.
+declare -A CTLD TINY SRUNS
+SYSTEMS=()
+BASE_PATH=$PATH
+SRUN_KINDS=("-N1 true" "-N2 --gres=gpu:1 hostname")
+
+# use_sys SYSTEM: its commands on PATH, its configuration in the
+# environment, its work directory current.
+use_sys() {
+    unset SLURM_CONF CORRAL_CONF CORRAL_AGENT_SOCKET
+    export PATH=$BASE_PATH
+    # shellcheck disable=SC1090
+    source "$SCRATCH/env-$1"
+    SYS=$1
+    cd "$SCRATCH/work-$1"
+}
+
+# start_slurm defaults|htc SYSTEM: a Slurm cluster with those settings,
+# measured as SYSTEM.
+start_slurm() {
     local S
     S=$SCRATCH/slurm-$1
-    mkdir -p "$S"/{munge,state,spool,log,dev,work}
+    mkdir -p "$S"/{munge,state,spool,log,dev} "$SCRATCH/work-$2"
     dd if=/dev/urandom of="$S/munge/munge.key" bs=1024 count=1 status=none
     chmod 400 "$S/munge/munge.key"
     chmod 755 "$S/munge"
@@ -323,12 +358,12 @@ run_slurm() {
     # A GPU gres needs a device file (without one the node goes INVAL).
     for g in $(seq 0 7); do mknod "$S/dev/gpu$g" c 1 3; done
     PORT=$(( 20000 + RANDOM % 20000 ))
-    cat > "$S/gres.conf" <<EOF
+    cat > "$S/gres.conf" <<GRES
 NodeName=n[1-4] Name=gpu File=$S/dev/gpu[0-7]
-EOF
+GRES
     {
-        cat <<EOF
-ClusterName=cmp
+        cat <<CONF
+ClusterName=cmp$1
 GresTypes=gpu
 SlurmctldHost=localhost
 SlurmctldPort=$PORT
@@ -354,22 +389,23 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SlurmdParameters=config_overrides
 SlurmdTimeout=30
-EOF
+CONF
         if [ "$1" = htc ]; then
             # Slurm's high-throughput guide.
-            cat <<EOF
+            cat <<CONF
 SchedulerParameters=defer,batch_sched_delay=20,sched_min_interval=2000000,max_rpc_cnt=150
 SlurmctldDebug=error
 SlurmdDebug=error
 MessageTimeout=30
-EOF
+CONF
         fi
         for i in 1 2 3 4; do
             echo "NodeName=n$i NodeHostname=localhost Port=$(( PORT + i )) CPUs=16 RealMemory=64000 Gres=gpu:8 State=UNKNOWN"
         done
         echo "PartitionName=p Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP"
     } > "$S/slurm.conf"
-    export SLURM_CONF=$S/slurm.conf
+    echo "export SLURM_CONF=$S/slurm.conf" > "$SCRATCH/env-$2"
+    use_sys "$2"
     slurmctld
     PIDS+=("$(pid_from "$S/ctld.pid")")
     for i in 1 2 3 4; do
@@ -381,62 +417,110 @@ EOF
         [ "$(date +%s)" -lt "$deadline" ] || { say "Slurm's nodes did not come up"; exit 1; }
         sleep 0.5
     done
-    CTLD_PID=$(cat "$S/ctld.pid")
-    SYS=$2
-    (cd "$S/work" && workloads)
-    say "stopping Slurm"
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    sleep 2
-    PIDS=()
-    unset SLURM_CONF
+    CTLD[$2]=$(cat "$S/ctld.pid")
+    TINY[$2]=$N_TINY
+    SRUNS[$2]=$N_SRUN
+    SYSTEMS+=("$2")
+}
+
+start_corral() {
+    say "building Corral"
+    # As the README builds it: the CLI linked statically (ctl/build.sh).
+    bash "$ROOT/ctl/build.sh" -q
+    local C=$SCRATCH/corral
+    mkdir -p "$C" "$SCRATCH/work-corral"
+    "$ROOT/target/release/corral" up --nodes 4 --gpus-per-node 8 > "$C/up.log" 2>&1 &
+    UP_PID=$!
+    PIDS+=("$UP_PID")
+    deadline=$(( $(date +%s) + 60 ))
+    until grep -q '^export CORRAL_CONF' "$C/up.log" 2>/dev/null; do
+        [ "$(date +%s)" -lt "$deadline" ] || { say "corral up did not start"; cat "$C/up.log" >&2; exit 1; }
+        sleep 0.2
+    done
+    grep '^export' "$C/up.log" > "$SCRATCH/env-corral"
+    use_sys corral
+    CTLD[corral]=$(pgrep -f "corral-ctld --config $(dirname "$CORRAL_CONF")/" | head -1)
+    TINY[corral]=$N_TINY
+    SRUNS[corral]=$N_SRUN
+    SYSTEMS+=(corral)
 }
 
 case $HTC in
     # Corral's half alone (its samples can join a Slurm run's for the
     # report).
     none) ;;
-    0) run_slurm defaults slurm ;;
-    # Under the HTC settings every srun waits about 12 s for a pass
-    # (sched_min_interval), so they run a tenth as many sruns, at least
-    # 10: their p99 is then the slowest of ten.
-    1)
-        N_SRUN=$(( N_SRUN / 10 > 10 ? N_SRUN / 10 : 10 ))
-        run_slurm htc slurm
-        ;;
-    # Both settings; the report takes the better Slurm of the two per
-    # figure. Tiny jobs under the HTC settings run a tenth as many: they
-    # complete at about 5 a second there.
+    0) start_slurm defaults slurm ;;
+    1) start_slurm htc slurm ;;
     2)
-        run_slurm defaults slurm
-        N_TINY_FULL=$N_TINY N_SRUN_FULL=$N_SRUN
-        N_TINY=$(( N_TINY / 10 > 50 ? N_TINY / 10 : 50 ))
-        N_SRUN=$(( N_SRUN / 10 > 10 ? N_SRUN / 10 : 10 ))
-        run_slurm htc slurm-htc
-        N_TINY=$N_TINY_FULL N_SRUN=$N_SRUN_FULL
+        start_slurm defaults slurm
+        start_slurm htc slurm-htc
         ;;
 esac
+# Under Slurm's HTC settings every srun waits about 12 s for a pass
+# (sched_min_interval), so they run a tenth as many sruns, at least 10
+# (their p99 is then the slowest of ten), and with both settings a tenth
+# of the tiny jobs there (they complete at about 5 a second).
+if [ "$HTC" = 1 ]; then
+    SRUNS[slurm]=$(( N_SRUN / 10 > 10 ? N_SRUN / 10 : 10 ))
+fi
+if [ "$HTC" = 2 ]; then
+    SRUNS[slurm-htc]=$(( N_SRUN / 10 > 10 ? N_SRUN / 10 : 10 ))
+    TINY[slurm-htc]=$(( N_TINY / 10 > 50 ? N_TINY / 10 : 50 ))
+fi
+start_corral
 
-# ---- Corral -------------------------------------------------------------
+# ---- The workloads ------------------------------------------------------
 
-say "building Corral"
-# As the README builds it: the CLI linked statically (ctl/build.sh).
-bash "$ROOT/ctl/build.sh" -q
-C=$SCRATCH/corral
-mkdir -p "$C"
-"$ROOT/target/release/corral" up --nodes 4 --gpus-per-node 8 > "$C/up.log" 2>&1 &
-PIDS+=("$!")
-deadline=$(( $(date +%s) + 60 ))
-until grep -q '^export CORRAL_CONF' "$C/up.log" 2>/dev/null; do
-    [ "$(date +%s)" -lt "$deadline" ] || { say "corral up did not start"; cat "$C/up.log" >&2; exit 1; }
-    sleep 0.2
+# Every cluster is up, and each workload runs on each in turn, so that a
+# slow or fast spell of this machine (they last minutes, and can move a
+# process start by half) falls on both systems alike. The repetitions
+# alternate which system goes first. A cluster not in use is idle.
+
+# in_turn R: the systems in the order of repetition R.
+in_turn() {
+    if [ $(( $1 % 2 )) = 1 ]; then
+        printf '%s\n' "${SYSTEMS[@]}"
+    else
+        printf '%s\n' "${SYSTEMS[@]}" | tac
+    fi
+}
+for sys in "${SYSTEMS[@]}"; do
+    use_sys "$sys"
+    deep_queue
 done
-eval "$(grep '^export' "$C/up.log")"
-CTLD_PID=$(pgrep -f "corral-ctld --config $(dirname "$CORRAL_CONF")/" | head -1)
-SYS=corral
-(cd "$C" && workloads)
-say "stopping Corral"
-kill -INT "${PIDS[0]}" 2>/dev/null || true
-wait "${PIDS[0]}" 2>/dev/null || true
+for r in $(seq 1 "$REPS"); do
+    for sys in $(in_turn "$r"); do
+        use_sys "$sys"
+        say "$SYS: repetition $r of $REPS"
+        one_rep
+    done
+done
+for r in $(seq 1 "$REPS"); do
+    for sys in $(in_turn "$r"); do
+        use_sys "$sys"
+        n=${SRUNS[$sys]}
+        for what in "${SRUN_KINDS[@]}"; do
+            # This repetition's share of the system's sruns.
+            sruns "$what" $(( n * r / REPS - n * (r - 1) / REPS ))
+        done
+    done
+done
+# The trace slices one after the other (each keeps its cluster busy for
+# minutes, in real time).
+for sys in "${SYSTEMS[@]}"; do
+    use_sys "$sys"
+    srun_samples
+    trace_quality
+done
+cd "$SCRATCH"
+
+say "stopping the clusters"
+if [ -n "${UP_PID:-}" ]; then
+    kill -INT "$UP_PID" 2>/dev/null || true
+    wait "$UP_PID" 2>/dev/null || true
+fi
+for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+sleep 2
 PIDS=()
 
 # ---- The report ---------------------------------------------------------
