@@ -165,7 +165,7 @@ fn markdown(rows: &[Row]) -> String {
         false => "| figure | unit | Slurm | Corral | Corral's advantage |\n|---|---|---|---|---|\n",
         true => "| figure | unit | Slurm, defaults | Slurm, HTC settings | Corral | Corral's advantage over the better Slurm |\n|---|---|---|---|---|---|\n",
     });
-    for r in rows {
+    for r in rows.iter().filter(|r| r.figure != CORES) {
         let better = match r.better {
             Better::Higher => "higher is better",
             Better::Lower => "lower is better",
@@ -282,9 +282,90 @@ fn floors_markdown(rows: &[Floored]) -> String {
     out
 }
 
+/// The CPU a tiny job's own processes take (an sbatch's process start and
+/// a shell running `true`), and the machine's cores: how fast tiny jobs
+/// could go were the daemons free.
+const CPU_FLOOR: &str = "CPU of a tiny job's own processes (an sbatch process start and a shell)";
+const CORES: &str = "CPU cores of this machine";
+
+/// End-to-end tiny-job rates, set against the CPU bound.
+const CPU_BOUND: [&str; 2] = [
+    "tiny jobs end to end, 1 submitter(s)",
+    "tiny jobs end to end, 2 submitter(s)",
+];
+
+/// A tiny-job rate of one system against the rate its cores could reach
+/// running nothing but each job's own processes.
+#[derive(Debug, Clone, PartialEq)]
+struct CpuBound {
+    figure: &'static str,
+    system: &'static str,
+    rate: f64,
+    floor_ms: f64,
+    bound: f64,
+}
+
+fn cpu_bound(rows: &[Row]) -> Vec<CpuBound> {
+    let find = |f: &str| rows.iter().find(|r| r.figure == f);
+    let median = |f: &str, corral: bool| {
+        find(f)
+            .and_then(|r| if corral { r.corral } else { r.slurm })
+            .map(|s| s.median)
+            .filter(|m| *m > 0.0)
+    };
+    let mut out = Vec::new();
+    for figure in CPU_BOUND {
+        for (system, corral) in [("Slurm", false), ("Corral", true)] {
+            let (Some(rate), Some(floor_ms), Some(cores)) = (
+                median(figure, corral),
+                median(CPU_FLOOR, corral),
+                median(CORES, corral),
+            ) else {
+                continue;
+            };
+            out.push(CpuBound {
+                figure,
+                system,
+                rate,
+                floor_ms,
+                bound: cores * 1000.0 / floor_ms,
+            });
+        }
+    }
+    out
+}
+
+fn cpu_bound_markdown(rows: &[CpuBound], cores: Option<f64>) -> String {
+    let (false, Some(cores)) = (rows.is_empty(), cores) else {
+        return String::new();
+    };
+    let mut out = format!(
+        "\nTiny jobs against the machine's CPU: the rate its {cores} cores would reach running \
+         nothing but each job's own processes (an sbatch's process start and a shell running \
+         `true`, their CPU measured in the same run), were the daemons free:\n\n\
+         | figure | system | jobs/s | CPU floor a job (ms) | that rate (jobs/s) | share of it |\n\
+         |---|---|---|---|---|---|\n"
+    );
+    for b in rows {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {}% |\n",
+            b.figure,
+            b.system,
+            num(b.rate),
+            num(b.floor_ms),
+            num(b.bound),
+            num(100.0 * b.rate / b.bound)
+        ));
+    }
+    out
+}
+
 fn chart(path: &Path, rows: &[Row]) -> Result<(), String> {
     corral_replay::chart::register_font()?;
-    let shown: Vec<&Row> = rows.iter().filter(|r| r.advantage.is_some()).collect();
+    let shown: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.advantage.is_some() && r.figure != CORES)
+        .collect();
     let height = 120 + 34 * shown.len().max(1) as u32;
     let root = BitMapBackend::new(path, (1000, height)).into_drawing_area();
     let e = |e: &dyn std::fmt::Display| e.to_string();
@@ -355,6 +436,12 @@ fn run(args: &[String]) -> Result<(), String> {
     let rows = rows(&samples);
     print!("{}", markdown(&rows));
     print!("{}", floors_markdown(&floored(&rows)));
+    let cores = rows
+        .iter()
+        .find(|r| r.figure == CORES)
+        .and_then(|r| r.corral.or(r.slurm))
+        .map(|s| s.median);
+    print!("{}", cpu_bound_markdown(&cpu_bound(&rows), cores));
     let mut rest = args[1..].iter();
     while let Some(flag) = rest.next() {
         let path = rest.next().ok_or(format!("{flag} needs a file"))?;
@@ -524,5 +611,37 @@ mod tests {
         );
         assert!(md.contains("| Slurm | 10.0 | 5.00× | 2.00× | – |"), "{md}");
         assert_eq!(floors_markdown(&[]), "", "nothing measured, nothing said");
+    }
+
+    #[test]
+    fn tiny_jobs_are_set_against_the_cpu_of_their_own_processes() {
+        let samples = vec![
+            s(CORES, "slurm", 2.0, Better::Higher),
+            s(CORES, "corral", 2.0, Better::Higher),
+            s(CPU_FLOOR, "slurm", 4.0, Better::Lower),
+            s(CPU_FLOOR, "corral", 2.0, Better::Lower),
+            s(CPU_BOUND[1], "slurm", 50.0, Better::Higher),
+            s(CPU_BOUND[1], "corral", 250.0, Better::Higher),
+        ];
+        let rows = rows(&samples);
+        let b = cpu_bound(&rows);
+        // Two cores at 4 ms a job: 500 a second; at 2 ms: 1,000.
+        assert_eq!(
+            b.iter().map(|b| (b.system, b.bound)).collect::<Vec<_>>(),
+            [("Slurm", 500.0), ("Corral", 1000.0)]
+        );
+        let md = cpu_bound_markdown(&b, Some(2.0));
+        assert!(md.contains("its 2 cores"), "{md}");
+        assert!(
+            md.contains(
+                "| tiny jobs end to end, 2 submitter(s) | Corral | 250 | 2.00 | 1000 | 25.0% |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("| Slurm | 50.0 | 4.00 | 500 | 10.0% |"), "{md}");
+        // The cores are context, not a figure to compare.
+        assert!(!markdown(&rows).contains(CORES), "{}", markdown(&rows));
+        assert_eq!(cpu_bound_markdown(&b, None), "", "no cores measured");
+        assert_eq!(cpu_bound_markdown(&[], Some(2.0)), "");
     }
 }
