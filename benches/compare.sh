@@ -326,6 +326,27 @@ srun_samples() {
         sample "srun $what, p50" "$(pct "$lat" 50)" ms lower
         sample "srun $what, p99" "$(pct "$lat" 99)" ms lower
     done
+    # What the clusters not in use did meanwhile: their daemons' CPU over
+    # all of this system's sruns, in ms a second of them. A latency tail
+    # may come from it (Slurm purges finished jobs 300 s after their end).
+    sample "CPU of the idle clusters' daemons during the sruns" \
+        "$(echo "${IDLE_TICKS[$SYS]:-0} * 1000 / $(getconf CLK_TCK) / (${SRUN_US[$SYS]:-1} / 1000000)" | bc -l)" \
+        "ms a second" lower
+}
+
+# The user and system CPU (clock ticks) of the daemons of every system but
+# the one in use.
+idle_ticks() {
+    local sys p t=0
+    for sys in "${SYSTEMS[@]}"; do
+        [ "$sys" = "$SYS" ] && continue
+        for p in ${DAEMONS[$sys]}; do
+            if [ -r "/proc/$p/stat" ]; then
+                t=$(( t + $(awk '{print $14 + $15}' "/proc/$p/stat") ))
+            fi
+        done
+    done
+    echo "$t"
 }
 
 # ---- Slurm --------------------------------------------------------------
@@ -338,7 +359,7 @@ command -v bc > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -
 
 # Each system's environment (a file sourced by use_sys), controller pid,
 # tiny jobs and sruns; the systems in the order first measured.
-declare -A CTLD TINY SRUNS
+declare -A CTLD TINY SRUNS DAEMONS IDLE_TICKS SRUN_US
 SYSTEMS=()
 BASE_PATH=$PATH
 SRUN_KINDS=("-N1 true" "-N2 --gres=gpu:1 hostname")
@@ -429,6 +450,7 @@ CONF
         sleep 0.5
     done
     CTLD[$2]=$(cat "$S/ctld.pid")
+    DAEMONS[$2]="$(cat "$S/munge/pid" "$S/ctld.pid" "$S"/slurmd-n*.pid | tr '\n' ' ')"
     TINY[$2]=$N_TINY
     SRUNS[$2]=$N_SRUN
     SYSTEMS+=("$2")
@@ -451,6 +473,7 @@ start_corral() {
     grep '^export' "$C/up.log" > "$SCRATCH/env-corral"
     use_sys corral
     CTLD[corral]=$(pgrep -f "corral-ctld --config $(dirname "$CORRAL_CONF")/" | head -1)
+    DAEMONS[corral]="$UP_PID ${CTLD[corral]} $(pgrep -f "corral-agent .*--certs $(dirname "$CORRAL_CONF")/certs" | tr '\n' ' ')"
     TINY[corral]=$N_TINY
     SRUNS[corral]=$N_SRUN
     SYSTEMS+=(corral)
@@ -510,10 +533,16 @@ for r in $(seq 1 "$REPS"); do
     for sys in $(in_turn "$r"); do
         use_sys "$sys"
         n=${SRUNS[$sys]}
+        i0=$(idle_ticks)
+        bash_us s0
         for what in "${SRUN_KINDS[@]}"; do
             # This repetition's share of the system's sruns.
             sruns "$what" $(( n * r / REPS - n * (r - 1) / REPS ))
         done
+        bash_us s1
+        i1=$(idle_ticks)
+        IDLE_TICKS[$sys]=$(( ${IDLE_TICKS[$sys]:-0} + i1 - i0 ))
+        SRUN_US[$sys]=$(( ${SRUN_US[$sys]:-0} + s1 - s0 ))
     done
 done
 # The trace slices one after the other (each keeps its cluster busy for

@@ -119,6 +119,9 @@ fn rows(samples: &[Sample]) -> Vec<Row> {
                 (d, h) => (d.or(h), None),
             };
             let advantage = match (slurm, corral) {
+                // Context, not a race: each column is what the other
+                // system's idle daemons did.
+                _ if f == IDLE_CPU => None,
                 (Some(s), Some(c)) if s.median > 0.0 && c.median > 0.0 => Some(match better {
                     Better::Higher => c.median / s.median,
                     Better::Lower => s.median / c.median,
@@ -287,6 +290,10 @@ fn floors_markdown(rows: &[Floored]) -> String {
 /// could go were the daemons free.
 const CPU_FLOOR: &str = "CPU of a tiny job's own processes (an sbatch process start and a shell)";
 const CORES: &str = "CPU cores of this machine";
+
+/// The CPU the clusters not in use spent while a system's sruns ran (all
+/// clusters are up at once): shown, never compared.
+const IDLE_CPU: &str = "CPU of the idle clusters' daemons during the sruns";
 
 /// End-to-end tiny-job rates, set against the CPU bound.
 const CPU_BOUND: [&str; 2] = [
@@ -641,6 +648,17 @@ mod tests {
         assert!(md.contains("| Slurm | 50.0 | 4.00 | 500 | 10.0% |"), "{md}");
         // The cores are context, not a figure to compare.
         assert!(!markdown(&rows).contains(CORES), "{}", markdown(&rows));
+        // Nor is what the idle cluster did during the other's sruns.
+        let idle = super::rows(&[
+            s(IDLE_CPU, "slurm", 2.0, Better::Lower),
+            s(IDLE_CPU, "corral", 40.0, Better::Lower),
+        ]);
+        assert_eq!(idle[0].advantage, None);
+        assert!(
+            markdown(&idle).contains("| 2.00 | 40.0 | – |"),
+            "{}",
+            markdown(&idle)
+        );
         assert_eq!(cpu_bound_markdown(&b, None), "", "no cores measured");
         assert_eq!(cpu_bound_markdown(&[], Some(2.0)), "");
     }
