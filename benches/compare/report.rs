@@ -226,14 +226,18 @@ struct Floored {
     over_durable: Option<f64>,
 }
 
+/// One side's median of `figure` (Corral's, or the better Slurm's), where
+/// it was measured and is above zero.
+fn positive_median(rows: &[Row], figure: &str, corral: bool) -> Option<f64> {
+    rows.iter()
+        .find(|r| r.figure == figure)
+        .and_then(|r| if corral { r.corral } else { r.slurm })
+        .map(|s| s.median)
+        .filter(|m| *m > 0.0)
+}
+
 fn floored(rows: &[Row]) -> Vec<Floored> {
-    let find = |f: &str| rows.iter().find(|r| r.figure == f);
-    let median = |f: &str, corral: bool| {
-        find(f)
-            .and_then(|r| if corral { r.corral } else { r.slurm })
-            .map(|s| s.median)
-            .filter(|m| *m > 0.0)
-    };
+    let median = |f: &str, corral: bool| positive_median(rows, f, corral);
     let mut out = Vec::new();
     for figure in CLI_BOUND {
         for (system, corral) in [("Slurm", false), ("Corral", true)] {
@@ -313,13 +317,7 @@ struct CpuBound {
 }
 
 fn cpu_bound(rows: &[Row]) -> Vec<CpuBound> {
-    let find = |f: &str| rows.iter().find(|r| r.figure == f);
-    let median = |f: &str, corral: bool| {
-        find(f)
-            .and_then(|r| if corral { r.corral } else { r.slurm })
-            .map(|s| s.median)
-            .filter(|m| *m > 0.0)
-    };
+    let median = |f: &str, corral: bool| positive_median(rows, f, corral);
     let mut out = Vec::new();
     for figure in CPU_BOUND {
         for (system, corral) in [("Slurm", false), ("Corral", true)] {
