@@ -9,9 +9,9 @@
 # GPUs each, and `corral up` with the same shape. Runs the same workloads
 # through the same Slurm commands on each cluster in turn (each workload
 # on one, then on the other, so that the machine's slow and fast spells
-# fall on both), then stops exactly the processes it started (by pid).
-# Writes the
-# samples (DIR/samples.jsonl), then the table (DIR/compare.md, also
+# fall on both; the cluster not in use runs at idle priority, so that its
+# background work does not land in the other's figures), then stops
+# exactly the processes it started (by pid). Writes the samples (DIR/samples.jsonl), then the table (DIR/compare.md, also
 # printed), DIR/compare.json and DIR/compare.png (compare-report).
 #
 # Last, both replay the same slice of a real trace (KTH's SP2) as `sleep`
@@ -373,6 +373,25 @@ use_sys() {
     source "$SCRATCH/env-$1"
     SYS=$1
     cd "$SCRATCH/work-$1"
+    # The clusters not in use run at idle priority (SCHED_IDLE, every
+    # thread of their daemons): they keep their timers and connections,
+    # and take only the CPU the measured one leaves, which preempts them
+    # on waking. Both clusters are up at once, and Slurm's controller
+    # purges its finished jobs minutes after they end: without this, that
+    # work lands in the other system's figures.
+    local sys
+    for sys in "${SYSTEMS[@]}"; do
+        if [ "$sys" = "$1" ]; then policy "$sys" other; else policy "$sys" idle; fi
+    done
+}
+
+# policy SYSTEM idle|other: the scheduling policy of every thread of the
+# system's daemons (threads and processes started later inherit it).
+policy() {
+    local p
+    for p in ${DAEMONS[$1]:-}; do
+        chrt --all-tasks "--$2" --pid 0 "$p" > /dev/null 2>&1 || true
+    done
 }
 
 # start_slurm defaults|htc SYSTEM: a Slurm cluster with those settings,
@@ -450,7 +469,8 @@ CONF
         sleep 0.5
     done
     CTLD[$2]=$(cat "$S/ctld.pid")
-    DAEMONS[$2]="$(cat "$S/munge/pid" "$S/ctld.pid" "$S"/slurmd-n*.pid | tr '\n' ' ')"
+    # With slurmctld's own helper (slurmscriptd, its child).
+    DAEMONS[$2]="$(cat "$S/munge/pid" "$S/ctld.pid" "$S"/slurmd-n*.pid | tr '\n' ' ') $(pgrep -P "${CTLD[$2]}" | tr '\n' ' ')"
     TINY[$2]=$N_TINY
     SRUNS[$2]=$N_SRUN
     SYSTEMS+=("$2")
