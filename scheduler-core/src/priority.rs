@@ -23,11 +23,18 @@ pub struct PriorityWeights {
 }
 
 impl Default for PriorityWeights {
+    /// Fair-share first, then partition tier and QOS; no size factor, as
+    /// in Slurm (`PriorityWeightJobSize` is 0 unless set), so one user's
+    /// jobs rank in submit order whatever their size. A size weight puts
+    /// large jobs first: with limits in whole minutes, as Slurm users
+    /// write them, each big job then reserves the machine ahead of the
+    /// small ones queued before it (on the compare trace slice, mean wait
+    /// 32 s against 19 s in submit order, `corral-sim`).
     fn default() -> Self {
         PriorityWeights {
             age: 1_000,
             max_age: 7 * 24 * 3600,
-            size: 1_000,
+            size: 0,
             partition: 1_000,
             qos: 1_000,
             fairshare: 10_000,

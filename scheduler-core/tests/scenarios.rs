@@ -299,6 +299,38 @@ fn singleton_runs_one_job_of_a_name_at_a_time() {
     assert_eq!(sim.start(b), Some(50));
 }
 
+/// Which of a small job and a large one queued after it starts first once
+/// the node frees: their start times (one node of 8 CPUs, both 100 s).
+fn small_then_large(cfg: SchedulerConfig) -> (Option<Secs>, Option<Secs>) {
+    let mut sim = Sim::with(cfg).nodes(1, cpus(8));
+    sim.submit(job().tasks(8).time(100));
+    sim.pass();
+    let small = sim.submit(job().tasks(2).time(100));
+    let large = sim.submit(job().tasks(8).time(100));
+    sim.run_until_idle();
+    (sim.start(small), sim.start(large))
+}
+
+#[test]
+fn by_default_one_users_jobs_start_in_submit_order_whatever_their_size() {
+    assert_eq!(
+        small_then_large(SchedulerConfig::default()),
+        (Some(100), Some(200))
+    );
+}
+
+#[test]
+fn a_size_weight_puts_the_large_job_first() {
+    let cfg = SchedulerConfig {
+        weights: PriorityWeights {
+            size: 1_000,
+            ..PriorityWeights::default()
+        },
+        ..SchedulerConfig::default()
+    };
+    assert_eq!(small_then_large(cfg), (Some(200), Some(100)));
+}
+
 #[test]
 fn fair_share_puts_the_light_user_first() {
     let cfg = SchedulerConfig {

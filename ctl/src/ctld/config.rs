@@ -13,6 +13,14 @@
 //! state_dir = "/var/spool/corral/ctld"   # durable state (none: in memory only)
 //! policy = "conservative"          # or "easy", "fcfs"
 //!
+//! [priority]                       # multifactor weights (Slurm's PriorityWeight*)
+//! age = 1000                       # reached at max_age
+//! max_age = 604800                 # seconds (7 days)
+//! size = 1000                      # the job's share of the cluster's CPUs
+//! partition = 1000                 # the partition's tier
+//! qos = 1000
+//! fairshare = 10000
+//!
 //! [limits]                         # what may be queued (the defaults)
 //! max_job_count = 1000000          # unfinished jobs in the whole cluster
 //! max_jobs_per_user = 10000        # unfinished jobs of one user (operators: no limit)
@@ -55,7 +63,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use corral_proto::msg::{CommandCheck, HealthConfig, Ident};
-use scheduler_core::{BackfillPolicy, PartitionSpec};
+use scheduler_core::{BackfillPolicy, PartitionSpec, PriorityWeights};
 use serde::Deserialize;
 
 use crate::timefmt::parse_limit;
@@ -124,6 +132,8 @@ struct RawConfig {
     #[serde(default = "default_min_job_age")]
     min_job_age: u64,
     #[serde(default)]
+    priority: RawPriority,
+    #[serde(default)]
     limits: Limits,
     #[serde(default)]
     partition: Vec<RawPartition>,
@@ -149,6 +159,33 @@ impl Default for RawAccounting {
             enabled: true,
             url: None,
             private: true,
+        }
+    }
+}
+
+/// The multifactor priority's weights; every factor is in [0, 1], so a
+/// weight is the most that factor adds. The scheduler core's defaults.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawPriority {
+    age: u32,
+    max_age: u64,
+    size: u32,
+    partition: u32,
+    qos: u32,
+    fairshare: u32,
+}
+
+impl Default for RawPriority {
+    fn default() -> Self {
+        let w = PriorityWeights::default();
+        RawPriority {
+            age: w.age,
+            max_age: w.max_age,
+            size: w.size,
+            partition: w.partition,
+            qos: w.qos,
+            fairshare: w.fairshare,
         }
     }
 }
@@ -339,6 +376,8 @@ pub struct Config {
     /// only, lost on restart).
     pub state_dir: Option<PathBuf>,
     pub policy: BackfillPolicy,
+    /// The multifactor priority's weights (`[priority]`).
+    pub weights: PriorityWeights,
     /// Seconds a finished job stays visible to squeue and scontrol.
     pub min_job_age: u64,
     pub limits: Limits,
@@ -434,6 +473,14 @@ impl Config {
             operators: raw.operators,
             state_dir: raw.state_dir,
             policy,
+            weights: PriorityWeights {
+                age: raw.priority.age,
+                max_age: raw.priority.max_age,
+                size: raw.priority.size,
+                partition: raw.priority.partition,
+                qos: raw.priority.qos,
+                fairshare: raw.priority.fairshare,
+            },
             min_job_age: raw.min_job_age,
             limits: raw.limits,
             partitions,
@@ -564,6 +611,27 @@ mod tests {
     }
 
     #[test]
+    fn priority_weights_default_to_the_cores_and_may_be_set() {
+        let base = "[[partition]]\nname = \"p\"\nnodes = \"ALL\"\n";
+        let c = Config::parse(Path::new("c.toml"), base).unwrap();
+        assert_eq!(c.weights, PriorityWeights::default());
+        let c = Config::parse(
+            Path::new("c.toml"),
+            &format!("[priority]\nsize = 500\nfairshare = 0\nmax_age = 3600\n{base}"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.weights,
+            PriorityWeights {
+                size: 500,
+                fairshare: 0,
+                max_age: 3600,
+                ..PriorityWeights::default()
+            }
+        );
+    }
+
+    #[test]
     fn parses_health_checks() {
         let c = Config::parse(
             Path::new("c.toml"),
@@ -603,6 +671,10 @@ mod tests {
             ),
             ("cluster = \"x\"\n", "no partitions"),
             ("bogus = 1\n", "c.toml"),
+            (
+                "[priority]\njobsize = 1\n[[partition]]\nname=\"p\"\nnodes=\"ALL\"\n",
+                "jobsize",
+            ),
             (
                 "[[partition]]\nname = \"p\"\nnodes = \"ALL\"\nmax_time = \"soon\"\n",
                 "time limit",

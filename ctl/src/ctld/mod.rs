@@ -687,6 +687,7 @@ impl Controller {
     pub fn new(cfg: Config) -> Result<Controller, Refusal> {
         let mut sched = Scheduler::new(SchedulerConfig {
             policy: cfg.policy,
+            weights: cfg.weights.clone(),
             requeue_delay: cfg.requeue_delay,
             ..SchedulerConfig::default()
         });
@@ -798,6 +799,7 @@ impl Controller {
             ("accounting", same(&old.accounting, &new.accounting)),
             ("jail", same(&old.jail, &new.jail)),
             ("policy", same(&old.policy, &new.policy)),
+            ("priority", same(&old.weights, &new.weights)),
             ("requeue_delay", old.requeue_delay == new.requeue_delay),
             ("health", same(&old.health, &new.health)),
             (
@@ -876,7 +878,13 @@ impl Controller {
             ),
             ("MaxJobCount", c.limits.max_job_count.to_string()),
             ("MinJobAge", secs(c.min_job_age)),
+            ("PriorityMaxAge", crate::timefmt::elapsed(c.weights.max_age)),
             ("PriorityType", "priority/multifactor".into()),
+            ("PriorityWeightAge", c.weights.age.to_string()),
+            ("PriorityWeightFairshare", c.weights.fairshare.to_string()),
+            ("PriorityWeightJobSize", c.weights.size.to_string()),
+            ("PriorityWeightPartition", c.weights.partition.to_string()),
+            ("PriorityWeightQOS", c.weights.qos.to_string()),
             ("SchedulerParameters", format!("backfill={policy}")),
             ("SchedulerType", "sched/backfill".into()),
             ("SelectType", "select/cons_tres".into()),

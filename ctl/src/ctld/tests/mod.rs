@@ -2207,6 +2207,20 @@ fn reconfigure_applies_what_needs_no_restart_and_refuses_the_rest() {
     assert!(c
         .config_view()
         .contains(&("KillWait".to_string(), "9 sec".to_string())));
+    // The priority weights too (the scheduler was made with them).
+    let e = c
+        .reconfigure(ROOT, with("[priority]\nsize = 1000", ""))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("priority changes only with a restart"), "{e}");
+    let kv = c.config_view();
+    for (k, v) in [
+        ("PriorityWeightJobSize", "0"),
+        ("PriorityWeightFairshare", "10000"),
+        ("PriorityMaxAge", "7-00:00:00"),
+    ] {
+        assert!(kv.contains(&(k.to_string(), v.to_string())), "{k}: {kv:?}");
+    }
 }
 
 #[test]
