@@ -176,12 +176,13 @@ trace_quality() {
     wait_empty 900
     local times=$SCRATCH/trace-times-$SYS
     : > "$times"
-    scontrol -o show job | tr ' ' '\n' | awk -F= '
-        $1 == "JobName" { name = $2 }
-        $1 == "NumCPUs" { cpus = $2 }
-        $1 == "SubmitTime" { subm = $2 }
-        $1 == "StartTime" { st = $2 }
-        $1 == "EndTime" { en = $2; if (name == "trace") print subm, st, en, cpus }' |
+    # One job a line; its fields in any order (NumCPUs comes after
+    # EndTime in both systems' output).
+    scontrol -o show job | awk '{
+        delete f
+        for (i = 1; i <= NF; i++) { k = $i; sub(/=.*/, "", k); v = $i; sub(/^[^=]*=/, "", v); f[k] = v }
+        if (f["JobName"] == "trace") print f["SubmitTime"], f["StartTime"], f["EndTime"], f["NumCPUs"]
+    }' |
     while read -r sub st en cpus; do
         echo "$(date -d "$sub" +%s) $(date -d "$st" +%s) $(date -d "$en" +%s) $cpus" >> "$times"
     done
