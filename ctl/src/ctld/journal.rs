@@ -24,10 +24,38 @@ const MAGIC: [u8; 4] = *b"CRJ1";
 /// Magic, sequence number, body length, CRC-32.
 const HEAD: usize = 4 + 8 + 4 + 4;
 
+/// What the journal does with its file: positioned reads and writes, its
+/// length, and a flush of its data. A file; in tests, one whose flush can
+/// be made to fail.
+pub trait Media {
+    /// Writes all of `buf` at offset `at`.
+    fn put(&self, buf: &[u8], at: u64) -> io::Result<()>;
+    /// Fills `buf` from offset `at`.
+    fn get(&self, buf: &mut [u8], at: u64) -> io::Result<()>;
+    fn size(&self) -> io::Result<u64>;
+    /// Flushes the data written (`fdatasync`).
+    fn flush(&self) -> io::Result<()>;
+}
+
+impl Media for File {
+    fn put(&self, buf: &[u8], at: u64) -> io::Result<()> {
+        self.write_all_at(buf, at)
+    }
+    fn get(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        self.read_exact_at(buf, at)
+    }
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.sync_data()
+    }
+}
+
 /// The open journal file and where its next record goes.
 #[derive(Debug)]
-pub struct Journal {
-    file: File,
+pub struct Journal<M: Media = File> {
+    file: M,
     /// Offset of the next record.
     at: u64,
     /// The sequence number of the last record written.
@@ -62,19 +90,26 @@ impl Journal {
                 File::open(dir)?.sync_all()?;
             }
         }
-        Ok(Journal { file, at: 0, last })
+        Ok(Journal::on(file, last))
+    }
+}
+
+impl<M: Media> Journal<M> {
+    /// The journal on `file`, its records written from the start.
+    pub fn on(file: M, last: u64) -> Journal<M> {
+        Journal { file, at: 0, last }
     }
 
     /// The records after sequence number `after`, in order, each with its
     /// number: consecutive from the start of the file.
     pub fn replay(&self, after: u64) -> io::Result<Vec<(u64, Vec<u8>)>> {
-        let len = self.file.metadata()?.len();
+        let len = self.file.size()?;
         let mut out = Vec::new();
         let mut at = 0u64;
         let mut want = after + 1;
         let mut head = [0u8; HEAD];
         while at + HEAD as u64 <= len {
-            self.file.read_exact_at(&mut head, at)?;
+            self.file.get(&mut head, at)?;
             let seq = u64::from_le_bytes(head[4..12].try_into().unwrap_or_default());
             let n = u32::from_le_bytes(head[12..16].try_into().unwrap_or_default()) as u64;
             let sum = u32::from_le_bytes(head[16..20].try_into().unwrap_or_default());
@@ -82,7 +117,7 @@ impl Journal {
                 break;
             }
             let mut body = vec![0u8; n as usize];
-            self.file.read_exact_at(&mut body, at + HEAD as u64)?;
+            self.file.get(&mut body, at + HEAD as u64)?;
             if crc(seq, &body) != sum {
                 break;
             }
@@ -106,12 +141,12 @@ impl Journal {
         buf.extend_from_slice(&crc(seq, body).to_le_bytes());
         buf.extend_from_slice(body);
         buf.resize(padded(buf.len() as u64) as usize, 0);
-        self.file.write_all_at(&buf, self.at)?;
-        if let Err(e) = self.file.sync_data() {
+        self.file.put(&buf, self.at)?;
+        if let Err(e) = self.file.flush() {
             // Refused to its callers, it must not be replayed should it
             // have reached the disk anyway: its header goes (best effort).
-            let _ = self.file.write_all_at(&[0u8; HEAD], self.at);
-            let _ = self.file.sync_data();
+            let _ = self.file.put(&[0u8; HEAD], self.at);
+            let _ = self.file.flush();
             return Err(e);
         }
         self.at += buf.len() as u64;
@@ -123,8 +158,8 @@ impl Journal {
     /// first header goes, so that a journal left beside a removed
     /// database replays nothing into its successor.
     pub fn forget(&mut self) -> io::Result<()> {
-        self.file.write_all_at(&[0u8; HEAD], 0)?;
-        self.file.sync_data()?;
+        self.file.put(&[0u8; HEAD], 0)?;
+        self.file.flush()?;
         self.at = 0;
         self.last = 0;
         Ok(())
@@ -214,6 +249,82 @@ mod tests {
         let got = j.replay(0).unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].1, big);
+    }
+
+    /// A file in memory: what the process wrote, and what a crash would
+    /// leave on disk. A failing flush still takes the data to the disk
+    /// (the worst case: the caller hears of a failure, the disk has it).
+    #[derive(Default)]
+    struct Flaky {
+        written: std::cell::RefCell<Vec<u8>>,
+        disk: std::cell::RefCell<Vec<u8>>,
+        /// Flushes still to fail.
+        fail: std::cell::Cell<u32>,
+    }
+
+    impl Flaky {
+        fn of(bytes: Vec<u8>) -> Flaky {
+            Flaky {
+                written: bytes.into(),
+                ..Flaky::default()
+            }
+        }
+
+        /// The journal as a restart after a crash now reads it.
+        fn after_crash(&self) -> Vec<(u64, Vec<u8>)> {
+            let disk = Flaky::of(self.disk.borrow().clone());
+            Journal::on(&disk, 0).replay(0).unwrap()
+        }
+    }
+
+    impl Media for &Flaky {
+        fn put(&self, buf: &[u8], at: u64) -> io::Result<()> {
+            let mut w = self.written.borrow_mut();
+            let end = at as usize + buf.len();
+            if w.len() < end {
+                w.resize(end, 0);
+            }
+            w[at as usize..end].copy_from_slice(buf);
+            Ok(())
+        }
+        fn get(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+            let w = self.written.borrow();
+            buf.copy_from_slice(&w[at as usize..at as usize + buf.len()]);
+            Ok(())
+        }
+        fn size(&self) -> io::Result<u64> {
+            Ok(self.written.borrow().len() as u64)
+        }
+        fn flush(&self) -> io::Result<()> {
+            *self.disk.borrow_mut() = self.written.borrow().clone();
+            match self.fail.get() {
+                0 => Ok(()),
+                n => {
+                    self.fail.set(n - 1);
+                    Err(io::Error::other("injected EIO"))
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_record_whose_flush_failed_is_never_replayed() {
+        let media = Flaky::of(vec![0u8; 4 * PAGE as usize]);
+        let mut j = Journal::on(&media, 0);
+        assert_eq!(j.append(b"one").unwrap(), 1);
+        media.fail.set(1);
+        assert!(j.append(b"refused").is_err());
+        // Its body reached the disk with the failed flush; its header was
+        // erased after, so a restart does not take it.
+        assert_eq!(media.after_crash(), [(1, b"one".to_vec())]);
+        assert_eq!(j.replay(0).unwrap(), [(1, b"one".to_vec())]);
+        // The next record takes its number and its place.
+        assert_eq!(j.append(b"two").unwrap(), 2);
+        assert_eq!(j.used(), 2 * PAGE);
+        assert_eq!(
+            media.after_crash(),
+            [(1, b"one".to_vec()), (2, b"two".to_vec())]
+        );
     }
 
     #[test]
