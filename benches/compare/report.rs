@@ -372,8 +372,15 @@ fn chart(path: &Path, rows: &[Row]) -> Result<(), String> {
         .filter(|r| r.advantage.is_some() && r.figure != CORES)
         .collect();
     let height = 120 + 34 * shown.len().max(1) as u32;
-    let root = BitMapBackend::new(path, (1000, height)).into_drawing_area();
     let e = |e: &dyn std::fmt::Display| e.to_string();
+    // Room beside the axis for the widest name, whole.
+    let font = ("sans-serif", 13).into_font();
+    let mut widest = 100;
+    for r in &shown {
+        widest = widest.max(font.box_size(&r.figure).map_err(|x| e(&x))?.0);
+    }
+    let names = widest + 24;
+    let root = BitMapBackend::new(path, (names + 700, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let most = shown
         .iter()
@@ -394,7 +401,7 @@ fn chart(path: &Path, rows: &[Row]) -> Result<(), String> {
         )
         .margin(12)
         .x_label_area_size(30)
-        .y_label_area_size(300)
+        .y_label_area_size(names)
         .build_cartesian_2d((least..most).log_scale(), 0.0..top)
         .map_err(|x| e(&x))?;
     c.configure_mesh()
@@ -404,8 +411,7 @@ fn chart(path: &Path, rows: &[Row]) -> Result<(), String> {
         .draw()
         .map_err(|x| e(&x))?;
     // Row k from the top: its bar, and its name beside the axis.
-    let label =
-        TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+    let label = TextStyle::from(font).pos(Pos::new(HPos::Right, VPos::Center));
     for (k, r) in shown.iter().enumerate() {
         let Some(a) = r.advantage else { continue };
         let y = top - 1.0 - k as f64;
@@ -483,6 +489,28 @@ mod tests {
             unit: "x".into(),
             better,
         }
+    }
+
+    #[test]
+    fn the_chart_is_wide_enough_for_its_longest_name() {
+        let long = "a figure whose name is much longer than any of today's, with its \
+                    unit and what it bounds spelled out";
+        let samples = vec![
+            s("short", "slurm", 2.0, Better::Lower),
+            s("short", "corral", 1.0, Better::Lower),
+            s(long, "slurm", 4.0, Better::Lower),
+            s(long, "corral", 1.0, Better::Lower),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("c.png");
+        chart(&png, &rows(&samples)).unwrap();
+        let bytes = std::fs::read(&png).unwrap();
+        assert_eq!(&bytes[1..4], b"PNG");
+        // IHDR: the width, big-endian, after the signature and the chunk's
+        // length and type.
+        let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+        let name = ("sans-serif", 13).into_font().box_size(long).unwrap().0;
+        assert!(width >= name + 700, "{width} px for a {name} px name");
     }
 
     #[test]
