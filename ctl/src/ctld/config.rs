@@ -16,7 +16,7 @@
 //! [priority]                       # multifactor weights (Slurm's PriorityWeight*)
 //! age = 1000                       # reached at max_age
 //! max_age = 604800                 # seconds (7 days)
-//! size = 1000                      # the job's share of the cluster's CPUs
+//! size = 0                         # the job's share of the cluster's CPUs or GPUs (1000: large first)
 //! partition = 1000                 # the partition's tier
 //! qos = 1000
 //! fairshare = 10000
