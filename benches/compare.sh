@@ -11,8 +11,9 @@
 # on one, then on the other, so that the machine's slow and fast spells
 # fall on both; the cluster not in use runs at idle priority, so that its
 # background work does not land in the other's figures), then stops
-# exactly the processes it started (by pid). Writes the samples (DIR/samples.jsonl), then the table (DIR/compare.md, also
-# printed), DIR/compare.json and DIR/compare.png (compare-report).
+# exactly the processes it started (by pid). Writes the samples
+# (DIR/samples.jsonl), then the table (DIR/compare.md, also printed),
+# DIR/compare.json and DIR/compare.png (compare-report).
 #
 # Last, both replay the same slice of a real trace (KTH's SP2) as `sleep`
 # jobs, time compressed, and report utilisation, mean wait and mean
@@ -280,8 +281,8 @@ one_rep() {
 
 # A deep queue next, while the controller holds no finished jobs but the
 # sruns' (both keep them a while, and a listing carries them): memory
-# idle and with
-# $N_PEND pending, listings of them, and cancelling them all.
+# idle and with $N_PEND pending, listings of them, and cancelling them
+# all.
 deep_queue() {
     say "$SYS: a deep queue"
     sample "controller memory, idle" "$(rss_mib "${CTLD[$SYS]}")" MiB lower

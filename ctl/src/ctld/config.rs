@@ -611,7 +611,7 @@ mod tests {
     }
 
     #[test]
-    fn priority_weights_default_to_the_cores_and_may_be_set() {
+    fn priority_weights_default_to_the_scheduler_core_and_may_be_set() {
         let base = "[[partition]]\nname = \"p\"\nnodes = \"ALL\"\n";
         let c = Config::parse(Path::new("c.toml"), base).unwrap();
         assert_eq!(c.weights, PriorityWeights::default());
