@@ -15,6 +15,9 @@
 //! | squeue/default_10k | ≤ 6 ms   | 5.11–5.92 ms (whole views: 6.56–7.01) |
 //! | squeue/wc_10k      | ≤ 6 ms   | 4.20–4.69 ms (whole views: 4.42–6.03) |
 //!
+//! On 4 Dec 2026, another machine of the same kind, the same code:
+//! 3.48–3.58 ms and 3.56–3.73 ms (`--warm-up-time 1 --measurement-time 3`).
+//!
 //! `default_10k` is `squeue`, `wc_10k` is `squeue -h` (what
 //! `squeue -h | wc -l` runs). The figures in brackets are this bench at
 //! the code before bare listings were sent compact (`11e19c6`, every view
