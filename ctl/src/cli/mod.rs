@@ -65,6 +65,26 @@ pub fn emit_with(
     }
 }
 
+/// Lets a pipe on standard output hold `bytes` at once (up to the 1 MiB
+/// an unprivileged process may ask for), so that a long output is written
+/// in one go and the command ends without waiting, 64 KiB at a time, for
+/// its reader (`squeue | wc -l`). Standard output that is not a pipe, a
+/// pipe already that large, or a refusal (the user's pipe pages spent)
+/// is left as it is.
+pub fn room_in_pipe(bytes: usize) {
+    use nix::fcntl::{fcntl, FcntlArg};
+    use std::os::fd::AsRawFd as _;
+    const MOST: usize = 1 << 20;
+    let fd = std::io::stdout().as_raw_fd();
+    let want = bytes.min(MOST);
+    match fcntl(fd, FcntlArg::F_GETPIPE_SZ) {
+        Ok(now) if usize::try_from(now).is_ok_and(|n| n < want) => {
+            let _ = fcntl(fd, FcntlArg::F_SETPIPE_SZ(want as nix::libc::c_int));
+        }
+        _ => {}
+    }
+}
+
 /// `println!` that neither panics on a closed stdout nor dies of
 /// SIGPIPE: a line of a long-running command's chatter (`corral up`).
 #[macro_export]

@@ -1310,6 +1310,7 @@ impl Layout {
             now,
             text: String::new(),
             rows: Vec::new(),
+            keys: Vec::new(),
             partitions: Vec::new(),
             steps: Vec::new(),
         }
@@ -1331,31 +1332,32 @@ pub struct Table<'l> {
     /// Every line, in the order the jobs came.
     text: String,
     rows: Vec<Row>,
+    /// Each row's sort keys, in the order the rows came, for a layout
+    /// not in Slurm's default order.
+    keys: Vec<Box<[SortVal]>>,
     /// Partition names, in the order first seen (rows hold an index).
     partitions: Vec<String>,
     /// `-s`: the views themselves.
     steps: Vec<JobView>,
 }
 
+/// A line kept to print, and what Slurm's default order sorts it by:
+/// partition, state, priority (highest first), then id. Rows stay in the
+/// order they came (ties, an array's tasks under `-r`, keep it), so a
+/// line ends where the next begins; an order of their places is sorted
+/// instead. 32 bytes: ten thousand rows at 64 were most of a megabyte
+/// of fresh memory to fault in, with the copies made as they grew.
 #[derive(Debug)]
 struct Row {
-    key: RowKey,
     id: u64,
-    /// Arrival: ties (an array's tasks under `-r`) keep it.
-    seq: u32,
-    line: std::ops::Range<usize>,
+    priority: i64,
+    /// Where its line starts in the text.
+    start: usize,
+    partition: u32,
+    state: u8,
 }
 
-#[derive(Debug)]
-enum RowKey {
-    /// Slurm's default order: partition, state, priority (highest first).
-    Default {
-        partition: u32,
-        state: u8,
-        priority: i64,
-    },
-    Keys(Vec<SortVal>),
-}
+const _: () = assert!(std::mem::size_of::<Row>() <= 32);
 
 impl Table<'_> {
     /// Adds a part's jobs that `keep` says yes to.
@@ -1406,34 +1408,33 @@ impl Table<'_> {
             let len = self.text.len() - start;
             self.text.reserve(len.saturating_mul(ROOM_AHEAD) / 8 * 9);
         }
-        let key = if self.default_sort {
-            let partition = match self.partitions.iter().position(|p| **p == *j.partition) {
+        let partition = if self.default_sort {
+            match self.partitions.iter().position(|p| **p == *j.partition) {
                 Some(i) => i,
                 None => {
                     self.partitions.push(j.partition.to_string());
                     self.partitions.len() - 1
                 }
-            };
-            RowKey::Default {
-                partition: partition as u32,
-                state: state_rank(j.state),
-                priority: j.priority,
             }
         } else {
-            RowKey::Keys(
-                self.layout
-                    .sort
-                    .iter()
-                    .map(|&(f, _)| sort_val(j, f, now))
-                    .collect(),
-            )
+            let keys = self.layout.sort.iter();
+            self.keys
+                .push(keys.map(|&(f, _)| sort_val(j, f, now)).collect());
+            0
         };
         self.rows.push(Row {
-            key,
             id: j.id.0,
-            seq: self.rows.len() as u32,
-            line: start..self.text.len(),
+            priority: j.priority,
+            start,
+            partition: partition as u32,
+            state: state_rank(j.state),
         });
+    }
+
+    /// About how many bytes the output takes (its lines'; a step
+    /// layout's are made at the end).
+    pub fn bytes(&self) -> usize {
+        self.text.len()
     }
 
     /// The whole output: date line, header, the lines in order.
@@ -1447,7 +1448,7 @@ impl Table<'_> {
     /// [`Table::finish`], written to `w` line by line as it is put in
     /// order (not first copied whole: ten thousand lines are most of a
     /// megabyte of fresh memory to fault in).
-    pub fn write_to(mut self, w: &mut impl std::io::Write) -> std::io::Result<()> {
+    pub fn write_to(self, w: &mut impl std::io::Write) -> std::io::Result<()> {
         use std::io::Write as _;
         let layout = self.layout;
         let mut out = String::new();
@@ -1476,42 +1477,34 @@ impl Table<'_> {
         for (r, &i) in by_name.iter().enumerate() {
             rank[i] = r as u32;
         }
-        let keys = &layout.sort;
-        self.rows.sort_unstable_by(|a, b| {
-            let o = match (&a.key, &b.key) {
-                (
-                    RowKey::Default {
-                        partition: pa,
-                        state: sa,
-                        priority: xa,
-                    },
-                    RowKey::Default {
-                        partition: pb,
-                        state: sb,
-                        priority: xb,
-                    },
-                ) => rank[*pa as usize]
-                    .cmp(&rank[*pb as usize])
-                    .then(sa.cmp(sb))
-                    .then(xb.cmp(xa)),
-                (RowKey::Keys(ka), RowKey::Keys(kb)) => {
-                    let mut o = std::cmp::Ordering::Equal;
-                    for (i, &(_, desc)) in keys.iter().enumerate() {
-                        let c = ka[i].cmp(&kb[i]);
-                        o = if desc { c.reverse() } else { c };
-                        if o.is_ne() {
-                            break;
-                        }
+        let (rows, keys, sort) = (&self.rows, &self.keys, &layout.sort);
+        let mut order: Vec<u32> = (0..rows.len() as u32).collect();
+        order.sort_unstable_by(|&x, &y| {
+            let (a, b) = (&rows[x as usize], &rows[y as usize]);
+            let o = if self.default_sort {
+                rank[a.partition as usize]
+                    .cmp(&rank[b.partition as usize])
+                    .then(a.state.cmp(&b.state))
+                    .then(b.priority.cmp(&a.priority))
+            } else {
+                let (ka, kb) = (&keys[x as usize], &keys[y as usize]);
+                let mut o = std::cmp::Ordering::Equal;
+                for (i, &(_, desc)) in sort.iter().enumerate() {
+                    let c = ka[i].cmp(&kb[i]);
+                    o = if desc { c.reverse() } else { c };
+                    if o.is_ne() {
+                        break;
                     }
-                    o
                 }
-                _ => std::cmp::Ordering::Equal,
+                o
             };
-            o.then(a.id.cmp(&b.id)).then(a.seq.cmp(&b.seq))
+            o.then(a.id.cmp(&b.id)).then(x.cmp(&y))
         });
         let mut w = std::io::BufWriter::with_capacity(64 << 10, w);
-        for r in &self.rows {
-            w.write_all(self.text[r.line.clone()].as_bytes())?;
+        for &i in &order {
+            let i = i as usize;
+            let end = rows.get(i + 1).map_or(self.text.len(), |r| r.start);
+            w.write_all(&self.text.as_bytes()[rows[i].start..end])?;
         }
         w.flush()
     }
@@ -1587,7 +1580,10 @@ async fn once(c: &mut Client, f: &JobFilter, extra: &Extra, layout: &Layout, arr
                 Err(e) => fail(CMD, e),
             }
         }
-        Ok(()) => super::emit_with(CMD, |w| table.write_to(w)),
+        Ok(()) => {
+            super::room_in_pipe(table.bytes());
+            super::emit_with(CMD, |w| table.write_to(w))
+        }
         Err(e) => fail(CMD, e),
     }
 }
