@@ -72,10 +72,14 @@ pub fn emit_with(
 /// pipe already that large, or a refusal (the user's pipe pages spent)
 /// is left as it is.
 pub fn room_in_pipe(bytes: usize) {
-    use nix::fcntl::{fcntl, FcntlArg};
     use std::os::fd::AsRawFd as _;
+    grow_pipe(std::io::stdout().as_raw_fd(), bytes);
+}
+
+/// [`room_in_pipe`] of the pipe `fd` writes to.
+fn grow_pipe(fd: std::os::fd::RawFd, bytes: usize) {
+    use nix::fcntl::{fcntl, FcntlArg};
     const MOST: usize = 1 << 20;
-    let fd = std::io::stdout().as_raw_fd();
     let want = bytes.min(MOST);
     match fcntl(fd, FcntlArg::F_GETPIPE_SZ) {
         Ok(now) if usize::try_from(now).is_ok_and(|n| n < want) => {
@@ -300,5 +304,30 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             eprintln!("corral: error: unknown command {other}");
             usage()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nix::fcntl::{fcntl, FcntlArg};
+    use std::os::fd::AsRawFd as _;
+
+    /// A pipe grows to hold a long output (up to 1 MiB), never shrinks,
+    /// and what is not a pipe is left alone.
+    #[test]
+    fn a_pipe_grows_to_hold_a_long_output() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let size = || fcntl(w.as_raw_fd(), FcntlArg::F_GETPIPE_SZ).unwrap() as usize;
+        let before = size();
+        super::grow_pipe(w.as_raw_fd(), 300_000);
+        assert!(size() >= 300_000 && size() > before, "{}", size());
+        let grown = size();
+        super::grow_pipe(w.as_raw_fd(), 1_000);
+        assert_eq!(size(), grown, "not shrunk");
+        super::grow_pipe(w.as_raw_fd(), 64 << 20);
+        assert!(size() <= 1 << 20, "{}", size());
+        drop(r);
+        let file = tempfile::tempfile().unwrap();
+        super::grow_pipe(file.as_raw_fd(), 300_000);
     }
 }
