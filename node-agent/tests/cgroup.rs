@@ -426,3 +426,53 @@ fn favordynmods_is_turned_on_once_and_the_mounts_options_stay() {
         Outcome::AlreadyOn
     );
 }
+
+#[test]
+fn a_job_remakes_the_nodes_cgroup_when_it_is_gone() {
+    if !root_or_skip("a_job_remakes_the_nodes_cgroup_when_it_is_gone") {
+        return;
+    }
+    let layout = Layout::detect().expect("cgroups");
+    let node = Node::new("gone", layout, None);
+    // The node's cgroup removed in every hierarchy (empty, so rmdir takes
+    // it), as a cluster of the same parent shutting down would.
+    let job = run(7);
+    let mut bases: Vec<PathBuf> = Controller::ALL
+        .iter()
+        .filter_map(|&c| node.cg.job_dir(c, job))
+        .filter_map(|d| d.parent().map(Path::to_path_buf))
+        .collect();
+    bases.sort();
+    bases.dedup();
+    assert!(!bases.is_empty());
+    for b in &bases {
+        std::fs::remove_dir(b).unwrap_or_else(|e| panic!("removing {}: {e}", b.display()));
+    }
+    // The job's cgroup comes with its node's, and its task runs in it
+    // on the job's CPUs (a v1 cpuset without CPUs or memory nodes would
+    // refuse it).
+    assert!(node.cg.create_job(job, &limits(&[0])).expect("job cgroup"));
+    for b in &bases {
+        assert!(b.is_dir(), "{} made again", b.display());
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let out = dir.path().join("out");
+    let st = sh(
+        &node,
+        job,
+        StepId(0),
+        "grep Cpus_allowed_list /proc/self/status",
+        &out,
+        10,
+    );
+    assert!(st.success());
+    let text = std::fs::read_to_string(&out).expect("output");
+    let want = node.cg.cpuset_for(&[0]);
+    assert_eq!(
+        text.split_whitespace().nth(1),
+        Some(want.as_str()),
+        "{text}"
+    );
+    node.cg.end_step(job, StepId(0), 0);
+    node.cg.end_job(job);
+}

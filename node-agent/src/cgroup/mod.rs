@@ -334,44 +334,70 @@ impl Cgroups {
             pids_max,
             memsw: false,
         };
-        let mut rel = PathBuf::new();
-        let parts: Vec<PathBuf> = cg.base.components().map(|c| c.as_os_str().into()).collect();
+        if let Layout::V2 { root } = &cg.layout {
+            let available = read(&root.join("cgroup.controllers"))?;
+            cg.v2_controllers = ["cpuset", "cpu", "memory", "pids"]
+                .into_iter()
+                .filter(|c| available.split_whitespace().any(|a| a == *c))
+                .map(String::from)
+                .collect();
+        }
+        cg.make_base()?;
         match &cg.layout {
             Layout::V1 { .. } => {
-                for part in parts {
-                    rel.push(part);
-                    for dir in cg.dirs(&rel) {
-                        mkdir(&dir)?;
-                    }
-                    if let Some(dir) = cg.dir(Controller::Cpuset, &rel) {
-                        cpuset_inherit(&dir)?;
-                    }
-                }
                 if let Some(dir) = cg.dir(Controller::Cpuset, &cg.base) {
                     cg.host_cpus = parse_cpu_list(&read(&dir.join("cpuset.effective_cpus"))?);
-                    // Jobs and steps below copy the node's CPUs and memory
-                    // nodes when they are made (a job then narrows its CPUs).
-                    write(&dir.join("cgroup.clone_children"), "1")?;
                 }
                 cg.memsw = cg
                     .dir(Controller::Memory, &cg.base)
                     .is_some_and(|d| d.join("memory.memsw.limit_in_bytes").exists());
             }
             Layout::V2 { root } => {
-                let root = root.clone();
-                let available = read(&root.join("cgroup.controllers"))?;
-                let want: Vec<String> = ["cpuset", "cpu", "memory", "pids"]
-                    .into_iter()
-                    .filter(|c| available.split_whitespace().any(|a| a == *c))
-                    .map(String::from)
-                    .collect();
-                let enable: String = want
+                if cg.has(Controller::Cpuset) {
+                    let effective = root.join(&cg.base).join("cpuset.cpus.effective");
+                    cg.host_cpus = parse_cpu_list(&read(&effective)?);
+                }
+            }
+        }
+        if cg.host_cpus.is_empty() {
+            cg.host_cpus =
+                (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect();
+        }
+        Ok(cg)
+    }
+
+    /// Makes `PARENT/NODE` in every hierarchy where it is missing, set up
+    /// for jobs below it: v1 cpusets copy their parent's CPUs and memory
+    /// nodes, and jobs and steps the node's (`clone_children`); v2
+    /// enables the controllers in use down to it. Safe to repeat.
+    fn make_base(&self) -> Result<(), CgroupError> {
+        let mut rel = PathBuf::new();
+        match &self.layout {
+            Layout::V1 { .. } => {
+                for part in self.base.components() {
+                    rel.push(part);
+                    for dir in self.dirs(&rel) {
+                        mkdir(&dir)?;
+                    }
+                    if let Some(dir) = self.dir(Controller::Cpuset, &rel) {
+                        cpuset_inherit(&dir)?;
+                    }
+                }
+                if let Some(dir) = self.dir(Controller::Cpuset, &self.base) {
+                    // Jobs and steps below copy the node's CPUs and memory
+                    // nodes when they are made (a job then narrows its CPUs).
+                    write(&dir.join("cgroup.clone_children"), "1")?;
+                }
+            }
+            Layout::V2 { root } => {
+                let enable: String = self
+                    .v2_controllers
                     .iter()
                     .map(|c| format!("+{c}"))
                     .collect::<Vec<_>>()
                     .join(" ");
                 let mut dir = root.clone();
-                for part in parts {
+                for part in self.base.components() {
                     if !enable.is_empty() {
                         write(&dir.join("cgroup.subtree_control"), &enable)?;
                     }
@@ -381,18 +407,9 @@ impl Cgroups {
                 if !enable.is_empty() {
                     write(&dir.join("cgroup.subtree_control"), &enable)?;
                 }
-                let effective = dir.join("cpuset.cpus.effective");
-                if want.iter().any(|c| c == "cpuset") {
-                    cg.host_cpus = parse_cpu_list(&read(&effective)?);
-                }
-                cg.v2_controllers = want;
             }
         }
-        if cg.host_cpus.is_empty() {
-            cg.host_cpus =
-                (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect();
-        }
-        Ok(cg)
+        Ok(())
     }
 
     /// Whether a controller is in use here.
@@ -477,10 +494,19 @@ impl Cgroups {
     /// step of the same run). True when it made it.
     pub fn create_job(&self, job: JobRun, limits: &Limits) -> Result<bool, CgroupError> {
         let rel = self.job_rel(job);
-        let mut created = false;
-        for dir in self.dirs(&rel) {
-            created |= mkdir(&dir)?;
-        }
+        let created = match self.make_job_dirs(&rel) {
+            // The node's own cgroup is gone (removed by hand, or by a
+            // cluster of the same parent that shut down): made again, as
+            // at start, rather than failing every job sent here.
+            Err(CgroupError::Create { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                tracing::warn!(cgroup = %self.base.display(), "the node's cgroup was gone; made again");
+                self.make_base()?;
+                self.make_job_dirs(&rel)?
+            }
+            made => made?,
+        };
         if !created {
             return Ok(false);
         }
@@ -493,6 +519,15 @@ impl Cgroups {
             self.remove(&rel, &[]);
         }
         result.map(|()| true)
+    }
+
+    /// Makes `rel` in every hierarchy; true when it made any.
+    fn make_job_dirs(&self, rel: &Path) -> Result<bool, CgroupError> {
+        let mut created = false;
+        for dir in self.dirs(rel) {
+            created |= mkdir(&dir)?;
+        }
+        Ok(created)
     }
 
     fn limit_v1(&self, rel: &Path, cpus: &str, limits: &Limits) -> Result<(), CgroupError> {
