@@ -239,12 +239,18 @@ fn a_task_runs_on_its_jobs_cpus_only() {
         return;
     }
     let node = Node::new("cpus", Layout::detect().expect("cgroups"), None);
-    let dir = tempfile::tempdir().expect("dir");
     let job = run(4);
     node.cg.create_job(job, &limits(&[1])).expect("job cgroup");
+    assert_runs_on(&node, job, &[1]);
+}
+
+/// Runs a step of `job` (whose cgroup exists) that prints the CPUs it may
+/// use, checks they are the host's CPUs for `cpus`, and ends the job.
+fn assert_runs_on(node: &Node, job: JobRun, cpus: &[u32]) {
+    let dir = tempfile::tempdir().expect("dir");
     let out = dir.path().join("out");
     let st = sh(
-        &node,
+        node,
         job,
         StepId(0),
         "grep Cpus_allowed_list /proc/self/status",
@@ -253,7 +259,7 @@ fn a_task_runs_on_its_jobs_cpus_only() {
     );
     assert!(st.success());
     let text = std::fs::read_to_string(&out).expect("output");
-    let want = node.cg.cpuset_for(&[1]);
+    let want = node.cg.cpuset_for(cpus);
     assert_eq!(
         text.split_whitespace().nth(1),
         Some(want.as_str()),
@@ -455,24 +461,5 @@ fn a_job_remakes_the_nodes_cgroup_when_it_is_gone() {
     for b in &bases {
         assert!(b.is_dir(), "{} made again", b.display());
     }
-    let dir = tempfile::tempdir().expect("dir");
-    let out = dir.path().join("out");
-    let st = sh(
-        &node,
-        job,
-        StepId(0),
-        "grep Cpus_allowed_list /proc/self/status",
-        &out,
-        10,
-    );
-    assert!(st.success());
-    let text = std::fs::read_to_string(&out).expect("output");
-    let want = node.cg.cpuset_for(&[0]);
-    assert_eq!(
-        text.split_whitespace().nth(1),
-        Some(want.as_str()),
-        "{text}"
-    );
-    node.cg.end_step(job, StepId(0), 0);
-    node.cg.end_job(job);
+    assert_runs_on(&node, job, &[0]);
 }
