@@ -1,7 +1,11 @@
 //! What a job's cgroup costs a step, as root on this machine's hierarchy
-//! (v1 on CI): creating the job's and the step's cgroups with limits,
+//! (v1 on CI): setting the job's and the step's cgroups up with limits,
 //! then ending both (the kill check, usage, removal). No process joins:
-//! this is the agent's own work per step, which `srun -N1 true` pays.
+//! this is the agent's own work per step, which `srun -N1 true` pays. On
+//! v1 each cycle after the first reuses the last one's cgroup (renamed to
+//! a spare as it ends, back to a job's name as the next starts:
+//! `corral_agent::cgroup` `spare`), as the agent does: 517 µs a cycle
+//! making and removing, 325 µs reusing (5 Dec, this machine).
 //!
 //! `cgroup/join` is what a task adds: a child forked, moved into its
 //! step's cgroup through the agent's `Join` (as every task is between

@@ -786,10 +786,11 @@ impl Agent {
         let limits = self.limits(l);
         let (job, step) = (l.job_run(), l.step);
         tokio::task::spawn_blocking(move || {
-            // A cgroup made just now has killed nothing yet.
-            let fresh = cg.create_job(job, &limits)?;
+            // A cgroup set up just now says what it had counted before
+            // the job (nothing, when made); one there already is read.
+            let made = cg.create_job(job, &limits)?;
             let join = cg.create_step(job, step)?;
-            let baseline = if fresh { 0 } else { cg.oom_kills(job) };
+            let baseline = made.oom_baseline().unwrap_or_else(|| cg.oom_kills(job));
             Ok(Some((Arc::new(join), baseline)))
         })
         .await

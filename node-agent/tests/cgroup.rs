@@ -457,9 +457,177 @@ fn a_job_remakes_the_nodes_cgroup_when_it_is_gone() {
     // The job's cgroup comes with its node's, and its task runs in it
     // on the job's CPUs (a v1 cpuset without CPUs or memory nodes would
     // refuse it).
-    assert!(node.cg.create_job(job, &limits(&[0])).expect("job cgroup"));
+    assert!(node
+        .cg
+        .create_job(job, &limits(&[0]))
+        .expect("job cgroup")
+        .set_up());
     for b in &bases {
         assert!(b.is_dir(), "{} made again", b.display());
     }
+    assert_runs_on(&node, job, &[0]);
+}
+
+/// The v1 layout, or a SKIPPED line: spares are v1's alone.
+fn v1_or_skip(test: &str) -> Option<Layout> {
+    if !root_or_skip(test) {
+        return None;
+    }
+    let layout = Layout::detect().expect("cgroups");
+    if !matches!(layout, Layout::V1 { .. }) {
+        println!("SKIPPED (needs cgroup v1): {test}");
+        return None;
+    }
+    Some(layout)
+}
+
+#[test]
+fn an_ended_jobs_cgroup_is_the_next_jobs_with_nothing_of_the_last() {
+    let test = "an_ended_jobs_cgroup_is_the_next_jobs_with_nothing_of_the_last";
+    let Some(layout) = v1_or_skip(test) else {
+        return;
+    };
+    let node = Node::new("spare", layout, None);
+    let dir = tempfile::tempdir().expect("dir");
+    let devs = fake_gpus(dir.path());
+    let out = dir.path().join("out");
+
+    // The first job: one CPU, 32 MiB, GPUs 0 and 2 denied; it burns CPU,
+    // then a task of it is killed for memory.
+    let first = run(10);
+    let mut l = limits(&[1]);
+    l.memory_bytes = Some(32 << 20);
+    l.denied = [0, 2]
+        .into_iter()
+        .map(|minor| Denied { major: 195, minor })
+        .collect();
+    let made = node.cg.create_job(first, &l).expect("job cgroup");
+    assert_eq!(made, corral_agent::cgroup::JobCgroup::Made);
+    let busy = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done";
+    assert!(sh(&node, first, StepId(0), busy, &out, 60).success());
+    node.cg.end_step(first, StepId(0), 0);
+    sh(&node, first, StepId(1), "exec tail /dev/zero", &out, 60);
+    assert!(node.cg.end_step(first, StepId(1), 0), "the first job's OOM");
+    let used = node.cg.end_job(first);
+    assert!(used.max_rss_bytes > 16 << 20, "{used:?}");
+    assert!(
+        !node.cg.job_path(first).exists(),
+        "the first job's name is gone"
+    );
+    assert_eq!(node.cg.spares(), 1, "its cgroup was kept");
+
+    // The next job gets it: one other CPU, no memory limit, every GPU.
+    let next = run(11);
+    let open = limits(&[0]);
+    let open = Limits {
+        memory_bytes: None,
+        ..open
+    };
+    let made = node.cg.create_job(next, &open).expect("job cgroup");
+    let baseline = match made {
+        corral_agent::cgroup::JobCgroup::Reused { oom_kills } => oom_kills,
+        other => panic!("the spare was not reused: {other:?}"),
+    };
+    assert!(baseline >= 1, "the OOM kill before it is its baseline");
+    assert_eq!(node.cg.spares(), 0);
+    assert!(node.cg.job_path(next).is_dir());
+    let mem = node
+        .cg
+        .job_dir(Controller::Memory, next)
+        .expect("memory controller");
+    let script = format!(
+        "grep Cpus_allowed_list /proc/self/status; cat {}/memory.limit_in_bytes; \
+         for d in {} {} {}; do dd if=$d of=/dev/null count=1; done",
+        mem.display(),
+        devs[0].display(),
+        devs[1].display(),
+        devs[2].display()
+    );
+    sh(&node, next, StepId(0), &script, &out, 10);
+    let text = std::fs::read_to_string(&out).expect("output");
+    let mut lines = text.lines();
+    let cpus = lines.next().and_then(|l| l.split_whitespace().nth(1));
+    assert_eq!(cpus, Some(node.cg.cpuset_for(&[0]).as_str()), "{text}");
+    let limit: u64 = lines
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no memory limit in {text}"));
+    assert!(limit > 1 << 60, "no memory limit left: {limit}");
+    let gpus: Vec<&str> = text.lines().filter(|l| l.contains("nvidia")).collect();
+    assert_eq!(gpus.len(), 3, "{text}");
+    assert!(
+        gpus.iter().all(|l| l.contains("No such device")),
+        "every GPU gets past the cgroup now: {text}"
+    );
+    assert!(
+        !node.cg.end_step(next, StepId(0), baseline),
+        "the last job's OOM kill is not the next one's"
+    );
+    let usage = node.cg.end_job(next);
+    assert!(
+        usage.cpu_ns < used.cpu_ns / 2,
+        "CPU time counts this job's alone: {usage:?} after {used:?}"
+    );
+    assert!(
+        usage.max_rss_bytes < 8 << 20,
+        "the peak counts this job's alone: {usage:?} after {used:?}"
+    );
+    assert_eq!(node.cg.spares(), 1);
+
+    // And the one after denies GPUs 0 and 2 again, from "allow all".
+    assert_only_gpu1_opens(&open_gpus(&node, run(12)));
+    assert_eq!(node.cg.spares(), 1);
+
+    // A job with a small memory limit never starts with what a spare
+    // may still be charged with: its cgroup is made.
+    let small = run(13);
+    let mut l = limits(&[0]);
+    l.memory_bytes = Some(corral_agent::cgroup::SPARE_MIN_LIMIT - 1);
+    let made = node.cg.create_job(small, &l).expect("job cgroup");
+    assert_eq!(made, corral_agent::cgroup::JobCgroup::Made);
+    assert_eq!(node.cg.spares(), 1, "the spare stays for another job");
+    node.cg.end_job(small);
+}
+
+#[test]
+fn a_frozen_or_vanished_spare_is_never_reused() {
+    let test = "a_frozen_or_vanished_spare_is_never_reused";
+    let Some(layout) = v1_or_skip(test) else {
+        return;
+    };
+    let node = Node::new("spare-gone", layout, None);
+    // A job whose cgroup is still frozen as it ends is removed.
+    let frozen = run(20);
+    node.cg
+        .create_job(frozen, &limits(&[0]))
+        .expect("job cgroup");
+    assert!(node.cg.freeze_job(frozen, true));
+    node.cg.remove_job(frozen);
+    assert_eq!(node.cg.spares(), 0, "a frozen cgroup is not kept");
+    assert!(!node.cg.job_path(frozen).exists(), "it was removed");
+
+    // A spare removed behind the agent's back (with its node's cgroup)
+    // is dropped, and the job's cgroup made as at start.
+    let kept = run(21);
+    node.cg.create_job(kept, &limits(&[0])).expect("job cgroup");
+    node.cg.end_job(kept);
+    assert_eq!(node.cg.spares(), 1);
+    let job = run(22);
+    let bases: Vec<PathBuf> = Controller::ALL
+        .iter()
+        .filter_map(|&c| node.cg.job_dir(c, job))
+        .filter_map(|d| d.parent().map(Path::to_path_buf))
+        .collect();
+    for b in &bases {
+        for e in std::fs::read_dir(b).expect("node cgroup").flatten() {
+            if e.file_name().to_string_lossy().starts_with("spare_") {
+                std::fs::remove_dir(e.path()).expect("removing the spare");
+            }
+        }
+        let _ = std::fs::remove_dir(b);
+    }
+    let made = node.cg.create_job(job, &limits(&[0])).expect("job cgroup");
+    assert_eq!(made, corral_agent::cgroup::JobCgroup::Made);
+    assert_eq!(node.cg.spares(), 0, "the vanished spare was dropped");
     assert_runs_on(&node, job, &[0]);
 }

@@ -20,6 +20,7 @@
 
 pub mod bpf;
 pub mod dynmods;
+mod spare;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -31,6 +32,7 @@ use corral_proto::msg::{JobRun, StepId};
 use nix::sys::signal::Signal;
 
 pub use bpf::Denied;
+pub use spare::{JobCgroup, SPARES_KEPT, SPARE_MEMORY_MAX, SPARE_MIN_LIMIT};
 
 /// A cgroup v1 controller the agent uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -308,6 +310,8 @@ pub struct Cgroups {
     pids_max: Option<u64>,
     /// v1: the kernel accounts swap (`memory.memsw.*`).
     memsw: bool,
+    /// v1: ended jobs' cgroups kept for the next jobs ([`spare`]).
+    spares: parking_lot::Mutex<spare::Spares>,
 }
 
 impl Cgroups {
@@ -333,6 +337,7 @@ impl Cgroups {
             v2_controllers: Vec::new(),
             pids_max,
             memsw: false,
+            spares: Default::default(),
         };
         if let Layout::V2 { root } = &cg.layout {
             let available = read(&root.join("cgroup.controllers"))?;
@@ -490,10 +495,15 @@ impl Cgroups {
         cpu_list(&set)
     }
 
-    /// Creates the job's cgroup with its limits, unless it exists (a later
-    /// step of the same run). True when it made it.
-    pub fn create_job(&self, job: JobRun, limits: &Limits) -> Result<bool, CgroupError> {
+    /// Sets the job's cgroup up with its limits, unless it exists (a later
+    /// step of the same run): a spare renamed to it where one is kept
+    /// ([`spare`]), else made.
+    pub fn create_job(&self, job: JobRun, limits: &Limits) -> Result<JobCgroup, CgroupError> {
         let rel = self.job_rel(job);
+        let cpus = self.cpuset_for(&limits.cpus);
+        if let Some(reused) = self.reuse_spare(&rel, &cpus, limits) {
+            return Ok(reused);
+        }
         let created = match self.make_job_dirs(&rel) {
             // The node's own cgroup is gone (removed by hand, or by a
             // cluster of the same parent that shut down): made again, as
@@ -508,9 +518,8 @@ impl Cgroups {
             made => made?,
         };
         if !created {
-            return Ok(false);
+            return Ok(JobCgroup::Existed);
         }
-        let cpus = self.cpuset_for(&limits.cpus);
         let result = match &self.layout {
             Layout::V1 { .. } => self.limit_v1(&rel, &cpus, limits),
             Layout::V2 { .. } => self.limit_v2(&rel, &cpus, limits),
@@ -518,7 +527,7 @@ impl Cgroups {
         if result.is_err() {
             self.remove(&rel, &[]);
         }
-        result.map(|()| true)
+        result.map(|()| JobCgroup::Made)
     }
 
     /// Makes `rel` in every hierarchy; true when it made any.
@@ -782,10 +791,14 @@ impl Cgroups {
         self.usage(job)
     }
 
-    /// Removes a finished job's cgroup.
+    /// Removes a finished job's cgroup, or keeps it as a spare for the
+    /// next job ([`spare`]).
     pub fn remove_job(&self, job: JobRun) {
         let rel = self.job_rel(job);
-        self.remove(&rel, &self.children(&rel));
+        let steps = self.children(&rel);
+        if !self.keep_spare(&rel, &steps) {
+            self.remove(&rel, &steps);
+        }
     }
 
     /// [`Cgroups::finish_job`] then [`Cgroups::remove_job`].
@@ -798,11 +811,15 @@ impl Cgroups {
     /// Processes of the job the kernel killed for memory so far (its
     /// tasks are in the job's memory cgroup; v2 counts its steps' too).
     pub fn oom_kills(&self, job: JobRun) -> u64 {
+        self.oom_kills_at(&self.job_rel(job))
+    }
+
+    fn oom_kills_at(&self, rel: &Path) -> u64 {
         let file = match self.layout {
             Layout::V1 { .. } => "memory.oom_control",
             Layout::V2 { .. } => "memory.events",
         };
-        self.dir(Controller::Memory, &self.job_rel(job))
+        self.dir(Controller::Memory, rel)
             .and_then(|d| fs::read_to_string(d.join(file)).ok())
             .and_then(|t| keyed(&t, "oom_kill"))
             .unwrap_or(0)
@@ -889,13 +906,14 @@ impl Cgroups {
 }
 
 /// Removes an empty cgroup, waiting up to a second for processes just
-/// killed to leave it; one still busy stays (and is logged).
-fn rmdir(dir: &Path) {
+/// killed to leave it; one still busy stays (and is logged). True when
+/// it is gone.
+fn rmdir(dir: &Path) -> bool {
     let mut tries = 0;
     loop {
         match fs::remove_dir(dir) {
-            Ok(()) => return,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Ok(()) => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return true,
             // The last task's exit is still being accounted: back off
             // from 100 µs up to 10 ms, a second in all.
             Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) && tries < 110 => {
@@ -904,7 +922,7 @@ fn rmdir(dir: &Path) {
             }
             Err(e) => {
                 tracing::warn!(cgroup = %dir.display(), error = %e, "cgroup left behind");
-                return;
+                return false;
             }
         }
     }
@@ -988,6 +1006,7 @@ mod tests {
             v2_controllers: Vec::new(),
             pids_max: None,
             memsw: false,
+            spares: Default::default(),
         }
     }
 
