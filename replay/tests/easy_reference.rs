@@ -311,9 +311,9 @@ fn check(trace: &str, jobs: usize, load: u64) {
     }
 }
 
-fn compare(trace: &str, w: &Workload, policy: BackfillPolicy, backfill: bool) {
-    let reference = easy(w, backfill);
-    let (corral, _) = replay(
+/// Corral's replay of `w` under `policy`, best fit.
+fn corral_figures(w: &Workload, policy: BackfillPolicy) -> Figures {
+    let (r, _) = replay(
         w,
         Options {
             policy,
@@ -323,17 +323,26 @@ fn compare(trace: &str, w: &Workload, policy: BackfillPolicy, backfill: bool) {
         },
         |_| {},
     );
+    Figures {
+        utilization: r.utilization,
+        slowdown: r.mean_bounded_slowdown,
+        jobs: r.jobs,
+    }
+}
+
+fn compare(trace: &str, w: &Workload, policy: BackfillPolicy, backfill: bool) {
+    let reference = easy(w, backfill);
+    let corral = corral_figures(w, policy);
     println!(
         "{trace} {policy:?}: {} jobs; utilisation {:.4} (reference {:.4}), bounded slowdown {:.3} (reference {:.3})",
-        corral.jobs, corral.utilization, reference.utilization, corral.mean_bounded_slowdown, reference.slowdown
+        corral.jobs, corral.utilization, reference.utilization, corral.slowdown, reference.slowdown
     );
     assert_eq!(corral.jobs, reference.jobs, "{trace}: jobs started");
     if !backfill {
         // No backfilling: one order, one schedule, the same figures.
         assert!(
             (corral.utilization - reference.utilization).abs() < 1e-9
-                && (corral.mean_bounded_slowdown - reference.slowdown).abs()
-                    < 1e-9 * reference.slowdown,
+                && (corral.slowdown - reference.slowdown).abs() < 1e-9 * reference.slowdown,
             "{trace}: FCFS differs from the reference"
         );
         return;
@@ -355,11 +364,11 @@ fn compare(trace: &str, w: &Workload, policy: BackfillPolicy, backfill: bool) {
     // Corral and none in the reference), and the schedules part from
     // there. The bound fences it: never worse than the textbook EASY by
     // more than 5%, never better by more than 40%.
-    let ratio = corral.mean_bounded_slowdown / reference.slowdown;
+    let ratio = corral.slowdown / reference.slowdown;
     assert!(
         (0.6..1.05).contains(&ratio),
         "{trace}: bounded slowdown {} vs {} (ratio {ratio:.3})",
-        corral.mean_bounded_slowdown,
+        corral.slowdown,
         reference.slowdown
     );
 }
@@ -377,23 +386,7 @@ fn nasa_slice_matches_an_independent_easy() {
 /// Corral's replay and the node-placing reference on a GPU slice, for
 /// `policy`: the figures of each.
 fn gpu_figures(w: &Workload, policy: BackfillPolicy, backfill: bool) -> (Figures, Figures) {
-    let reference = easy_nodes(w, backfill);
-    let (corral, _) = replay(
-        w,
-        Options {
-            policy,
-            packing: Packing::BestFit,
-            fill: false,
-            overrun: (Overrun::Extend, 0),
-        },
-        |_| {},
-    );
-    let corral = Figures {
-        utilization: corral.utilization,
-        slowdown: corral.mean_bounded_slowdown,
-        jobs: corral.jobs,
-    };
-    (corral, reference)
+    (corral_figures(w, policy), easy_nodes(w, backfill))
 }
 
 /// A GPU slice: the same jobs start under both; utilisation the same;
