@@ -320,6 +320,17 @@ impl Recent {
 /// [`Recent::MOST`] such runs are kept, the oldest forgotten first.
 pub(crate) const ENDED_KEEP: Duration = Duration::from_secs(900);
 
+/// An instant of this process's clock as Unix milliseconds (0 for none).
+pub(crate) fn unix_ms(t: Option<Instant>) -> u64 {
+    let Some(t) = t else { return 0 };
+    let ago = Instant::now().saturating_duration_since(t);
+    std::time::SystemTime::now()
+        .checked_sub(ago)
+        .and_then(|w| w.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64)
+        .max(1)
+}
+
 /// What a new connection sends first: the outcomes the last one may have
 /// lost, oldest first, and the end of every ended run still kept that is
 /// not among them.
@@ -412,11 +423,11 @@ impl Agent {
 
     fn registration(&self) -> Registration {
         // One look at the table: what runs and what it was sent agree.
-        let (running, launched) = {
+        let (running, launched, forgot) = {
             let procs = self.procs.lock();
             let mut running = procs.running();
             running.sort_unstable();
-            (running, procs.launched())
+            (running, procs.launched(), procs.forgot_through())
         };
         Registration {
             name: self.cfg.name.clone(),
@@ -427,6 +438,7 @@ impl Agent {
             credential_key: self.key.clone(),
             running,
             launched,
+            forgot_ended_before: unix_ms(forgot),
             instance: self.instance,
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
         }

@@ -293,7 +293,10 @@ impl Drop for Fleet {
 impl SimNode {
     fn registration(&self) -> Registration {
         let running = self.running();
-        let launched = self.procs.lock().launched();
+        let (launched, forgot) = {
+            let procs = self.procs.lock();
+            (procs.launched(), procs.forgot_through())
+        };
         let gpus = (0..self.cfg.gpus)
             .map(|g| GpuInfo {
                 index: g,
@@ -312,6 +315,7 @@ impl SimNode {
             credential_key: self.key.clone(),
             running,
             launched,
+            forgot_ended_before: crate::agent::unix_ms(forgot),
             instance: self.instance,
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
         }

@@ -95,6 +95,9 @@ pub enum Termination {
 #[derive(Debug, Default)]
 pub struct ProcTable {
     jobs: HashMap<JobId, JobProcs>,
+    /// The latest end among the ended runs [`ProcTable::prune_done`]
+    /// forgot: every run launched here after it is still known.
+    forgot_through: Option<Instant>,
 }
 
 impl ProcTable {
@@ -247,10 +250,15 @@ impl ProcTable {
     /// Forgets the runs [`ProcTable::end_batch_alone`] ended longer than
     /// `keep` ago, and the oldest of them beyond `most`.
     pub fn prune_done(&mut self, now: Instant, keep: Duration, most: usize) {
-        self.jobs.retain(|_, j| {
-            j.done_at
-                .is_none_or(|t| now.saturating_duration_since(t) <= keep)
+        let mut forgot = self.forgot_through;
+        self.jobs.retain(|_, j| match j.done_at {
+            Some(t) if now.saturating_duration_since(t) > keep => {
+                forgot = forgot.max(Some(t));
+                false
+            }
+            _ => true,
         });
+        self.forgot_through = forgot;
         // Counted first: on each heartbeat, and rarely over.
         if self.jobs.values().filter(|j| j.done_at.is_some()).count() <= most {
             return;
@@ -261,9 +269,18 @@ impl ProcTable {
             .filter_map(|(&id, j)| j.done_at.map(|t| (t, id)))
             .collect();
         done.sort_unstable();
-        for (_, id) in &done[..done.len() - most] {
+        for (t, id) in &done[..done.len() - most] {
             self.jobs.remove(id);
+            self.forgot_through = self.forgot_through.max(Some(*t));
         }
+    }
+
+    /// Up to when ended runs were forgotten: a run launched later is in
+    /// [`ProcTable::launched`] until a `Terminate` takes it; one launched
+    /// earlier may have ended here unheard (a controller that could not
+    /// store its end) and been forgotten. None: nothing forgotten.
+    pub fn forgot_through(&self) -> Option<Instant> {
+        self.forgot_through
     }
 
     /// Keeps `msg` (the run's `BatchDone`) with a run
@@ -533,8 +550,10 @@ mod tests {
         );
         t.prune_done(t0 + keep, keep, 10);
         assert_eq!(t.launched().len(), 1, "kept for as long as told");
+        assert_eq!(t.forgot_through(), None, "nothing forgotten yet");
         t.prune_done(t0 + keep + Duration::from_secs(1), keep, 10);
         assert!(t.launched().is_empty());
+        assert_eq!(t.forgot_through(), Some(t0), "forgotten up to its end");
         assert!(t.ended_outcomes().is_empty(), "gone with its run");
         // No more than told: the oldest go first; running runs stay.
         for (job, secs) in [(10, 3), (11, 1), (12, 2)] {
@@ -543,6 +562,11 @@ mod tests {
         }
         t.begin_step(run(13, 0), StepId::BATCH);
         t.prune_done(t0 + Duration::from_secs(4), keep, 2);
+        assert_eq!(
+            t.forgot_through(),
+            Some(t0 + Duration::from_secs(1)),
+            "the latest end forgotten for room"
+        );
         let mut left: Vec<u64> = t.launched().iter().map(|l| l.run.job.0).collect();
         left.sort_unstable();
         assert_eq!(left, [10, 12, 13]);

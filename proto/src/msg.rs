@@ -62,6 +62,11 @@ pub struct Registration {
     /// The steps of those runs the agent was sent: a launch that did not
     /// arrive (lost with a connection or a controller) is sent again.
     pub launched: Vec<Launched>,
+    /// Unix milliseconds up to which the agent forgot runs that ended
+    /// here (it keeps them a while, sending their ends again): a run
+    /// started later that it neither runs nor was launched never arrived;
+    /// one started earlier may have ended unheard. 0: none forgotten.
+    pub forgot_ended_before: u64,
     /// Drawn at random when the agent starts: a node that registers again
     /// with another one restarted, and its jobs' processes died with it.
     pub instance: u64,

@@ -253,6 +253,20 @@ impl Plan {
             )
         };
         let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        // A bind keeps its source's set-user-ID files and device nodes
+        // working: the root and every submount are remounted without
+        // them (keeping the source's read-only or noexec), so nothing in
+        // a root or a directory a user filled gains privileges.
+        let harden = |target: &Path, source: &Path| {
+            let kept = source_flags(source);
+            mount(
+                None,
+                target,
+                None,
+                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | nosuid_nodev | kept,
+                None,
+            )
+        };
 
         push(StepKind::Unshare, Call::Unshare(CloneFlags::CLONE_NEWNS));
         push(
@@ -266,6 +280,7 @@ impl Plan {
             )?,
         );
         push(StepKind::BindRoot, bind(&root, &root)?);
+        push(StepKind::BindRoot, harden(&root, &root)?);
         // Other users' processes stay invisible: the jail shares the
         // host's PID namespace.
         push(
@@ -449,6 +464,8 @@ impl Plan {
             push(StepKind::Submount(i), bind(&s.source, &target)?);
             if s.read_only {
                 push(StepKind::Submount(i), read_only(&target)?);
+            } else {
+                push(StepKind::Submount(i), harden(&target, &s.source)?);
             }
         }
         for (i, f) in self.host_files.iter().enumerate() {
@@ -476,6 +493,30 @@ impl Plan {
             steps,
         })
     }
+}
+
+/// The flags of the mount `path` is on that a remount of its bind must
+/// keep (read-only, noexec, noatime); none when it cannot be read (a
+/// plan made for a root that is not there yet, in tests).
+fn source_flags(path: &Path) -> MsFlags {
+    use nix::sys::statvfs::FsFlags;
+    let Ok(st) = nix::sys::statvfs::statvfs(path) else {
+        return MsFlags::empty();
+    };
+    let f = st.flags();
+    let mut out = MsFlags::empty();
+    for (fs, ms) in [
+        (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if f.contains(fs) {
+            out |= ms;
+        }
+    }
+    out
 }
 
 fn opt(s: &Option<CString>) -> Option<&CStr> {
@@ -674,6 +715,24 @@ mod tests {
             calls[2].starts_with("mount /jail /jail - MS_BIND|MS_REC"),
             "{}",
             calls[2]
+        );
+        // The root's set-user-ID files and devices do nothing inside, and
+        // no submount's either.
+        let hardened =
+            |c: &str| c.contains("MS_REMOUNT") && c.contains("MS_NOSUID") && c.contains("MS_NODEV");
+        assert!(
+            calls[3].starts_with("mount - /jail ") && hardened(&calls[3]),
+            "{}",
+            calls[3]
+        );
+        let data = calls
+            .iter()
+            .position(|c| c.starts_with("mount /srv/data /jail/data"))
+            .expect("the submount");
+        assert!(
+            calls[data + 1].starts_with("mount - /jail/data ") && hardened(&calls[data + 1]),
+            "{}",
+            calls[data + 1]
         );
         let order = [
             "mount proc /jail/proc proc",

@@ -327,7 +327,14 @@ fn hostile_filters_neither_stall_the_controller_nor_take_nodes_down() {
 #[test]
 fn huge_job_names_do_not_break_everyones_listing() {
     let _one = serial();
-    let env = cluster(1, 30);
+    // Names are bounded (1024 bytes unless configured): an operator who
+    // allows a mebibyte still gets listings larger than a frame.
+    let env = Env::start(Opts {
+        nodes: 1,
+        heartbeat_timeout: 30,
+        extra_config: "[limits]\nmax_text_len = 1048576\n".into(),
+        ..Opts::default()
+    });
     let sock = env.cluster.socket(0);
     let jobs: Vec<Request> = (0..10)
         .map(|i| {
@@ -653,6 +660,30 @@ fn odd_and_oversized_submissions_get_one_line_each() {
     refused(
         &["sbatch", "-H", big.to_str().unwrap()],
         "Batch script is too large",
+    );
+    // Free texts the controller would keep after the job ends: a name
+    // and comment of megabytes (in #SBATCH lines, past any argv limit)
+    // filled a state disk; each is refused at a few KiB.
+    let texts = env.work.join("texts.sh");
+    let huge = "n".repeat(1_900_000);
+    std::fs::write(
+        &texts,
+        format!("#!/bin/sh\n#SBATCH -J {huge}\n#SBATCH --comment={huge}\ntrue\n"),
+    )
+    .unwrap();
+    refused(
+        &["sbatch", "-H", texts.to_str().unwrap()],
+        "Invalid job name: longer than 1024 bytes",
+    );
+    let long = "c".repeat(1025);
+    refused(
+        &["sbatch", "-H", "--comment", &long, "--wrap", "true"],
+        "Invalid comment: longer than 1024 bytes",
+    );
+    let deep = format!("/tmp/{}", "d".repeat(4096));
+    refused(
+        &["sbatch", "-H", "-o", &deep, "--wrap", "true"],
+        "Invalid output file name: longer than 4096 bytes",
     );
     // Alice's job is hers: bob's filters report it and leave it alone.
     let (code, o, e) = as_user(

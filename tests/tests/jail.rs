@@ -3,6 +3,7 @@
 //! inside. Without root it says SKIPPED and checks nothing.
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use corral_e2e::{is_root, Env, Opts};
 
@@ -317,4 +318,102 @@ fn jail_shell_puts_a_login_user_into_the_shared_root_with_the_clusters_commands(
     assert!(shown.contains("(4100) GroupId="), "ada's job: {shown}");
     let written = std::fs::read_to_string(home.join("login.out")).expect("output in the root");
     assert_eq!(written, "from-the-login-shell\n");
+
+    // Run for ada, it takes nothing of hers: not a root, a submount or a
+    // configuration she names (her own root brings her own /etc/group
+    // and set-user-ID files), and what it runs gains no privileges.
+    let as_ada = |args: &[&str], envs: &[(&str, &Path)]| {
+        let mut c = std::process::Command::new(corral_e2e::bin_dir().join("corral"));
+        c.args(args)
+            .env("SUDO_UID", "4100")
+            .env("SUDO_GID", "4100")
+            .env_remove("CORRAL_CONF");
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        let o = c.output().expect("corral jail shell");
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let hers = tempfile::tempdir().expect("her root");
+    shared_root::scaffold::host_usr(hers.path(), "her-root").expect("her root");
+    std::os::unix::fs::chown(hers.path(), Some(4100), Some(4100)).expect("chown");
+    let her_conf = hers.path().join("corral.toml");
+    std::fs::write(
+        &her_conf,
+        format!("[jail]\nroot = \"{}\"\n", hers.path().display()),
+    )
+    .expect("her config");
+    std::os::unix::fs::chown(&her_conf, Some(4100), Some(4100)).expect("chown");
+    let her_dir = hers.path().to_str().expect("utf-8");
+    for (args, want) in [
+        (
+            vec!["jail", "shell", her_dir, "--", "id"],
+            "drop DIR and --submount",
+        ),
+        (
+            vec![
+                "jail",
+                "shell",
+                "--config",
+                config.to_str().unwrap(),
+                "--submount",
+                "/etc:/mnt",
+                "--",
+                "id",
+            ],
+            "drop DIR and --submount",
+        ),
+        (
+            vec![
+                "jail",
+                "shell",
+                "--config",
+                her_conf.to_str().unwrap(),
+                "--",
+                "id",
+            ],
+            "is not owned by root",
+        ),
+    ] {
+        let (code, out, err) = as_ada(&args, &[]);
+        assert_ne!(code, 0, "{args:?} ran: {out}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    // $CORRAL_CONF of hers is not read either.
+    let (code, out, err) = as_ada(
+        &["jail", "shell", "--", "id"],
+        &[("CORRAL_CONF", her_conf.as_path())],
+    );
+    assert_ne!(code, 0, "ran in her root: {out}");
+    assert!(
+        !err.contains("her-root") && !out.contains("her-root"),
+        "{err}"
+    );
+    // A set-user-ID root program in the cluster's root runs as ada.
+    let suid = root.path().join("opt/suid-id");
+    std::fs::create_dir_all(suid.parent().unwrap()).expect("opt");
+    std::fs::copy("/usr/bin/id", &suid).expect("id");
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).expect("setuid");
+    let (code, out, err) = as_ada(
+        &[
+            "jail",
+            "shell",
+            "--config",
+            config.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "/opt/suid-id -u; grep NoNewPrivs /proc/self/status",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "4100", "set-user-ID did nothing: {out}");
+    assert!(lines[1].ends_with("\t1"), "no_new_privs: {out}");
 }

@@ -217,65 +217,122 @@ impl Drop for Unmount {
     }
 }
 
+/// A cluster whose controller keeps its state and its log on one small
+/// tmpfs of `mib` MiB (as a state disk shared with the log would be);
+/// `limits` goes in `[limits]`. The mounts go with the returned guards.
+fn on_small_disk(mib: u32, limits: &str) -> (Env, std::path::PathBuf, Vec<Unmount>) {
+    let mut env = Env::start(Opts {
+        nodes: 1,
+        durable: true,
+        extra_config: format!("[limits]\n{limits}\n"),
+        ..Opts::default()
+    });
+    let dir = env.cluster.spec.dir.clone();
+    let state = dir.join("state");
+    env.cluster.kill_ctld(Signal::SIGKILL);
+    let saved = dir.join("state.saved");
+    std::fs::rename(&state, &saved).expect("moving the state aside");
+    std::fs::create_dir(&state).expect("mount point");
+    let ok = std::process::Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={mib}m,mode=0700"),
+            "tmpfs",
+        ])
+        .arg(&state)
+        .status()
+        .expect("mount");
+    assert!(ok.success(), "mounting a tmpfs");
+    let mut guards = vec![Unmount(state.clone())];
+    for e in std::fs::read_dir(&saved).expect("saved state") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), state.join(e.file_name())).expect("copying the state");
+    }
+    // The log moves onto the same disk.
+    let log = state.join("log");
+    std::fs::create_dir(&log).expect("log dir");
+    let ok = std::process::Command::new("mount")
+        .arg("--bind")
+        .arg(&log)
+        .arg(dir.join("log"))
+        .status()
+        .expect("mount --bind");
+    assert!(ok.success(), "binding the log");
+    guards.insert(0, Unmount(dir.join("log")));
+    env.cluster.restart_ctld().expect("ctld starts again");
+    (env, state, guards)
+}
+
+/// Fills what is left of the filesystem of `dir` with a file, returned.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let filler = dir.join("filler");
+    let mut f = std::fs::File::create(&filler).expect("filler");
+    let block = vec![0u8; 64 << 10];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.flush();
+    filler
+}
+
+/// Submits until the controller takes one; its id.
+fn first_taken(env: &Env, submit: &dyn Fn(&Env) -> (i32, String, String), within: u64) -> u64 {
+    let t0 = std::time::Instant::now();
+    loop {
+        let (code, out, err) = submit(env);
+        if code == 0 {
+            return out.trim().parse().expect("id");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(within),
+            "submissions still refused: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The disk filled past any reserve (by something else), with the log
+/// on it too, and submissions of large scripts: each refused with one
+/// line; once space returns submissions are taken again without a
+/// restart (a log line that could not be written panicked the writer
+/// and lost its batch, and every submission was refused for good), and
+/// after a crash exactly the acknowledged jobs are there.
 #[test]
 fn a_full_state_disk_refuses_submissions_and_recovers_when_space_returns() {
     if !corral_e2e::is_root() {
         println!("SKIPPED (a small tmpfs for the state needs root)");
         return;
     }
-    let mut env = Env::start(Opts {
-        nodes: 1,
-        durable: true,
-        ..Opts::default()
-    });
-    // The controller's state moves onto a 16 MiB tmpfs.
-    let state = env.cluster.spec.dir.join("state");
-    env.cluster.kill_ctld(Signal::SIGKILL);
-    let saved = env.cluster.spec.dir.join("state.saved");
-    std::fs::rename(&state, &saved).expect("moving the state aside");
-    std::fs::create_dir(&state).expect("mount point");
-    let ok = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs"])
-        .arg(&state)
-        .status()
-        .expect("mount");
-    assert!(ok.success(), "mounting a tmpfs");
-    let _unmount = Unmount(state.clone());
-    for e in std::fs::read_dir(&saved).expect("saved state") {
-        let e = e.expect("entry");
-        std::fs::copy(e.path(), state.join(e.file_name())).expect("copying the state");
-    }
-    env.cluster.restart_ctld().expect("ctld starts again");
+    let (mut env, state, _unmount) = on_small_disk(32, "state_reserve = 0");
     let script = env.work.join("held.sh");
-    std::fs::write(&script, "#!/bin/sh\ntrue\n").expect("script");
+    // Large, as the scripts that filled a disk were: a refused
+    // submission's script must not wait in the store's queue.
+    let mut body = String::from("#!/bin/sh\ntrue\n");
+    body.push_str(&format!("#{}\n", "x".repeat(512 << 10)));
+    std::fs::write(&script, body).expect("script");
     let script = script.to_string_lossy().into_owned();
     let submit = |env: &Env| env.run(&["sbatch", "--parsable", "-H", "-o", "/dev/null", &script]);
-    let t0 = std::time::Instant::now();
-    let mut acked: Vec<u64> = Vec::new();
-    while acked.is_empty() {
-        let (code, out, _) = submit(&env);
-        if code == 0 {
-            acked.push(out.trim().parse().expect("id"));
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "ctld did not come back"
-        );
-    }
+    let mut acked = vec![first_taken(&env, &submit, 30)];
 
-    // The disk fills up.
-    let filler = state.join("filler");
+    // The disk fills up, to the last byte of the log's page.
+    let filler = fill(&state);
     {
         use std::io::Write;
-        let mut f = std::fs::File::create(&filler).expect("filler");
-        let block = vec![0u8; 64 << 10];
-        while f.write_all(&block).is_ok() {}
-        let _ = f.flush();
+        let log = env.cluster.spec.dir.join("log").join("ctld.log");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(log)
+            .expect("log");
+        while f
+            .write_all(b"filler filler filler filler filler filler\n")
+            .is_ok()
+        {}
     }
     // Submissions go on until the store needs space it cannot get; then
     // each is refused with one line, and nothing refused is kept.
     let mut refusal = None;
-    for _ in 0..3000 {
+    for _ in 0..300 {
         let (code, out, err) = submit(&env);
         if code == 0 {
             acked.push(out.trim().parse().expect("id"));
@@ -292,26 +349,17 @@ fn a_full_state_disk_refuses_submissions_and_recovers_when_space_returns() {
         ),
         "{err}"
     );
-    let (code, _, _) = submit(&env);
-    assert_ne!(code, 0, "still full: still refused");
+    for _ in 0..5 {
+        let (code, _, _) = submit(&env);
+        assert_ne!(code, 0, "still full: still refused");
+    }
     // The controller still answers.
     assert_eq!(env.run(&["squeue", "-h"]).0, 0, "ctld alive");
+    std::thread::sleep(Duration::from_secs(3));
 
     // Space returns: submissions are taken again, without a restart.
     std::fs::remove_file(&filler).expect("freeing the disk");
-    let t0 = std::time::Instant::now();
-    loop {
-        let (code, out, err) = submit(&env);
-        if code == 0 {
-            acked.push(out.trim().parse().expect("id"));
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "submissions still refused after space returned: {err}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    acked.push(first_taken(&env, &submit, 20));
 
     // After a crash, exactly the acknowledged jobs are there.
     env.cluster.kill_ctld(Signal::SIGKILL);
@@ -335,6 +383,74 @@ fn a_full_state_disk_refuses_submissions_and_recovers_when_space_returns() {
     listed.sort_unstable();
     acked.sort_unstable();
     assert_eq!(listed, acked, "every acknowledged job, and only those");
+}
+
+/// One user's large held jobs fill the state disk up to its reserve and
+/// no further: new jobs (sbatch and srun) are refused in one line that
+/// says why, while a running job still completes and is stored, and a
+/// cancel still works; once space returns jobs are taken again.
+#[test]
+fn the_state_disk_keeps_a_reserve_for_running_jobs() {
+    if !corral_e2e::is_root() {
+        println!("SKIPPED (a small tmpfs for the state needs root)");
+        return;
+    }
+    let (env, state, _unmount) = on_small_disk(32, "state_reserve = 4194304");
+    // Other files on the disk, removed at the end.
+    let other = state.join("other");
+    std::fs::write(&other, vec![1u8; 8 << 20]).expect("other file");
+    let running = env.ok(&[
+        "sbatch",
+        "--parsable",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 4",
+    ]);
+    let running: u64 = running.trim().parse().expect("id");
+    env.wait_state(running, &["RUNNING"], 20);
+    let script = env.work.join("big.sh");
+    let mut body = String::from("#!/bin/sh\ntrue\n");
+    body.push_str(&format!("#{}\n", "x".repeat(1 << 20)));
+    std::fs::write(&script, body).expect("script");
+    let script = script.to_string_lossy().into_owned();
+    let mut held = 0;
+    let refusal = loop {
+        let (code, _, err) = env.run(&["sbatch", "-H", "-o", "/dev/null", &script]);
+        if code != 0 {
+            break err;
+        }
+        held += 1;
+        assert!(held < 64, "32 MiB never ran short");
+    };
+    assert_eq!(refusal.lines().count(), 1, "{refusal}");
+    assert!(
+        refusal.contains("Resource temporarily unavailable: the controller's state disk has")
+            && refusal.contains("under the 4 MiB it keeps for running jobs"),
+        "{refusal}"
+    );
+    let st = nix::sys::statvfs::statvfs(&state).expect("statvfs");
+    let free = st.blocks_available() as u64 * st.fragment_size() as u64;
+    assert!(
+        free > 1 << 20,
+        "the reserve is still there: {free} bytes free"
+    );
+    let (code, _, err) = env.run(&["srun", "true"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("Resource temporarily unavailable"), "{err}");
+    // What runs goes on: the running job completes, cancels work.
+    assert_eq!(
+        env.wait_state(running, &["COMPLETED", "FAILED"], 30),
+        "COMPLETED"
+    );
+    env.ok(&["scancel", "-u", "root", "-t", "PENDING"]);
+    // Space returns (another file removed: redb keeps its file's size,
+    // reusing the cancelled jobs' pages), and jobs are taken again.
+    std::fs::remove_file(&other).expect("removing the other file");
+    let submit =
+        |env: &Env| env.run(&["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true"]);
+    let taken = first_taken(&env, &submit, 20);
+    env.wait_state(taken, &["COMPLETED"], 30);
 }
 
 #[test]

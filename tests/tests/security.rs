@@ -164,6 +164,7 @@ fn forged_expired_and_replayed_credentials_are_refused() {
             credential_key: key,
             running: vec![],
             launched: Vec::new(),
+            forgot_ended_before: 0,
             instance: 1,
             agent_version: "test".into(),
         };

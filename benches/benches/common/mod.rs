@@ -15,6 +15,7 @@ pub fn register_nodes(ctl: &mut Controller, n: usize, now: u64) {
             credential_key: vec![7; 32],
             running: Vec::new(),
             launched: Vec::new(),
+            forgot_ended_before: 0,
             instance: 1,
             agent_version: "bench".into(),
         };

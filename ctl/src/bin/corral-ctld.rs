@@ -61,6 +61,9 @@ fn main() {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // A log on a full disk loses lines, never the daemon: reporting
+        // the failed write on stderr panics the thread that logged.
+        .log_internal_errors(false)
         .init();
     let args = match Args::try_parse() {
         Ok(a) => a,

@@ -35,14 +35,66 @@ fn caller() -> (u32, u32) {
 }
 
 /// The `[jail]` section of the cluster's configuration, if there is one.
-fn section(config: Option<&Path>) -> Result<Option<JailSection>, String> {
-    let env = std::env::var_os("CORRAL_CONF").map(PathBuf::from);
+/// Run for another user, only a file root alone could have written is
+/// read ([`trusted`]), and never one named by the caller's environment.
+fn section(config: Option<&Path>, for_other: bool) -> Result<Option<JailSection>, String> {
+    let env = std::env::var_os("CORRAL_CONF")
+        .map(PathBuf::from)
+        .filter(|_| !for_other);
     let path = match config.map(Path::to_path_buf).or(env) {
         Some(p) => p,
         None if Path::new(DEFAULT_CONFIG).exists() => DEFAULT_CONFIG.into(),
         None => return Ok(None),
     };
+    if for_other {
+        trusted(&path, false)?;
+    }
     JailSection::load(&path).map_err(|e| corral_proto::error_chain(&e))
+}
+
+/// Refuses `path` unless only root could have put it there: every
+/// component owned by root, none a symbolic link, no directory on the
+/// way writable by others (unless sticky, where only an entry's owner
+/// may replace it), and the last not writable by group or others (a
+/// socket's mode is not its access: only its place is checked).
+pub fn trusted(path: &Path, socket: bool) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let refuse = |why: String| {
+        Err(format!(
+            "{}: {why}; refused when run for another user",
+            path.display()
+        ))
+    };
+    if !path.is_absolute() {
+        return refuse("not an absolute path".into());
+    }
+    let mut at = PathBuf::from("/");
+    let parts: Vec<_> = path.components().skip(1).collect();
+    for (i, part) in parts.iter().enumerate() {
+        at.push(part);
+        let m = match std::fs::symlink_metadata(&at) {
+            Ok(m) => m,
+            Err(e) => return refuse(format!("{}: {e}", at.display())),
+        };
+        if m.file_type().is_symlink() {
+            return refuse(format!("{} is a symbolic link", at.display()));
+        }
+        if m.uid() != 0 {
+            return refuse(format!("{} is not owned by root", at.display()));
+        }
+        let mode = m.permissions().mode();
+        let last = i + 1 == parts.len();
+        if last {
+            if !socket && mode & 0o022 != 0 {
+                return refuse("writable by others than root".into());
+            }
+        } else if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            // A sticky one (/tmp) is safe for root's own entries, which
+            // the owner check of the next component makes sure of.
+            return refuse(format!("{} is writable by others than root", at.display()));
+        }
+    }
+    Ok(())
 }
 
 /// A failure of the child between fork and exec: the jail's step and
@@ -58,7 +110,18 @@ pub fn run(a: ShellArgs) -> Result<i32, String> {
                 .into(),
         );
     }
-    let section = section(a.config.as_deref())?.unwrap_or_default();
+    let (uid, gid) = caller();
+    // Run for someone else (sudo), nothing the caller names is taken: a
+    // root of their own brings their own /etc/group and set-user-ID
+    // files, a configuration or submount of theirs mounts what they like.
+    let for_other = uid != 0;
+    if for_other && (a.dir.is_some() || !a.submounts.is_empty()) {
+        return Err(format!(
+            "run for another user (sudo), the shared root and its submounts come from {DEFAULT_CONFIG} only: \
+             drop DIR and --submount"
+        ));
+    }
+    let section = section(a.config.as_deref(), for_other)?.unwrap_or_default();
     let root = match a.dir.clone() {
         Some(d) => d,
         None if !section.root.as_os_str().is_empty() => section.root.clone(),
@@ -68,7 +131,9 @@ pub fn run(a: ShellArgs) -> Result<i32, String> {
         ))
         }
     };
-    let (uid, gid) = caller();
+    if for_other {
+        trusted(&root, false)?;
+    }
     let account = shared_root::users::account(&root, uid);
     let name = account
         .as_ref()
@@ -114,7 +179,8 @@ pub fn run(a: ShellArgs) -> Result<i32, String> {
     let socket = std::env::var_os("CORRAL_AGENT_SOCKET")
         .map(PathBuf::from)
         .unwrap_or_else(|| "/run/corral/agent.sock".into());
-    let has_socket = socket.exists();
+    // The caller may name the node's socket, not what is bound there.
+    let has_socket = socket.exists() && (!for_other || trusted(&socket, true).is_ok());
     if has_socket {
         plan.extras.push(Extra {
             name: "agent.sock".into(),
@@ -187,7 +253,7 @@ fn enter_in_child(
     use nix::unistd::{chdir, setgid, setgroups, setuid, Gid, Uid};
     let fail = |code: i32| std::io::Error::from_raw_os_error(code);
     // SAFETY: runs in the forked child before exec; it calls only the
-    // jail's prepared mount calls, setgroups, setgid, setuid and chdir on
+    // jail's prepared mount calls, setgroups, setgid, setuid, prctl and chdir on
     // data made before the fork, and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
@@ -198,6 +264,9 @@ fn enter_in_child(
             setgroups(&groups).map_err(id)?;
             setgid(Gid::from_raw(gid)).map_err(id)?;
             setuid(Uid::from_raw(uid)).map_err(id)?;
+            // Nothing exec'd from here gains privileges (set-user-ID
+            // files, file capabilities), whatever a mount lets through.
+            nix::sys::prctl::set_no_new_privs().map_err(id)?;
             if chdir(home.as_c_str()).is_err() {
                 chdir(c"/").map_err(id)?;
             }

@@ -14,16 +14,27 @@ pub(super) fn printable(what: &'static str, s: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// srun's task file patterns: printable, and short enough to store.
-pub(super) fn task_files(f: &corral_proto::msg::TaskFiles) -> Result<(), Refusal> {
+/// Refuses text longer than `max` bytes: every free text a job carries
+/// is kept in the store and in accounting after it ends, so none may be
+/// larger than a name or a path needs (Slurm refuses the same with
+/// "Pathname of a file, directory or other parameter too long").
+pub(super) fn bounded(what: &'static str, s: &str, max: usize) -> Result<(), Refusal> {
+    if s.len() > max {
+        return Err(CtldError::TooLong { what, max });
+    }
+    Ok(())
+}
+
+/// Printable and at most `max` bytes.
+pub(super) fn text(what: &'static str, s: &str, max: usize) -> Result<(), Refusal> {
+    printable(what, s)?;
+    bounded(what, s, max)
+}
+
+/// srun's task file patterns: printable, and no longer than a path.
+pub(super) fn task_files(f: &corral_proto::msg::TaskFiles, max_path: usize) -> Result<(), Refusal> {
     for p in [&f.stdout, &f.stderr, &f.stdin].into_iter().flatten() {
-        printable("output file name", p)?;
-        if p.len() > 4096 {
-            return Err(CtldError::TooLong {
-                what: "output file name",
-                max: 4096,
-            });
-        }
+        text("output file name", p, max_path)?;
     }
     Ok(())
 }
@@ -64,13 +75,15 @@ impl Controller {
     /// queue, before the scheduler sees it.
     pub(super) fn admit(&self, who: Ident, spec: &JobSpec) -> Result<u64, Refusal> {
         let privileged = self.privileged(who);
-        printable("job name", &spec.name)?;
-        printable("working directory", &spec.work_dir)?;
+        let limits = &self.cfg.limits;
+        let (max_text, max_path) = (limits.max_text_len, limits.max_path_len);
+        text("job name", &spec.name, max_text)?;
+        text("working directory", &spec.work_dir, max_path)?;
         for p in [&spec.partition, &spec.qos, &spec.account]
             .into_iter()
             .flatten()
         {
-            printable("partition, QOS or account name", p)?;
+            text("partition, QOS or account name", p, max_text)?;
         }
         if spec.constraint.len() > MAX_FEATURES
             || spec.constraint.iter().any(|f| f.len() > MAX_FEATURE_LEN)
@@ -86,23 +99,20 @@ impl Controller {
                 return Err(CtldError::TooManyFeatures(1));
             }
         }
-        for (what, t) in [
-            ("comment", &spec.comment),
-            ("submit directory", &spec.submit_dir),
-            ("submit host", &spec.submit_host),
-            ("mail type", &spec.mail_type),
-            ("mail user", &spec.mail_user),
-            ("script path", &spec.script_path),
+        for (what, t, max) in [
+            ("comment", &spec.comment, max_text),
+            ("submit directory", &spec.submit_dir, max_path),
+            ("submit host", &spec.submit_host, max_text),
+            ("mail type", &spec.mail_type, max_text),
+            ("mail user", &spec.mail_user, max_text),
+            ("script path", &spec.script_path, max_path),
         ] {
             if let Some(t) = t {
-                printable(what, t)?;
+                text(what, t, max)?;
             }
         }
-        if spec.script_path.as_ref().is_some_and(|p| p.len() > 4096) {
-            return Err(CtldError::TooLong {
-                what: "script path",
-                max: 4096,
-            });
+        for n in spec.nodelist.iter().chain(&spec.exclude) {
+            bounded("node list", n, max_text)?;
         }
         if let JobKind::Batch {
             script,
@@ -112,9 +122,9 @@ impl Controller {
         } = &spec.kind
         {
             for p in [stdout, stderr].into_iter().flatten() {
-                printable("output file name", p)?;
+                text("output file name", p, max_path)?;
             }
-            let max = self.cfg.limits.max_script_size;
+            let max = limits.max_script_size;
             if script.len() as u64 > max {
                 return Err(CtldError::ScriptTooLarge {
                     size: script.len() as u64,
@@ -123,7 +133,7 @@ impl Controller {
             }
         }
         if let JobKind::Interactive { files, .. } = &spec.kind {
-            task_files(files)?;
+            task_files(files, max_path)?;
         }
         if let GpuAsk::PerNode(g) | GpuAsk::PerTask(g) | GpuAsk::Total(g) = spec.gpus {
             if g > MAX_GPUS {
@@ -136,7 +146,6 @@ impl Controller {
         if spec.nice.unsigned_abs() > MAX_NICE {
             return Err(CtldError::NiceOutOfRange);
         }
-        let limits = &self.cfg.limits;
         if self.unfinished >= limits.max_job_count {
             return Err(CtldError::ClusterFull(limits.max_job_count));
         }
@@ -148,9 +157,12 @@ impl Controller {
                 max: limits.max_jobs_per_user,
             });
         }
-        if !privileged && used.bytes.saturating_add(bytes) > limits.max_bytes_per_user {
+        // What the user's finished jobs still keep (their texts, until
+        // they are forgotten) counts too: it is on the state disk.
+        let held = used.bytes.saturating_add(used.kept).saturating_add(bytes);
+        if !privileged && held > limits.max_bytes_per_user {
             return Err(CtldError::UserByteLimit {
-                bytes: used.bytes.saturating_add(bytes),
+                bytes: held,
                 max: limits.max_bytes_per_user,
             });
         }

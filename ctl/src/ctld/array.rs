@@ -192,6 +192,7 @@ impl Controller {
         // user; its tasks do neither.
         task.bytes = u64::MAX;
         task.payload_stored = false;
+        task.kept = false;
         self.jobs.insert(id, task);
         self.sync_array(array);
     }

@@ -27,6 +27,10 @@
 //! max_script_size = 4194304        # bytes of one batch script (Slurm's default)
 //! max_bytes_per_user = 268435456   # script and environment bytes of one user's unfinished jobs
 //! max_array_size = 100001          # an array's indices are below this (Slurm's MaxArraySize)
+//! max_text_len = 1024              # bytes of a job's name, comment, account, mail address
+//! max_path_len = 4096              # bytes of a job's directories and file names
+//! state_reserve = 1073741824       # free bytes kept on state_dir's disk: below, no new jobs
+//!                                  # (default: the smaller of 1 GiB and 5% of that disk)
 //!
 //! [health]                        # checks that drain sick nodes
 //! interval = 30                    # seconds between every node's GPU checks
@@ -289,6 +293,24 @@ pub struct Limits {
     /// An array's task indices are below this (Slurm's `MaxArraySize`;
     /// an array costs one record until its tasks start, whatever its size).
     pub max_array_size: u32,
+    /// Bytes of a name, comment, account, partition, QOS, mail address
+    /// or host name (Slurm's 1024).
+    pub max_text_len: usize,
+    /// Bytes of a path: the working and submit directories, the script's
+    /// path, output and input files (Slurm's `PATH_MAX`, 4096).
+    pub max_path_len: usize,
+    /// Free bytes the state directory's filesystem keeps: below them no
+    /// new job is taken, while completions, node traffic and accounting
+    /// go on in what is left. None: the smaller of 1 GiB and a twentieth
+    /// of the filesystem.
+    pub state_reserve: Option<u64>,
+}
+
+impl Limits {
+    /// The free bytes kept on a filesystem of `size` bytes.
+    pub fn reserve_on(&self, size: u64) -> u64 {
+        self.state_reserve.unwrap_or((size / 20).min(1 << 30))
+    }
 }
 
 impl Default for Limits {
@@ -299,6 +321,9 @@ impl Default for Limits {
             max_script_size: 4 << 20,
             max_bytes_per_user: 256 << 20,
             max_array_size: 100_001,
+            max_text_len: 1024,
+            max_path_len: 4096,
+            state_reserve: None,
         }
     }
 }

@@ -78,7 +78,7 @@ impl Controller {
     pub fn restore(&mut self, loaded: Loaded, now: u64) -> Result<(), String> {
         let mut max_id = 0;
         for bytes in &loaded.jobs {
-            let j: JobRecord = decode(bytes)?;
+            let mut j: JobRecord = decode(bytes)?;
             max_id = max_id.max(j.id.0);
             let id = j.id;
             if !j.state.is_final() && j.bytes != u64::MAX {
@@ -86,6 +86,9 @@ impl Controller {
                 u.jobs += 1;
                 u.bytes += j.bytes;
                 self.unfinished += 1;
+            }
+            if j.state.is_final() {
+                j.keep(&mut self.usage);
             }
             if j.state == JobState::Pending && j.spec().kill_on_invalid_dep {
                 self.kill_on_invalid_dep.insert(id);
@@ -188,7 +191,7 @@ impl Controller {
                     }
                     tracing::info!(job = %id, "running job adopted after a restart");
                 }
-                Err(e) => self.lose_restored(now, id, &format!("not adopted: {e}")),
+                Err(e) => self.lose_restored(now, id, &format!("not adopted: {e}"), true),
             }
         }
         self.dirty = true;
@@ -212,7 +215,7 @@ impl Controller {
         self.awaiting_nodes.clear();
         let left: Vec<JobId> = self.adopting.drain().collect();
         for id in left {
-            self.lose_restored(now, id, "its nodes did not come back");
+            self.lose_restored(now, id, "its nodes did not come back", true);
         }
         // Adopted, but a node came back without it and never said it
         // ended: its processes died with that node's agent.
@@ -228,7 +231,7 @@ impl Controller {
                     core_id(id),
                     scheduler_core::JobOutcome::NodeFail,
                 );
-                self.lose_restored(now, id, "its node came back without it");
+                self.lose_restored(now, id, "its node came back without it", true);
             }
         }
         for id in std::mem::take(&mut self.requeue_after_recovery) {
@@ -251,14 +254,14 @@ impl Controller {
 
     /// A restored job that cannot be adopted: requeued if it asked, else
     /// NODE_FAIL; whatever of it still runs is ended.
-    fn lose_restored(&mut self, now: u64, id: JobId, why: &str) {
+    fn lose_restored(&mut self, now: u64, id: JobId, why: &str, may_requeue: bool) {
         tracing::warn!(job = %id, why, "running job lost across a restart");
         let Some(j) = self.jobs.get_mut(&id) else {
             return;
         };
         j.release_nodes(None, &mut self.outbox);
         let adopted = self.sched.job_status(core_id(id)).is_some();
-        if j.spec().requeue && j.state == JobState::Running && !adopted {
+        if may_requeue && j.spec().requeue && j.state == JobState::Running && !adopted {
             let ended = j.reset_for_requeue(now, self.cfg.requeue_delay);
             let req = j.core_request();
             let submit = j.submit;
@@ -278,6 +281,9 @@ impl Controller {
             if j.end.is_none() {
                 j.end = super::Stamp::at(now);
             }
+            if !may_requeue && j.failure.is_none() {
+                j.failure = Some(why.into());
+            }
             j.shed(&mut self.usage, &mut self.unfinished);
             self.stats.finished += 1;
         }
@@ -289,22 +295,59 @@ impl Controller {
     /// of the recovery window unless heard of. One placed by this agent
     /// whose first step the agent was sent is in its list; one whose
     /// launch never arrived gets it again ([`Controller::send_missed_launches`]).
-    pub(super) fn runs_on_return(&mut self, name: &str, instance: u64, running: &HashSet<JobRun>) {
-        let missing: Vec<JobId> = self
+    /// One whose first step this agent neither runs nor remembers, though
+    /// it started before the agent forgot ended runs (`forgot`, Unix ms),
+    /// ended here while this controller could not store its end: the
+    /// agent's word stands, and it is ended now, neither adopted (it would
+    /// hold its resources for ever) nor launched or queued again (it ran).
+    pub(super) fn runs_on_return(
+        &mut self,
+        now: u64,
+        name: &str,
+        reg: (u64, u64),
+        running: &HashSet<JobRun>,
+        launched: &[corral_proto::msg::Launched],
+    ) {
+        let (instance, forgot) = reg;
+        let restored: Vec<JobId> = self
             .jobs
             .live_on(name)
             .into_iter()
             .filter(|id| self.adopting.contains(id))
-            .filter(|id| {
-                self.jobs.get(id).is_some_and(|j| {
-                    j.state == JobState::Running
-                        && !running.contains(&j.run())
-                        && j.alloc
-                            .iter()
-                            .any(|(n, a)| n == name && a.agent != instance)
-                })
-            })
             .collect();
+        let mut missing = Vec::new();
+        let mut ended = Vec::new();
+        for id in restored {
+            let Some(j) = self.jobs.get(&id) else {
+                continue;
+            };
+            if j.state != JobState::Running || running.contains(&j.run()) {
+                continue;
+            }
+            let here = j.alloc.iter().filter(|(n, _)| n == name);
+            if here.clone().any(|(_, a)| a.agent != instance) {
+                missing.push(id);
+                continue;
+            }
+            let remembered = launched.iter().any(|l| l.run == j.run());
+            // Clocks of two hosts: a few seconds either way.
+            let forgotten = forgot > 0
+                && j.start
+                    .get()
+                    .is_some_and(|s| s.saturating_mul(1000) <= forgot.saturating_add(5000));
+            if j.primary_left.contains(name) && !remembered && forgotten {
+                ended.push(id);
+            }
+        }
         self.missing_runs.extend(missing);
+        for id in ended {
+            self.adopting.remove(&id);
+            self.lose_restored(
+                now,
+                id,
+                &format!("its run ended on {name} while the controller could not store its end"),
+                false,
+            );
+        }
     }
 }

@@ -81,6 +81,12 @@ pub enum CtldError {
     NegativeNice,
     #[error("Invalid nice value: it must be between -{MAX_NICE} and {MAX_NICE}")]
     NiceOutOfRange,
+    /// The state's filesystem is below the reserve kept for what runs.
+    #[error(
+        "Resource temporarily unavailable: the controller's state disk has {free_mib} MiB free, \
+         under the {reserve_mib} MiB it keeps for running jobs; no new jobs until space is freed"
+    )]
+    StateDiskLow { free_mib: u64, reserve_mib: u64 },
     #[error("Resource temporarily unavailable: the cluster holds its limit of {0} jobs")]
     ClusterFull(u64),
     #[error(
@@ -90,7 +96,8 @@ pub enum CtldError {
     UserJobLimit { jobs: u64, max: u64 },
     #[error(
         "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits): \
-         unfinished jobs would hold {bytes} bytes of scripts and environment, the limit per user is {max}"
+         the user's jobs would hold {bytes} bytes (scripts and environments of unfinished jobs, \
+         what finished jobs keep), the limit per user is {max}"
     )]
     UserByteLimit { bytes: u64, max: u64 },
     #[error("Requested node configuration is not available: the allocation has {0} nodes")]

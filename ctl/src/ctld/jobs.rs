@@ -270,7 +270,8 @@ impl Controller {
         }
         self.limit_signals(now);
         self.silent_allocations(now);
-        self.jobs.forget_ended(now, self.cfg.min_job_age);
+        self.jobs
+            .forget_ended(now, self.cfg.min_job_age, &mut self.usage);
         self.finish_leaving(now);
         self.end_recovery(now);
         self.active_checks(now);
@@ -434,7 +435,7 @@ impl Controller {
             j.accounted = true;
             j.end = super::Stamp::at(now);
         }
-        self.jobs.remove(id);
+        self.jobs.remove(id, &mut self.usage);
         self.stats.submitted = self.stats.submitted.saturating_sub(1);
         self.dirty = true;
     }
@@ -483,6 +484,7 @@ impl Controller {
                 failure: None,
                 accounted: false,
                 payload_stored: payload.is_some(),
+                kept: false,
                 bytes,
                 run_part: None,
                 array: tasks.map(|n| {
@@ -741,15 +743,19 @@ impl Controller {
             spec.nice = nice;
         }
         if let Some(n) = &ch.name {
-            super::admission::printable("job name", n)?;
+            super::admission::text("job name", n, self.cfg.limits.max_text_len)?;
             spec.name = n.clone();
         }
         if let Some(c) = &ch.comment {
-            super::admission::printable("comment", c)?;
+            super::admission::text("comment", c, self.cfg.limits.max_text_len)?;
             spec.comment = (!c.is_empty()).then(|| c.clone());
         }
         if let Some(p) = &ch.partition {
-            super::admission::printable("partition, QOS or account name", p)?;
+            super::admission::text(
+                "partition, QOS or account name",
+                p,
+                self.cfg.limits.max_text_len,
+            )?;
             spec.partition = Some(p.clone());
         }
         if let Some(n) = ch.nodes {
@@ -770,6 +776,7 @@ impl Controller {
         let max = self.cfg.limits.max_bytes_per_user;
         let total = used
             .bytes
+            .saturating_add(used.kept)
             .saturating_sub(old_bytes)
             .saturating_add(new_bytes);
         if new_bytes > old_bytes && !privileged && total > max {

@@ -425,7 +425,7 @@ impl Controller {
         s: StepSpec,
         now: u64,
     ) -> Result<(JobId, StepId), Refusal> {
-        super::admission::task_files(&s.files)?;
+        super::admission::task_files(&s.files, self.cfg.limits.max_path_len)?;
         let privileged = self.privileged(who);
         let j = self
             .jobs

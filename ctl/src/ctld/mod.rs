@@ -193,9 +193,11 @@ impl JobTable {
         self.map.insert(id, Box::new(r));
     }
 
-    /// Takes a record out; the store deletes it too.
-    fn remove(&mut self, id: JobId) {
-        if self.map.remove(&id).is_some() {
+    /// Takes a record out; the store deletes it too. What it kept no
+    /// longer counts against its user.
+    fn remove(&mut self, id: JobId, usage: &mut HashMap<u32, Usage>) {
+        if let Some(r) = self.map.remove(&id) {
+            r.unkeep(usage);
             self.dirty.insert(id);
         }
     }
@@ -212,7 +214,7 @@ impl JobTable {
     /// (and deletes them from the store). Costs what it forgets, not the
     /// table: a tick with 50,000 jobs pending walked them all twice a
     /// second, holding the controller.
-    fn forget_ended(&mut self, now: u64, age: u64) {
+    fn forget_ended(&mut self, now: u64, age: u64, usage: &mut HashMap<u32, Usage>) {
         while let Some(&(end, id)) = self.ended.first() {
             if now.saturating_sub(end) <= age {
                 break;
@@ -222,7 +224,7 @@ impl JobTable {
                 .get(&id)
                 .is_some_and(|j| j.state.is_final() && j.end.get() == Some(end));
             if still {
-                self.remove(id);
+                self.remove(id, usage);
             }
         }
     }
@@ -344,6 +346,11 @@ struct JobRecord {
     accounted: bool,
     /// Its script and environment are in the store, not here.
     payload_stored: bool,
+    /// What it still keeps once final (its packed spec) counts against
+    /// its user until it is forgotten ([`Usage::kept`]). Not stored: a
+    /// restart counts the final records it reads back.
+    #[serde(skip)]
+    kept: bool,
     run_part: Option<Box<RunPart>>,
     /// What it is of an array (`--array`), if anything.
     array: Option<Box<ArrayPart>>,
@@ -504,9 +511,6 @@ impl JobRecord {
             if let Some(u) = usage.get_mut(&self.user.uid) {
                 u.jobs = u.jobs.saturating_sub(1);
                 u.bytes = u.bytes.saturating_sub(self.bytes);
-                if u.jobs == 0 {
-                    usage.remove(&self.user.uid);
-                }
             }
             *unfinished = unfinished.saturating_sub(1);
             self.bytes = u64::MAX;
@@ -516,6 +520,34 @@ impl JobRecord {
         if let JobKind::Batch { script, .. } = &mut spec.kind {
             *script = Vec::new();
         }
+        drop(spec);
+        self.keep(usage);
+    }
+
+    /// A final record starts counting what it keeps against its user.
+    fn keep(&mut self, usage: &mut HashMap<u32, Usage>) {
+        if !self.kept {
+            self.kept = true;
+            usage.entry(self.user.uid).or_default().kept += self.kept_bytes();
+        }
+    }
+
+    /// A record leaves the table: what it kept no longer counts.
+    fn unkeep(&self, usage: &mut HashMap<u32, Usage>) {
+        if self.kept {
+            if let Some(u) = usage.get_mut(&self.user.uid) {
+                u.kept = u.kept.saturating_sub(self.kept_bytes());
+                if u.is_empty() {
+                    usage.remove(&self.user.uid);
+                }
+            }
+        }
+    }
+
+    /// What a final record holds on the state disk and in memory: its
+    /// packed spec and the rest of the record.
+    fn kept_bytes(&self) -> u64 {
+        (self.spec.len() + std::mem::size_of::<JobRecord>()) as u64
     }
 
     /// Sends a signal to the job's tasks on every node it holds.
@@ -676,11 +708,22 @@ pub struct Controller {
     payloads_out: Vec<(u64, Option<crate::ctld::store::NewPayload>)>,
 }
 
-/// What one user has queued.
+/// What one user has queued, and what their finished jobs still keep.
 #[derive(Clone, Copy, Debug, Default)]
 struct Usage {
+    /// Unfinished jobs.
     jobs: u64,
+    /// Script, argument and environment bytes of the unfinished jobs.
     bytes: u64,
+    /// Bytes of the final records still held (until `min_job_age`
+    /// forgets them): their names, comments and paths are in the store.
+    kept: u64,
+}
+
+impl Usage {
+    fn is_empty(&self) -> bool {
+        self.jobs == 0 && self.bytes == 0 && self.kept == 0
+    }
 }
 
 impl Controller {

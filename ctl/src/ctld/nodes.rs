@@ -69,6 +69,7 @@ impl Controller {
         let running: HashSet<JobRun> = reg.running.iter().copied().collect();
         let name = reg.name.clone();
         let (instance, launched) = (reg.instance, std::mem::take(&mut reg.launched));
+        let forgot = reg.forgot_ended_before;
         let admin = self.restored_admin.remove(&name);
         self.nodes.insert(
             name.clone(),
@@ -91,7 +92,7 @@ impl Controller {
         }
         self.nodes_dirty.insert(name.clone());
         // Runs of restored jobs stay (they are adopted); others end.
-        self.runs_on_return(&name, instance, &running);
+        self.runs_on_return(now, &name, (instance, forgot), &running, &launched);
         self.end_strays(now, &name, &running);
         self.send_missed_launches(&name, instance, &launched);
         self.adopt_ready(now, &name);

@@ -108,7 +108,6 @@ impl PackedSpec {
     }
 
     /// Bytes it takes.
-    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.bytes.len()
     }

@@ -120,6 +120,29 @@ pub struct Changes {
 }
 
 impl Changes {
+    /// One batch with the effect of writing `batches` in order: the last
+    /// change to each record and payload, every accounting record. A
+    /// batch that waits for space (a full disk) stays as large as the
+    /// state it changes: a submission refused meanwhile leaves only the
+    /// deletion of a record that was never written, not its script.
+    pub fn coalesce(batches: impl IntoIterator<Item = Changes>) -> Changes {
+        let mut jobs = std::collections::BTreeMap::new();
+        let mut nodes = std::collections::BTreeMap::new();
+        let mut payloads = std::collections::BTreeMap::new();
+        let mut out = Changes::default();
+        for c in batches {
+            jobs.extend(c.jobs);
+            nodes.extend(c.nodes);
+            payloads.extend(c.payloads);
+            out.acct.extend(c.acct);
+            out.next_job = out.next_job.max(c.next_job);
+        }
+        out.jobs = jobs.into_iter().collect();
+        out.nodes = nodes.into_iter().collect();
+        out.payloads = payloads.into_iter().collect();
+        out
+    }
+
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
             && self.nodes.is_empty()
@@ -399,6 +422,18 @@ impl Store {
         }
     }
 
+    /// Bytes free to the controller on the state's filesystem, and its
+    /// size.
+    pub fn room(&self) -> std::io::Result<(u64, u64)> {
+        let dir = self.path.parent().unwrap_or(Path::new("/"));
+        let st = nix::sys::statvfs::statvfs(dir)?;
+        let unit = st.fragment_size() as u64;
+        Ok((
+            (st.blocks_available() as u64).saturating_mul(unit),
+            (st.blocks() as u64).saturating_mul(unit),
+        ))
+    }
+
     /// After a failed write: the handle is dropped, and the next use
     /// opens the file again (redb recovers its last commit).
     fn close_after_error(&self) {
@@ -635,6 +670,60 @@ fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Batches waiting for space become one with the same effect: a
+    /// submission withdrawn meanwhile leaves a deletion, not its script.
+    #[test]
+    fn coalesced_batches_store_what_the_batches_store_in_order() {
+        let script = |b: &[u8]| {
+            Some(NewPayload::new(
+                &[("A".into(), "1".into())],
+                Some(b.to_vec()),
+            ))
+        };
+        let batches = || {
+            vec![
+                Changes {
+                    jobs: vec![(1, Some(b"one".to_vec())), (2, Some(b"two".to_vec()))],
+                    nodes: vec![("n1".into(), Some(b"drain".to_vec()))],
+                    acct: vec![b"run 1".to_vec()],
+                    payloads: vec![(1, script(&[7; 5000])), (2, script(b"x"))],
+                    next_job: 3,
+                },
+                Changes {
+                    jobs: vec![(1, None), (3, Some(b"three".to_vec()))],
+                    nodes: vec![("n1".into(), None)],
+                    acct: vec![b"run 2".to_vec()],
+                    payloads: vec![(1, None), (3, script(b"y"))],
+                    next_job: 4,
+                },
+            ]
+        };
+        let one = Changes::coalesce(batches());
+        assert_eq!(one.payloads.len(), 3);
+        assert!(
+            one.payloads.iter().all(|(id, p)| *id != 1 || p.is_none()),
+            "the withdrawn job's script is not kept"
+        );
+        assert_eq!(one.acct, [b"run 1".to_vec(), b"run 2".to_vec()]);
+        assert_eq!(one.next_job, 4);
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let (sa, sb) = (Store::open(&a).unwrap(), Store::open(&b).unwrap());
+        sa.commit(&batches()).unwrap();
+        sb.commit(&[one]).unwrap();
+        let (la, lb) = (sa.load().unwrap(), sb.load().unwrap());
+        assert_eq!(
+            (la.jobs, la.nodes, la.next_job),
+            (lb.jobs, lb.nodes, lb.next_job)
+        );
+        for id in 1..=3 {
+            let (pa, pb) = (sa.payload(id).unwrap(), sb.payload(id).unwrap());
+            assert_eq!(pa.map(|p| (p.env, p.script)), pb.map(|p| (p.env, p.script)));
+        }
+        assert_eq!(sa.environments().unwrap(), sb.environments().unwrap());
+        assert_eq!(sa.acct_pending(10).unwrap(), sb.acct_pending(10).unwrap());
+    }
 
     #[test]
     fn changes_survive_a_reopen_and_deletes_delete() {

@@ -455,11 +455,24 @@ impl Server {
                 // database has it too (a launch reads its script there).
                 let me = self.clone();
                 let (changes, result) = tokio::task::spawn_blocking(move || {
-                    let r = s.commit_then(&changes, || {
-                        me.committed.send_replace(Committed {
-                            ticket,
-                            error: None,
-                        });
+                    // A panic below (a log line that could not be written
+                    // once did) must not take the changes with it: they
+                    // are kept and written again.
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        s.commit_then(&changes, || {
+                            me.committed.send_replace(Committed {
+                                ticket,
+                                error: None,
+                            });
+                        })
+                    }))
+                    .unwrap_or_else(|p| {
+                        let why = p
+                            .downcast_ref::<String>()
+                            .map(String::as_str)
+                            .or_else(|| p.downcast_ref::<&str>().copied())
+                            .unwrap_or("a panic");
+                        Err(store::StoreError::Db(format!("writing the state: {why}")))
                     });
                     (changes, r)
                 })
@@ -480,12 +493,16 @@ impl Server {
                     Err(e) => {
                         let why = chain(&e);
                         warn_limited!(LOGS, "store", error = %why, "cannot save the controller's state; retrying");
-                        // Back at the head of the queue, in order.
+                        // Back at the head of the queue, in order, as one
+                        // batch: what waits for space is the state, not
+                        // every change made to it meanwhile.
                         {
                             let mut j = self.journal.lock();
                             let later = std::mem::take(&mut j.batches);
-                            j.batches = changes.into_iter().zip(outs).collect();
-                            j.batches.extend(later);
+                            let (later, later_outs): (Vec<_>, Vec<_>) = later.into_iter().unzip();
+                            let all = store::Changes::coalesce(changes.into_iter().chain(later));
+                            let out = outs.into_iter().chain(later_outs).flatten().collect();
+                            j.batches = vec![(all, out)];
                         }
                         let last = self.committed.borrow().ticket;
                         self.committed.send_replace(Committed {
@@ -787,6 +804,18 @@ impl Server {
         }
     }
 
+    /// Why no new job is taken now: the state's filesystem is below its
+    /// reserve, which completions, node traffic and accounting keep for
+    /// themselves. None without a store, or when its room is unknown.
+    fn state_disk_low(&self, c: &Controller) -> Option<crate::ctld::CtldError> {
+        let (free, size) = self.store.as_ref()?.room().ok()?;
+        let reserve = c.config().limits.reserve_on(size);
+        (free < reserve).then_some(crate::ctld::CtldError::StateDiskLow {
+            free_mib: free >> 20,
+            reserve_mib: reserve >> 20,
+        })
+    }
+
     /// Carries out an authenticated request under the controller's lock.
     fn serve(
         &self,
@@ -800,9 +829,12 @@ impl Server {
                 let e = self.committed.borrow().error.clone().unwrap_or_default();
                 Response::Error(format!("Unable to save the controller's state: {e}"))
             }
-            Request::Submit(spec) => match c.submit(who, spec, now) {
-                Ok(job) => Response::Submitted { job },
-                Err(e) => Response::Error(e.to_string()),
+            Request::Submit(spec) => match self.state_disk_low(&c) {
+                Some(low) => Response::Error(low.to_string()),
+                None => match c.submit(who, spec, now) {
+                    Ok(job) => Response::Submitted { job },
+                    Err(e) => Response::Error(e.to_string()),
+                },
             },
             Request::TestOnly(spec) => match c.test_only(who, spec, now) {
                 Ok(w) => w,

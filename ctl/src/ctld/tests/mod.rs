@@ -67,6 +67,7 @@ fn reg(name: &str, gpus: u32) -> Registration {
         credential_key: vec![7; 32],
         running: vec![],
         launched: Vec::new(),
+        forgot_ended_before: 0,
         instance: 1,
         agent_version: "t".into(),
     }
@@ -2226,17 +2227,24 @@ fn reconfigure_applies_what_needs_no_restart_and_refuses_the_rest() {
 #[test]
 fn an_update_cannot_grow_a_job_past_its_owners_bytes() {
     use corral_proto::msg::JobChanges;
-    let mut c = Controller::new(config_with("[limits]\nmax_bytes_per_user = 4096")).unwrap();
+    let mut c = Controller::new(config_with("[limits]\nmax_bytes_per_user = 900")).unwrap();
     c.register(reg("worker-0", 0), 0).unwrap();
     let mut s = batch("x");
     s.hold = true;
     let id = c.submit(ALICE, s, 0).unwrap();
     let big = JobChanges {
-        comment: Some("x".repeat(8192)),
+        comment: Some("x".repeat(1000)),
         ..JobChanges::default()
     };
     let e = c.update_job(ALICE, id, &big).unwrap_err().to_string();
-    assert!(e.contains("4096"), "{e}");
+    assert!(e.contains("the limit per user is 900"), "{e}");
+    // Longer than any comment may be, whatever the user's bytes.
+    let huge = JobChanges {
+        comment: Some("x".repeat(1025)),
+        ..JobChanges::default()
+    };
+    let e = c.update_job(ROOT, id, &huge).unwrap_err().to_string();
+    assert_eq!(e, "Invalid comment: longer than 1024 bytes");
     assert_eq!(view(&c, id).comment, None, "nothing changed");
     // A small one fits.
     let small = JobChanges {
@@ -2286,4 +2294,88 @@ fn a_stamp_is_stored_as_the_option_it_stands_for() {
         "{}",
         std::mem::size_of::<JobRecord>()
     );
+}
+
+/// Every free text a job keeps after it ends is bounded at submission
+/// (names and comments at `max_text_len`, paths at `max_path_len`), and
+/// refused in one line naming what and the limit.
+#[test]
+fn free_texts_are_bounded_at_submission() {
+    let mut c = cluster(1);
+    let long = |n: usize| "n".repeat(n);
+    let mut ok = batch("true");
+    ok.name = long(1024);
+    ok.comment = Some(long(1024));
+    ok.work_dir = format!("/{}", long(4095));
+    c.submit(ALICE, ok, 0).unwrap();
+    type Set = fn(&mut JobSpec, String);
+    let cases: [(&str, usize, Set); 7] = [
+        ("job name", 1025, |s, t| s.name = t),
+        ("comment", 1025, |s, t| s.comment = Some(t)),
+        ("partition, QOS or account name", 1025, |s, t| {
+            s.account = Some(t)
+        }),
+        ("mail user", 1025, |s, t| s.mail_user = Some(t)),
+        ("working directory", 4097, |s, t| s.work_dir = t),
+        ("submit directory", 4097, |s, t| s.submit_dir = Some(t)),
+        ("output file name", 4097, |s, t| {
+            s.kind = JobKind::Batch {
+                script: b"true".to_vec(),
+                args: vec![],
+                stdout: Some(t),
+                stderr: None,
+            }
+        }),
+    ];
+    for (what, n, set) in cases {
+        let mut s = batch("true");
+        set(&mut s, long(n));
+        let e = c.submit(ALICE, s, 0).unwrap_err().to_string();
+        let max = if n > 2000 { 4096 } else { 1024 };
+        assert_eq!(e, format!("Invalid {what}: longer than {max} bytes"));
+    }
+    // The bounds are the operator's to set.
+    let mut c = Controller::new(config_with("[limits]\nmax_text_len = 16")).unwrap();
+    c.register(reg("worker-0", 0), 0).unwrap();
+    let mut s = batch("true");
+    s.name = long(17);
+    let e = c.submit(ALICE, s, 0).unwrap_err().to_string();
+    assert_eq!(e, "Invalid job name: longer than 16 bytes");
+}
+
+/// What a user's finished jobs keep (their records, until `min_job_age`
+/// forgets them) counts against the user's bytes: a user whose jobs end
+/// at once cannot fill the state disk with them.
+#[test]
+fn finished_jobs_keep_counting_against_their_user_until_forgotten() {
+    let mut c = Controller::new(config_with(
+        "min_job_age = 100\n[limits]\nmax_bytes_per_user = 20000",
+    ))
+    .unwrap();
+    c.register(reg("worker-0", 0), 0).unwrap();
+    let mut s = batch("true");
+    s.comment = Some("c".repeat(1000));
+    let mut ended = 0;
+    let refused = loop {
+        let id = match c.submit(ALICE, s.clone(), 1) {
+            Ok(id) => id,
+            Err(e) => break e.to_string(),
+        };
+        c.schedule(1);
+        let (node, l) = launches(&mut c).remove(0);
+        finish(&mut c, &node, &l, 0, 1);
+        assert_eq!(state(&c, id), JobState::Completed);
+        c.take_changes();
+        ended += 1;
+        assert!(ended < 100, "finished jobs never counted");
+    };
+    assert!(refused.contains("what finished jobs keep"), "{refused}");
+    assert!(ended >= 5, "{ended} jobs before the limit");
+    // Another user is not held by it.
+    let mut b = s.clone();
+    b.hold = true;
+    c.submit(BOB, b, 1).unwrap();
+    // Once forgotten, the room is back.
+    c.tick(200);
+    c.submit(ALICE, s, 200).unwrap();
 }

@@ -302,3 +302,48 @@ fn restored_jobs_share_their_partitions_name() {
     let c2 = restarted(&mut c, 1);
     assert!(shared(&c2), "and so do the records read back");
 }
+
+/// A batch job stored as running whose run then ended on its node while
+/// the controller could not store that (a full disk), and whose agent
+/// has since forgotten the ended run: after a restart the agent's word
+/// stands. The job ends, its CPUs are free, and nothing is launched
+/// again; a run started after the agent last forgot anything, which the
+/// agent does not know, is a launch that never arrived and is sent again.
+#[test]
+fn a_run_that_ended_unheard_and_was_forgotten_is_ended_not_adopted() {
+    let mut c = cluster(1);
+    let mut whole = batch("#!/bin/sh\ntrue\n");
+    whole.ntasks = Some(8);
+    let id = c.submit(ALICE, whole.clone(), 0).unwrap();
+    c.schedule(0);
+    assert_eq!(launches(&mut c).len(), 1);
+    let mut c = restarted(&mut c, 2000);
+    let mut r = registered("worker-0", 1, &[], &[]);
+    r.forgot_ended_before = 1_000_000;
+    c.register(r, 2000).unwrap();
+    assert!(launches(&mut c).is_empty(), "not launched a second time");
+    let v = view(&c, id);
+    assert_eq!(v.state, JobState::NodeFail);
+    assert!(
+        v.failure
+            .as_deref()
+            .is_some_and(|f| f.contains("could not store its end")),
+        "{v:?}"
+    );
+    // Its CPUs are free: a job of the whole node starts.
+    let next = c.submit(ALICE, whole.clone(), 2001).unwrap();
+    c.schedule(2001);
+    assert_eq!(state(&c, next), JobState::Running);
+
+    // Started after the agent forgot anything: a lost launch, sent again.
+    let mut c = cluster(1);
+    let id = c.submit(ALICE, whole, 3000).unwrap();
+    c.schedule(3000);
+    let first = launches(&mut c);
+    let mut c = restarted(&mut c, 3010);
+    let mut r = registered("worker-0", 1, &[], &[]);
+    r.forgot_ended_before = 1_000_000;
+    c.register(r, 3010).unwrap();
+    assert_eq!(said(&launches(&mut c)), said(&first));
+    assert_eq!(state(&c, id), JobState::Running);
+}
