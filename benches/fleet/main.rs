@@ -471,6 +471,7 @@ fn main() {
             "[limits]\nmax_job_count = {}\n",
             u64::from(args.jobs) * 2 + u64::from(n) + 1000
         ),
+        agent_args: Vec::new(),
     };
     let t = Instant::now();
     let cluster = Cluster::start(spec).unwrap_or_else(|e| {

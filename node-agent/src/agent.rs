@@ -869,7 +869,15 @@ impl Agent {
             LaunchKind::Step { io, .. } => Some(crate::step::dial(self, l, *io)),
             LaunchKind::Batch { .. } => None,
         };
-        let cgroup = self.step_cgroup(l).await?;
+        let cgroup = match self.step_cgroup(l).await {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(d) = dialing {
+                    crate::step::tell_failed(d, error_chain(&e)).await;
+                }
+                return Err(e);
+            }
+        };
         let join = cgroup.as_ref().map(|(j, _)| j.clone());
         let result = match &l.what {
             LaunchKind::Batch {

@@ -110,6 +110,16 @@ struct Args {
     /// limit).
     #[arg(long, default_value_t = 32768)]
     cgroup_pids_max: u64,
+    /// Processes and threads a job may have for each of its CPUs (at
+    /// least 256, at most --cgroup-pids-max; 0: --cgroup-pids-max for
+    /// every job), so one job's fork loop leaves others room.
+    #[arg(long, default_value_t = 1024)]
+    cgroup_pids_per_cpu: u64,
+    /// Processes and threads all jobs of the node may have together
+    /// (`auto`: the kernel's pid_max less a tenth, at least 1024, for
+    /// the agent and the system; 0: no limit).
+    #[arg(long, default_value = "auto")]
+    cgroup_node_pids_max: String,
     /// With cgroups: turn on the cgroup2 root's `favordynmods`, which
     /// makes each task's move into its cgroup cost well under a
     /// millisecond instead of an RCU grace period (about 10 ms), at some
@@ -205,18 +215,45 @@ enum CgroupMode {
 
 /// The node's job cgroups as `--cgroups` asks; stale ones of an agent
 /// that died are killed and removed.
+/// What `--cgroup-node-pids-max` names: `auto` leaves a tenth of the
+/// kernel's PID space (at least 1,024) to what is not a job.
+fn node_pids_max(arg: &str) -> anyhow::Result<Option<u64>> {
+    if arg == "auto" {
+        let max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(32768);
+        return Ok(Some(max.saturating_sub((max / 10).max(1024)).max(1024)));
+    }
+    match arg.parse::<u64>() {
+        Ok(0) => Ok(None),
+        Ok(n) => Ok(Some(n)),
+        Err(_) => anyhow::bail!("--cgroup-node-pids-max: {arg:?} is not a number or auto"),
+    }
+}
+
+/// How many PIDs jobs get: each at most `job_max`, `per_cpu` for each
+/// of its CPUs, all together `node_max`.
+struct PidLimits {
+    job_max: u64,
+    per_cpu: u64,
+    node_max: Option<u64>,
+}
+
 fn cgroups(
     mode: CgroupMode,
     parent: &str,
-    pids_max: u64,
+    pids: &PidLimits,
     node: &str,
 ) -> anyhow::Result<Option<Arc<Cgroups>>> {
     let root = nix::unistd::geteuid().is_root();
     if mode == CgroupMode::Off || (mode == CgroupMode::Auto && !root) {
         return Ok(None);
     }
-    let pids = (pids_max > 0).then_some(pids_max);
-    let made = Layout::detect().and_then(|l| Cgroups::new(l, parent, node, pids));
+    let job_max = (pids.job_max > 0).then_some(pids.job_max);
+    let made = Layout::detect()
+        .and_then(|l| Cgroups::new(l, parent, node, job_max))
+        .and_then(|cg| cg.with_pids(pids.per_cpu, pids.node_max));
     match (made, mode) {
         (Ok(cg), _) => {
             cg.sweep();
@@ -339,7 +376,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         jail,
     };
     let agent = Agent::new(cfg).context("starting agent")?;
-    if let Some(cg) = cgroups(cg_mode, &cg_parent, args.cgroup_pids_max, agent.name())? {
+    let pids = PidLimits {
+        job_max: args.cgroup_pids_max,
+        per_cpu: args.cgroup_pids_per_cpu,
+        node_max: node_pids_max(&args.cgroup_node_pids_max)?,
+    };
+    if let Some(cg) = cgroups(cg_mode, &cg_parent, &pids, agent.name())? {
         if args.cgroup_favordynmods == Switch::On {
             favor_dynmods();
         }

@@ -160,6 +160,28 @@ pub(crate) fn dial(agent: &Arc<Agent>, l: &Launch, io: StepIo) -> Dialing {
     }
 }
 
+/// Tells srun this node's part of the step failed before any task ran
+/// (its cgroup could not be made, the run is ending): without it, srun
+/// inside an allocation waits for a dial-back that never comes. Best
+/// effort, a few seconds at most: srun that cannot be reached is not
+/// waiting either.
+pub(crate) async fn tell_failed(mut dialing: Dialing, message: String) {
+    let told = async {
+        let Ok(Ok((conn, mut send, _recv))) = (&mut dialing.task).await else {
+            return;
+        };
+        if write_frame(&mut send, &StepUp::Failed { message })
+            .await
+            .is_ok()
+        {
+            let _ = send.finish();
+            let _ = send.stopped().await;
+        }
+        conn.close(0u32.into(), b"failed");
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), told).await;
+}
+
 /// Runs this node's tasks of a step; returns the worst exit. The tasks
 /// start while `dialing` is still under way; their output waits for it,
 /// and if srun cannot be reached they are killed and the step fails.

@@ -92,6 +92,8 @@ pub struct Opts {
     pub durable: bool,
     /// Appended to the cluster's `corral.toml`.
     pub extra_config: String,
+    /// More arguments for every agent.
+    pub agent_args: Vec<String>,
 }
 
 impl Default for Opts {
@@ -113,6 +115,7 @@ impl Default for Opts {
             health_interval: 1,
             durable: true,
             extra_config: String::new(),
+            agent_args: Vec::new(),
         }
     }
 }
@@ -160,6 +163,7 @@ impl Env {
             durable: o.durable,
             nvml: false,
             extra_config: o.extra_config.clone(),
+            agent_args: o.agent_args.clone(),
         };
         let cluster = Cluster::start(spec).expect("starting the cluster");
         runtime()

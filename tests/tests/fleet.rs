@@ -97,6 +97,7 @@ fn a_fleet_runs_jobs_and_comes_back_after_a_controller_restart() {
         durable: true,
         nvml: false,
         extra_config: String::new(),
+        agent_args: Vec::new(),
     })
     .expect("controller starts");
     let rt = tokio::runtime::Builder::new_multi_thread()

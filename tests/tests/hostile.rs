@@ -918,3 +918,176 @@ fn a_step_whose_srun_never_answers_leaves_no_task_running() {
         );
     }
 }
+
+/// The directory of a cgroup named `name` below `top`, searched down.
+fn find_dir(top: &Path, name: &str, depth: u32) -> Option<std::path::PathBuf> {
+    for e in std::fs::read_dir(top).ok()?.flatten() {
+        let p = e.path();
+        if !p.is_dir() {
+            continue;
+        }
+        if e.file_name() == name {
+            return Some(p);
+        }
+        if depth > 0 {
+            if let Some(found) = find_dir(&p, name, depth - 1) {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
+/// An srun inside a batch job whose step cannot start on its only node
+/// (its cgroup cannot be joined: here the job's `cgroup.procs` in the
+/// memory hierarchy made read-only under it) hears it from the node,
+/// says why and exits 1, instead of waiting for its tasks for ever.
+#[test]
+fn srun_in_a_job_hears_that_its_step_failed_to_launch() {
+    if skip_unless_root("cgroups and bind mounts") {
+        return;
+    }
+    let _one = serial();
+    let env = cluster(1, 30);
+    let go = env.work.join("go");
+    let procs_target = env.work.join("target");
+    let script = format!(
+        "#!/bin/sh\nwhile [ ! -e {go} ]; do sleep 0.1; done\nsrun true\necho rc=$?\numount \"$(cat {t})\"\n",
+        go = go.display(),
+        t = procs_target.display()
+    );
+    let path = env.work.join("step.sh");
+    std::fs::write(&path, script).unwrap();
+    let out = env.work.join("step.out");
+    let id = env.ok(&[
+        "sbatch",
+        "--parsable",
+        "-o",
+        out.to_str().unwrap(),
+        path.to_str().unwrap(),
+    ]);
+    let id: u64 = id.trim().parse().unwrap();
+    env.wait_state(id, &["RUNNING"], 20);
+    let parent = Path::new("/sys/fs/cgroup/memory").join(env.cluster.cgroup_parent());
+    let job = find_dir(&parent, &format!("job_{id}.0"), 3).expect("the job's memory cgroup");
+    let target = job.join("cgroup.procs");
+    let ro = env.work.join("ro-procs");
+    std::fs::write(&ro, "").unwrap();
+    let mount = |args: &[&str]| {
+        let st = std::process::Command::new("mount")
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount {args:?}");
+    };
+    mount(&["--bind", ro.to_str().unwrap(), target.to_str().unwrap()]);
+    /// Takes the bind away however the test ends (the script does too).
+    struct Unbind(std::path::PathBuf);
+    impl Drop for Unbind {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _unbind = Unbind(target.clone());
+    mount(&["-o", "remount,bind,ro", target.to_str().unwrap()]);
+    std::fs::write(&procs_target, target.to_str().unwrap()).unwrap();
+    std::fs::write(&go, "").unwrap();
+    let st = env.wait_state(id, &["COMPLETED", "FAILED"], 40);
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(st, "COMPLETED", "{text}");
+    assert!(text.contains("rc=1"), "srun's exit: {text}");
+    assert!(
+        text.contains("srun: error: worker-0:") && text.contains("cgroup.procs"),
+        "{text}"
+    );
+}
+
+/// One user's fork loop takes no more than its job's share of the
+/// node's PIDs: jobs get PIDs by their CPUs (here 300 a CPU) and the
+/// node's jobs all together a cap (here 1,500, as the reproduction's
+/// node cgroup had), so another user's job on the node still forks.
+#[test]
+fn one_jobs_fork_loop_leaves_other_users_jobs_their_pids() {
+    if skip_unless_root("other uids and cgroups") {
+        return;
+    }
+    let _one = serial();
+    let env = Env::start(Opts {
+        nodes: 1,
+        heartbeat_timeout: 30,
+        agent_args: vec![
+            "--cgroup-node-pids-max=1500".into(),
+            "--cgroup-pids-per-cpu=300".into(),
+        ],
+        ..Opts::default()
+    });
+    // A loop that goes on past failed forks (bash retries them), bounded.
+    let hog_script = env.work.join("hog.sh");
+    std::fs::write(
+        &hog_script,
+        "#!/bin/bash\nfor i in $(seq 3000); do sleep 120 & done 2>/dev/null\nsleep 120\n",
+    )
+    .unwrap();
+    chmod(&hog_script, 0o755);
+    let (code, o, e) = as_user(
+        &env,
+        ALICE,
+        &[
+            "sbatch",
+            "--parsable",
+            "-o",
+            "/dev/null",
+            hog_script.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{e}");
+    let hog: u64 = o.trim().parse().unwrap();
+    env.wait_state(hog, &["RUNNING"], 20);
+    // Her job is at its share: forks fail for her alone.
+    let parent = Path::new("/sys/fs/cgroup/pids").join(env.cluster.cgroup_parent());
+    let t0 = Instant::now();
+    let job = loop {
+        if let Some(d) = find_dir(&parent, &format!("job_{hog}.0"), 3) {
+            break d;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no pids cgroup");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let current = || {
+        std::fs::read_to_string(job.join("pids.current"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let t0 = Instant::now();
+    while current() < 300 && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let max = std::fs::read_to_string(job.join("pids.max")).unwrap_or_default();
+    assert_eq!(max.trim(), "300", "one CPU's share");
+    assert!(current() <= 300, "{} pids", current());
+    // Bob's job forks 50 times and finishes.
+    let out = env.work.join("bob-forks.out");
+    let (code, o, e) = as_user(
+        &env,
+        BOB,
+        &[
+            "sbatch",
+            "--parsable",
+            "-o",
+            out.to_str().unwrap(),
+            "--wrap",
+            "for i in $(seq 50); do sleep 1 & done; wait; echo forks-ok",
+        ],
+    );
+    assert_eq!(code, 0, "{e}");
+    let bob: u64 = o.trim().parse().unwrap();
+    let st = env.wait_state(bob, &["COMPLETED", "FAILED"], 60);
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(st, "COMPLETED", "{text}");
+    assert!(text.contains("forks-ok"), "{text}");
+    env.ok(&["scancel", &hog.to_string()]);
+}

@@ -150,6 +150,8 @@ pub struct ClusterSpec {
     /// More of `corral.toml`, appended as it is (tests: `[[health.command]]`,
     /// `[[health.active]]`).
     pub extra_config: String,
+    /// More arguments for every agent (tests: small PID limits).
+    pub agent_args: Vec<String>,
 }
 
 /// A running cluster; stopped when dropped.
@@ -484,6 +486,7 @@ impl Cluster {
                     .flatten(),
             )
             .args(self.spec.no_exec.then_some("--no-exec"))
+            .args(&self.spec.agent_args)
             .args(self.spec.jail.iter().flat_map(|_| {
                 // The shared root is in the cluster's corral.toml.
                 ["--config".into(), dir.join("corral.toml").into_os_string()]
@@ -782,6 +785,7 @@ pub fn main(args: &[OsString]) -> i32 {
         nvml: a.nvml,
         jail_driver_files: Vec::new(),
         extra_config: String::new(),
+        agent_args: Vec::new(),
     };
     let code = super::block_on(CMD, async move {
         let cluster = match Cluster::start(spec) {

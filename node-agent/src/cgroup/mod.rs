@@ -297,6 +297,10 @@ impl Join {
     }
 }
 
+/// The fewest PIDs a job gets however few its CPUs: a shell, srun and a
+/// program's threads.
+pub const PIDS_FLOOR: u64 = 256;
+
 /// The node's cgroups for jobs.
 #[derive(Debug)]
 pub struct Cgroups {
@@ -307,7 +311,10 @@ pub struct Cgroups {
     host_cpus: Vec<u32>,
     /// v2: controllers enabled for jobs.
     v2_controllers: Vec<String>,
+    /// The most PIDs (processes and threads) one job may have.
     pids_max: Option<u64>,
+    /// PIDs a job gets for each of its CPUs (0: `pids_max` for every job).
+    pids_per_cpu: u64,
     /// v1: the kernel accounts swap (`memory.memsw.*`).
     memsw: bool,
     /// v1: ended jobs' cgroups kept for the next jobs ([`spare`]).
@@ -336,6 +343,7 @@ impl Cgroups {
             host_cpus: Vec::new(),
             v2_controllers: Vec::new(),
             pids_max,
+            pids_per_cpu: 0,
             memsw: false,
             spares: Default::default(),
         };
@@ -415,6 +423,43 @@ impl Cgroups {
             }
         }
         Ok(())
+    }
+
+    /// A job gets `per_cpu` PIDs for each of its CPUs (at least
+    /// [`PIDS_FLOOR`], at most the cap given to [`Cgroups::new`]), so one
+    /// job's fork loop cannot take what the node's other jobs need; and
+    /// all jobs of the node together at most `node_max` (the node's
+    /// cgroup), leaving the rest of the machine's PID space to the agent
+    /// and the system.
+    pub fn with_pids(
+        mut self,
+        per_cpu: u64,
+        node_max: Option<u64>,
+    ) -> Result<Cgroups, CgroupError> {
+        self.pids_per_cpu = per_cpu;
+        if let (Some(max), Some(dir)) = (node_max, self.pids_dir(&self.base)) {
+            write(&dir.join("pids.max"), &max.to_string())?;
+        }
+        Ok(self)
+    }
+
+    fn pids_dir(&self, rel: &Path) -> Option<PathBuf> {
+        match &self.layout {
+            Layout::V1 { .. } => self.dir(Controller::Pids, rel),
+            Layout::V2 { root } => self.has(Controller::Pids).then(|| root.join(rel)),
+        }
+    }
+
+    /// The PIDs one job with `limits` may have.
+    fn job_pids(&self, limits: &Limits) -> Option<u64> {
+        if self.pids_per_cpu == 0 {
+            return self.pids_max;
+        }
+        let share = self
+            .pids_per_cpu
+            .saturating_mul(limits.cpus.len() as u64)
+            .max(PIDS_FLOOR);
+        Some(self.pids_max.map_or(share, |cap| share.min(cap)))
     }
 
     /// Whether a controller is in use here.
@@ -551,7 +596,7 @@ impl Cgroups {
                 write(&dir.join("memory.memsw.limit_in_bytes"), &bytes.to_string())?;
             }
         }
-        if let (Some(dir), Some(max)) = (self.dir(Controller::Pids, rel), self.pids_max) {
+        if let (Some(dir), Some(max)) = (self.dir(Controller::Pids, rel), self.job_pids(limits)) {
             write(&dir.join("pids.max"), &max.to_string())?;
         }
         if let Some(dir) = self.dir(Controller::Devices, rel) {
@@ -580,7 +625,7 @@ impl Cgroups {
                 write(&swap, "0")?;
             }
         }
-        if let (true, Some(max)) = (self.has(Controller::Pids), self.pids_max) {
+        if let (true, Some(max)) = (self.has(Controller::Pids), self.job_pids(limits)) {
             write(&dir.join("pids.max"), &max.to_string())?;
         }
         if !limits.denied.is_empty() {
@@ -996,6 +1041,33 @@ mod tests {
         assert_eq!(keyed(t, "missing"), None);
     }
 
+    /// A job's PIDs follow its CPUs, between a floor and the cap.
+    #[test]
+    fn a_jobs_pids_follow_its_cpus_between_a_floor_and_the_cap() {
+        let with = |cpus: usize| Limits {
+            cpus: (0..cpus as u32).collect(),
+            memory_bytes: None,
+            denied: vec![],
+        };
+        let mut cg = fake(&[0, 1, 2, 3]);
+        assert_eq!(cg.job_pids(&with(2)), None, "no limit set");
+        cg.pids_max = Some(32768);
+        assert_eq!(cg.job_pids(&with(2)), Some(32768), "one cap for all");
+        cg.pids_per_cpu = 1024;
+        assert_eq!(cg.job_pids(&with(1)), Some(1024));
+        assert_eq!(cg.job_pids(&with(8)), Some(8192));
+        assert_eq!(cg.job_pids(&with(64)), Some(32768), "at most the cap");
+        cg.pids_per_cpu = 10;
+        assert_eq!(
+            cg.job_pids(&with(1)),
+            Some(PIDS_FLOOR),
+            "at least the floor"
+        );
+        cg.pids_max = None;
+        cg.pids_per_cpu = 1024;
+        assert_eq!(cg.job_pids(&with(64)), Some(65536));
+    }
+
     fn fake(host: &[u32]) -> Cgroups {
         Cgroups {
             layout: Layout::V2 {
@@ -1005,6 +1077,7 @@ mod tests {
             host_cpus: host.to_vec(),
             v2_controllers: Vec::new(),
             pids_max: None,
+            pids_per_cpu: 0,
             memsw: false,
             spares: Default::default(),
         }

@@ -189,7 +189,9 @@ impl Cgroups {
         if let Some(dir) = self.dir(Controller::Cpuacct, rel) {
             write(&dir.join("cpuacct.usage"), "0")?;
         }
-        // pids.max is the node's, the same for every job: left as set.
+        if let (Some(dir), Some(max)) = (self.dir(Controller::Pids, rel), self.job_pids(limits)) {
+            write(&dir.join("pids.max"), &max.to_string())?;
+        }
         Ok(())
     }
 

@@ -399,6 +399,15 @@ async fn agent_link(s: Arc<Session>, conn: quinn::Connection) {
                     .lock()
                     .failures
                     .push(format!("{node}: {message}"));
+                // None of this node's tasks will run: each counts as
+                // exited, failed, so the step ends when the rest do.
+                for _ in &tasks {
+                    let exit = corral_proto::msg::ExitStatus {
+                        code: 1,
+                        signal: None,
+                    };
+                    let _ = s.events.send(Event::TaskExited { exit });
+                }
             }
             Ok(Some(StepUp::Hello { .. })) => {}
             Ok(None) | Err(_) => break,
