@@ -55,6 +55,12 @@ pub enum LaunchError {
         #[source]
         source: std::io::Error,
     },
+    #[error("open input file {path}")]
+    Input {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("output file {path} is not a regular file or a terminal")]
     OutputKind { path: PathBuf },
     #[error("preparing the task")]
@@ -123,12 +129,12 @@ fn c_path(p: &std::path::Path) -> Result<CString, LaunchError> {
 }
 
 /// The files to open (output, then an input), and their paths in the
-/// same order (for errors).
+/// same order (for errors), each saying whether it is the input.
 fn redirects(
     stdin: &Io,
     stdout: &Io,
     stderr: &Io,
-) -> Result<(Redirects, Vec<PathBuf>), LaunchError> {
+) -> Result<(Redirects, Vec<(PathBuf, bool)>), LaunchError> {
     let mut out: Vec<(&PathBuf, Vec<i32>, OpenAs)> = Vec::new();
     match (stdout.path(), stderr.path()) {
         (Some(a), Some(b)) if a == b => out.push((a, vec![1, 2], stdout.open_as())),
@@ -140,7 +146,10 @@ fn redirects(
     if let Io::Input(p) = stdin {
         out.push((p, vec![0], OpenAs::Read));
     }
-    let paths = out.iter().map(|(p, _, _)| (*p).clone()).collect();
+    let paths = out
+        .iter()
+        .map(|(p, _, how)| ((*p).clone(), matches!(how, OpenAs::Read)))
+        .collect();
     let files = out
         .into_iter()
         .map(|(p, fds, append)| Ok((c_path(p)?, fds, append)))
@@ -361,12 +370,13 @@ fn stage_error(
     program: &str,
     cwd: &std::path::Path,
     user: Ident,
-    outputs: &[PathBuf],
+    outputs: &[(PathBuf, bool)],
     jail: Option<&shared_root::Prepared>,
 ) -> LaunchError {
     let raw = e.raw_os_error().unwrap_or(0);
     let errno = std::io::Error::from_raw_os_error(raw & 0xffff);
-    let output = |i: i32| outputs.get(i as usize).cloned().unwrap_or_default();
+    let output = |i: i32| outputs.get(i as usize).cloned().unwrap_or_default().0;
+    let is_input = |i: i32| outputs.get(i as usize).is_some_and(|(_, input)| *input);
     match (raw >> stage::SHIFT) & 0xff {
         stage::JAIL => {
             let (step, errno) = stage::jail_parts(raw);
@@ -384,6 +394,10 @@ fn stage_error(
         },
         stage::CHDIR => LaunchError::Chdir {
             dir: cwd.to_path_buf(),
+            source: errno,
+        },
+        s @ (stage::OUTPUT..=5) if is_input(s - stage::OUTPUT) => LaunchError::Input {
+            path: output(s - stage::OUTPUT),
             source: errno,
         },
         s @ (stage::OUTPUT..=5) => LaunchError::Output {
@@ -796,6 +810,16 @@ pub(crate) mod tests {
             matches!(err, LaunchError::OutputKind { ref path } if *path == fifo),
             "{err:?}"
         );
+        // An input that is not there is said to be the input.
+        let missing = dir.path().join("missing");
+        let mut spec = task(&["/bin/cat"], dir.path(), Io::Path(out.clone()));
+        spec.stdin = Io::Input(missing.clone());
+        let err = spawn_within(spec, 10).unwrap_err();
+        assert!(
+            matches!(err, LaunchError::Input { ref path, .. } if *path == missing),
+            "{err:?}"
+        );
+        assert!(err.to_string().starts_with("open input file"), "{err}");
     }
 
     #[test]

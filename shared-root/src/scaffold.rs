@@ -141,7 +141,9 @@ pub fn busybox(dir: &Path, busybox: &Path, id: &str) -> std::io::Result<()> {
     }
     std::fs::set_permissions(dir.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
     std::fs::set_permissions(dir.join("var/tmp"), std::fs::Permissions::from_mode(0o1777))?;
-    std::fs::set_permissions(dir.join("home"), std::fs::Permissions::from_mode(0o1777))?;
+    // Homes are made per user by whoever adds users: a /home anyone may
+    // write lets one user make another's home before she does.
+    std::fs::set_permissions(dir.join("home"), std::fs::Permissions::from_mode(0o755))?;
     for (file, text) in [
         ("etc/os-release", format!("ID={id}\n")),
         (

@@ -126,7 +126,8 @@ pub fn main(args: &[OsString]) -> i32 {
             let id = id.unwrap_or_else(|| "corral-tiny".into());
             let made = shared_root::scaffold::host_usr(&dir, &id).and_then(|()| {
                 let home = dir.join("home");
-                std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o1777))?;
+                // Homes are made per user by whoever adds users.
+                std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755))?;
                 for (file, text) in [
                     ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"),
                     ("etc/group", "root:x:0:\n"),
