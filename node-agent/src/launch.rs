@@ -544,7 +544,7 @@ impl ChildSetup {
     /// agent's memory: it calls only async-signal-safe system calls (the
     /// jail's mounts and pivot_root on strings prepared before the clone,
     /// setsid and the TIOCSCTTY ioctl on descriptor 0, setgroups, setgid,
-    /// setuid, umask, chdir, open, fstat, fcntl, dup2, close, sigaction,
+    /// setuid, umask, chdir, open, write (of `oom_score_adj`), fstat, fcntl, dup2, close, sigaction,
     /// prctl, close_range) on data prepared before it, and allocates and
     /// writes nothing of the agent's.
     #[allow(unsafe_code)]
@@ -556,6 +556,20 @@ impl ChildSetup {
         use nix::unistd::{chdir, close, dup2, setgid, setgroups, setuid, Gid, Uid};
         let user = self.user;
         let fail = |stage: i32, e: Errno| (stage << stage::SHIFT) | e as i32;
+        // The agent is shielded from the OOM killer and the clone inherits
+        // that: a task is not (raising it back needs no privilege).
+        if let Ok(fd) = open(
+            c"/proc/self/oom_score_adj",
+            OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            // SAFETY: a write of a static byte to a descriptor this child
+            // just opened; async-signal-safe.
+            unsafe {
+                nix::libc::write(fd, b"0".as_ptr().cast(), 1);
+            }
+            let _ = close(fd);
+        }
         if self.tty {
             nix::unistd::setsid().map_err(|e| fail(stage::SETUP, e))?;
             // SAFETY: TIOCSCTTY on descriptor 0 takes an integer argument.

@@ -244,6 +244,7 @@ fn cgroups(
     mode: CgroupMode,
     parent: &str,
     pids: &PidLimits,
+    memory_bytes: Option<u64>,
     node: &str,
 ) -> anyhow::Result<Option<Arc<Cgroups>>> {
     let root = nix::unistd::geteuid().is_root();
@@ -253,7 +254,8 @@ fn cgroups(
     let job_max = (pids.job_max > 0).then_some(pids.job_max);
     let made = Layout::detect()
         .and_then(|l| Cgroups::new(l, parent, node, job_max))
-        .and_then(|cg| cg.with_pids(pids.per_cpu, pids.node_max));
+        .and_then(|cg| cg.with_pids(pids.per_cpu, pids.node_max))
+        .and_then(|cg| cg.with_memory(memory_bytes));
     match (made, mode) {
         (Ok(cg), _) => {
             cg.sweep();
@@ -355,6 +357,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let checks = corral_agent::health::GpuChecks::new(inventory.len());
     let (cg_mode, cg_parent) = (args.cgroups, args.cgroup_parent.clone());
     let jail = jail_config(&args)?;
+    let resources = resources::detect(args.cpus, args.mem);
     let cfg = AgentConfig {
         certs: CertFiles::in_dir(&args.certs, &name),
         name,
@@ -362,7 +365,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ctld: args.ctld,
         socket: args.socket.clone(),
         spool: args.spool,
-        resources: resources::detect(args.cpus, args.mem),
+        resources,
         gpus: inventory.clone(),
         gpu_minors: inventory
             .iter()
@@ -381,7 +384,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         per_cpu: args.cgroup_pids_per_cpu,
         node_max: node_pids_max(&args.cgroup_node_pids_max)?,
     };
-    if let Some(cg) = cgroups(cg_mode, &cg_parent, &pids, agent.name())? {
+    // When memory runs short the kernel kills a job's process, never the
+    // agent (its tasks set theirs back to 0 as they start).
+    if nix::unistd::geteuid().is_root() {
+        if let Err(e) = std::fs::write("/proc/self/oom_score_adj", "-1000") {
+            tracing::warn!(error = %e, "the agent could not shield itself from the OOM killer");
+        }
+    }
+    let memory = Some(resources.memory_mb.saturating_mul(1 << 20));
+    if let Some(cg) = cgroups(cg_mode, &cg_parent, &pids, memory, agent.name())? {
         if args.cgroup_favordynmods == Switch::On {
             favor_dynmods();
         }

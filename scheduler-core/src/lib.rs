@@ -86,4 +86,6 @@ pub use fetch::{prefetch, prefetch_bytes};
 pub use model::*;
 pub use placement::Packing;
 pub use priority::PriorityWeights;
-pub use scheduler::{AdoptError, BackfillPolicy, Cancelled, Scheduler, SchedulerConfig, Statuses};
+pub use scheduler::{
+    AdoptError, BackfillPolicy, Cancelled, DefaultMemory, Scheduler, SchedulerConfig, Statuses,
+};

@@ -63,6 +63,9 @@ pub(crate) struct Shape {
     pub mem_per_task: u64,
     /// `--mem=0`: each node's whole memory.
     pub mem_whole: bool,
+    /// No memory asked, and the default is a share: each task holds its
+    /// node's memory in proportion to its CPUs ([`Shape::task_mem`]).
+    pub mem_share: bool,
     pub exclusive: bool,
 }
 
@@ -81,7 +84,7 @@ impl Shape {
         if avail.mem < self.mem_per_node || (self.mem_whole && avail.mem < cap.mem) {
             return 0;
         }
-        let by_mem = match self.mem_per_task {
+        let by_mem = match self.task_mem(cap) {
             0 => u32::MAX,
             m => ((avail.mem - self.mem_per_node) / m).min(u64::from(u32::MAX)) as u32,
         };
@@ -99,6 +102,17 @@ impl Shape {
         match self.tasks_per_node {
             Some(exact) if k < exact.get() => 0,
             _ => k,
+        }
+    }
+
+    /// Memory one task adds on a node of `cap`: what it asked, or its
+    /// CPUs' share of the node's (rounded down, so shares never add up
+    /// to more than the node has).
+    pub fn task_mem(&self, cap: &Capacity) -> u64 {
+        if self.mem_share {
+            cap.mem.saturating_mul(u64::from(self.cpus_per_task)) / u64::from(cap.cpus.max(1))
+        } else {
+            self.mem_per_task
         }
     }
 
@@ -126,7 +140,7 @@ impl Shape {
                     cap.mem
                 } else {
                     self.mem_per_node
-                        .saturating_add(u64::from(k).saturating_mul(self.mem_per_task))
+                        .saturating_add(u64::from(k).saturating_mul(self.task_mem(cap)))
                 },
                 gpus,
             }
@@ -311,9 +325,41 @@ mod tests {
             gpus_per_node,
             mem_per_node: 0,
             mem_per_task: 0,
+            mem_share: false,
             mem_whole: false,
             exclusive: false,
         }
+    }
+
+    /// Without a memory ask, a task holds its CPUs' share of the node's
+    /// memory: the fit stops where memory runs out, and shares never
+    /// add up to more than the node has.
+    #[test]
+    fn a_share_of_the_node_is_priced_by_the_tasks_cpus() {
+        let cap = eight_gpu_node();
+        let mut s = shape(0);
+        s.tasks = 64;
+        s.tasks_per_node = None;
+        s.cpus_per_task = 4;
+        s.mem_share = true;
+        assert_eq!(s.task_mem(&cap), 32_000);
+        let whole = cap.whole();
+        assert_eq!(s.tasks_fit(whole, &cap), 16, "all the CPUs' worth");
+        let short = Free {
+            mem: 100_000,
+            ..whole
+        };
+        assert_eq!(s.tasks_fit(short, &cap), 3, "memory binds first");
+        assert_eq!(s.usage(3, 0, &cap).mem, 96_000);
+        let odd = Capacity {
+            cpus: 3,
+            mem: 1000,
+            gpus: 0,
+            groups: vec![],
+        };
+        s.cpus_per_task = 1;
+        assert_eq!(s.task_mem(&odd) * 3, 999, "rounded down");
+        assert_eq!(s.tasks_fit(odd.whole(), &odd), 3);
     }
 
     #[test]

@@ -1091,3 +1091,62 @@ fn one_jobs_fork_loop_leaves_other_users_jobs_their_pids() {
     assert!(text.contains("forks-ok"), "{text}");
     env.ok(&["scancel", &hog.to_string()]);
 }
+
+/// A job without `--mem` is not unlimited beside one that asked: it
+/// holds its CPUs' share of the node's memory, in the scheduler and as
+/// its cgroup's limit; the node's cgroup holds all jobs to the node's
+/// memory; the agent is shielded from the OOM killer and its tasks are
+/// not.
+#[test]
+fn a_job_without_mem_is_limited_to_its_share_and_the_agent_outlives_oom() {
+    if skip_unless_root("cgroups") {
+        return;
+    }
+    let _one = serial();
+    let env = cluster(1, 30);
+    let (code, o, e) = as_user(
+        &env,
+        BOB,
+        &[
+            "sbatch",
+            "--parsable",
+            "-c",
+            "2",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 30",
+        ],
+    );
+    assert_eq!(code, 0, "{e}");
+    let id: u64 = o.trim().parse().unwrap();
+    env.wait_state(id, &["RUNNING"], 20);
+    // The tests' nodes: 8 CPUs and 16,000 MB, so 2,000 MB a CPU.
+    let parent = Path::new("/sys/fs/cgroup/memory").join(env.cluster.cgroup_parent());
+    let job = find_dir(&parent, &format!("job_{id}.0"), 3).expect("the job's memory cgroup");
+    let limit = std::fs::read_to_string(job.join("memory.limit_in_bytes")).unwrap();
+    assert_eq!(limit.trim(), (4000u64 << 20).to_string(), "two CPUs' share");
+    let node = job.parent().expect("the node's cgroup");
+    let all = std::fs::read_to_string(node.join("memory.limit_in_bytes")).unwrap();
+    assert_eq!(
+        all.trim(),
+        (16_000u64 << 20).to_string(),
+        "the node's memory"
+    );
+    // Some kernels (sandboxes) refuse any negative value, even to root.
+    let lowers = std::process::Command::new("sh")
+        .args(["-c", "echo -1000 > /proc/self/oom_score_adj"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let agent = env.cluster.agent_pid(0).expect("agent");
+    let adj = std::fs::read_to_string(format!("/proc/{agent}/oom_score_adj")).unwrap();
+    if lowers {
+        assert_eq!(adj.trim(), "-1000");
+    } else {
+        println!("SKIPPED (this kernel refuses a negative oom_score_adj): the agent's shield");
+    }
+    let (code, o, e) = as_user(&env, BOB, &["srun", "cat", "/proc/self/oom_score_adj"]);
+    assert_eq!(code, 0, "{e}");
+    assert_eq!(o.trim(), "0", "a task is the OOM killer's to take");
+    env.ok(&["scancel", &id.to_string()]);
+}

@@ -31,6 +31,8 @@
 //! max_path_len = 4096              # bytes of a job's directories and file names
 //! state_reserve = 1073741824       # free bytes kept on state_dir's disk: below, no new jobs
 //!                                  # (default: the smaller of 1 GiB and 5% of that disk)
+//! default_mem_per_cpu = 4000       # MB a CPU of a job without --mem holds (0: none;
+//!                                  # default: its CPUs' share of the node's memory)
 //!
 //! [health]                        # checks that drain sick nodes
 //! interval = 30                    # seconds between every node's GPU checks
@@ -304,9 +306,22 @@ pub struct Limits {
     /// go on in what is left. None: the smaller of 1 GiB and a twentieth
     /// of the filesystem.
     pub state_reserve: Option<u64>,
+    /// MB each CPU of a job that asks for no memory holds (Slurm's
+    /// `DefMemPerCPU`); 0: none (no memory limit, placed as if it needed
+    /// none). Unset: its CPUs' share of the node's memory.
+    pub default_mem_per_cpu: Option<u64>,
 }
 
 impl Limits {
+    /// What the scheduler gives a job that asks for no memory.
+    pub fn default_memory(&self) -> scheduler_core::DefaultMemory {
+        match self.default_mem_per_cpu {
+            None => scheduler_core::DefaultMemory::ShareOfNode,
+            Some(0) => scheduler_core::DefaultMemory::Nothing,
+            Some(mb) => scheduler_core::DefaultMemory::PerCpu(mb),
+        }
+    }
+
     /// The free bytes kept on a filesystem of `size` bytes.
     pub fn reserve_on(&self, size: u64) -> u64 {
         self.state_reserve.unwrap_or((size / 20).min(1 << 30))
@@ -324,6 +339,7 @@ impl Default for Limits {
             max_text_len: 1024,
             max_path_len: 4096,
             state_reserve: None,
+            default_mem_per_cpu: None,
         }
     }
 }

@@ -732,6 +732,7 @@ impl Controller {
             policy: cfg.policy,
             weights: cfg.weights.clone(),
             requeue_delay: cfg.requeue_delay,
+            default_memory: cfg.limits.default_memory(),
             ..SchedulerConfig::default()
         });
         for p in &cfg.partitions {
@@ -844,6 +845,10 @@ impl Controller {
             ("policy", same(&old.policy, &new.policy)),
             ("priority", same(&old.weights, &new.weights)),
             ("requeue_delay", old.requeue_delay == new.requeue_delay),
+            (
+                "default_mem_per_cpu",
+                old.limits.default_mem_per_cpu == new.limits.default_mem_per_cpu,
+            ),
             ("health", same(&old.health, &new.health)),
             (
                 "active checks",
@@ -914,6 +919,14 @@ impl Controller {
                 },
             ),
             ("ClusterName", c.cluster.clone()),
+            (
+                "DefMemPerCPU",
+                match c.limits.default_mem_per_cpu {
+                    None => "share of the node".into(),
+                    Some(0) => "UNLIMITED".into(),
+                    Some(mb) => mb.to_string(),
+                },
+            ),
             ("KillWait", secs(c.kill_wait)),
             (
                 "MaxArraySize",

@@ -443,6 +443,31 @@ impl Cgroups {
         Ok(self)
     }
 
+    /// All jobs of the node together may use at most `bytes` of memory
+    /// (the node's cgroup): what the node offers jobs, the machine's less
+    /// what the agent keeps for itself and the system.
+    pub fn with_memory(self, bytes: Option<u64>) -> Result<Cgroups, CgroupError> {
+        let Some(bytes) = bytes else {
+            return Ok(self);
+        };
+        match &self.layout {
+            Layout::V1 { .. } => {
+                if let Some(dir) = self.dir(Controller::Memory, &self.base) {
+                    write(&dir.join("memory.limit_in_bytes"), &bytes.to_string())?;
+                }
+            }
+            Layout::V2 { root } => {
+                if self.has(Controller::Memory) {
+                    write(
+                        &root.join(&self.base).join("memory.max"),
+                        &bytes.to_string(),
+                    )?;
+                }
+            }
+        }
+        Ok(self)
+    }
+
     fn pids_dir(&self, rel: &Path) -> Option<PathBuf> {
         match &self.layout {
             Layout::V1 { .. } => self.dir(Controller::Pids, rel),

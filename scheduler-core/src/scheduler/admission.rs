@@ -445,8 +445,16 @@ impl Scheduler {
             .memory_per_node_mb
             .unwrap_or(0)
             .saturating_add(mem_per_gpu.saturating_mul(u64::from(gpus_per_node)));
-        let mem_per_task = req
-            .memory_per_cpu_mb
+        let asks_none = req.memory_per_node_mb.is_none()
+            && req.memory_per_cpu_mb.is_none()
+            && req.memory_per_gpu_mb.is_none()
+            && !req.memory_whole_node;
+        let (per_cpu, mem_share) = match (asks_none, self.cfg.default_memory) {
+            (true, super::DefaultMemory::PerCpu(mb)) => (Some(mb), false),
+            (true, super::DefaultMemory::ShareOfNode) => (None, !exclusive),
+            _ => (req.memory_per_cpu_mb, false),
+        };
+        let mem_per_task = per_cpu
             .unwrap_or(0)
             .saturating_mul(u64::from(req.cpus_per_task))
             .saturating_add(mem_per_gpu.saturating_mul(u64::from(gpus_per_task)));
@@ -462,6 +470,7 @@ impl Scheduler {
             mem_per_node,
             mem_per_task,
             mem_whole: req.memory_whole_node,
+            mem_share,
             exclusive,
         })
     }

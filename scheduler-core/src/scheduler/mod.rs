@@ -75,6 +75,24 @@ pub struct SchedulerConfig {
     /// time becomes the requeue's time plus this), after a node failure
     /// or [`Scheduler::requeue`]. Slurm waits about two minutes; 0 here.
     pub requeue_delay: Secs,
+    /// What a job that asks for no memory holds (Slurm's `DefMemPerCPU`).
+    pub default_memory: DefaultMemory,
+}
+
+/// The memory of a job that asks for none (no `--mem`, `--mem-per-cpu`,
+/// `--mem-per-gpu`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DefaultMemory {
+    /// None: it is placed as if it needed no memory (and its driver sets
+    /// no limit). A memory-blind cluster, and the replay of traces.
+    #[default]
+    Nothing,
+    /// Each task holds its node's memory in proportion to its CPUs there
+    /// (rounded down), so jobs without a memory ask never crowd out each
+    /// other or one that asked.
+    ShareOfNode,
+    /// Each CPU holds this many MB.
+    PerCpu(u64),
 }
 
 impl Default for SchedulerConfig {
@@ -90,6 +108,7 @@ impl Default for SchedulerConfig {
             verify_search: false,
             array_reservations: 1000,
             requeue_delay: 0,
+            default_memory: DefaultMemory::Nothing,
         }
     }
 }

@@ -2379,3 +2379,49 @@ fn finished_jobs_keep_counting_against_their_user_until_forgotten() {
     c.tick(200);
     c.submit(ALICE, s, 200).unwrap();
 }
+
+/// A job that asks for no memory holds its CPUs' share of the node's
+/// (or `default_mem_per_cpu` MB a CPU), in the scheduler and in the
+/// limit its launch carries: it neither crowds out a job that asked
+/// nor runs without a limit beside it.
+#[test]
+fn a_job_without_a_memory_ask_holds_its_share_of_the_node() {
+    let mut c = cluster(1);
+    let mut asks = batch("true");
+    asks.mem_mb = Some(15_000);
+    let first = c.submit(ALICE, asks, 0).unwrap();
+    c.schedule(0);
+    let l = launches(&mut c);
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].1.memory_mb, 15_000);
+    // Four CPUs' share of 16,000 MB on 8 CPUs is 8,000: it waits.
+    let mut four = batch("true");
+    four.ntasks = Some(4);
+    let second = c.submit(BOB, four, 1).unwrap();
+    c.schedule(1);
+    assert!(launches(&mut c).is_empty(), "no room for its share");
+    assert_eq!(state(&c, second), JobState::Pending);
+    assert_eq!(state(&c, first), JobState::Running);
+    // Alone on a node, one CPU's share is its cgroup's limit.
+    let mut c = cluster(1);
+    c.submit(ALICE, batch("true"), 0).unwrap();
+    c.schedule(0);
+    assert_eq!(launches(&mut c).remove(0).1.memory_mb, 2000);
+    // Set per CPU, or none.
+    for (setting, want) in [
+        ("default_mem_per_cpu = 500", 500),
+        ("default_mem_per_cpu = 0", 0),
+    ] {
+        let mut c = Controller::new(config_with(&format!("[limits]\n{setting}"))).unwrap();
+        c.register(reg("worker-0", 0), 0).unwrap();
+        let mut two = batch("true");
+        two.cpus_per_task = Some(2);
+        c.submit(ALICE, two, 0).unwrap();
+        c.schedule(0);
+        assert_eq!(
+            launches(&mut c).remove(0).1.memory_mb,
+            want * 2,
+            "{setting}"
+        );
+    }
+}
