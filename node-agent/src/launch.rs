@@ -836,6 +836,25 @@ pub(crate) mod tests {
         assert!(err.to_string().starts_with("open input file"), "{err}");
     }
 
+    /// A task does not keep the agent's shield from the OOM killer: its
+    /// `oom_score_adj` is set back to 0 before exec. (The shield itself,
+    /// -1000, needs a kernel that lets root lower it; this test raises
+    /// the parent's instead, which any process may.)
+    #[test]
+    fn a_task_does_not_inherit_the_agents_oom_score_adj() {
+        let adj = "/proc/self/oom_score_adj";
+        let before = std::fs::read_to_string(adj).unwrap();
+        std::fs::write(adj, "100").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("adj");
+        let spec = task(&["/bin/cat", adj], dir.path(), Io::Path(out.clone()));
+        let st = spawn_within(spec, 10);
+        // Back as it was, whatever the task did.
+        let _ = std::fs::write(adj, before.trim());
+        assert!(st.unwrap().success());
+        assert_eq!(std::fs::read_to_string(&out).unwrap().trim(), "0");
+    }
+
     #[test]
     fn a_jail_failure_keeps_its_step_and_errno_for_every_possible_step() {
         for step in [0, 1, 127, 128, 200, 255, 256, shared_root::MAX_STEPS - 1] {

@@ -337,6 +337,17 @@ pub fn tiny_job(work: &Path, hold: bool) -> corral_proto::msg::JobSpec {
     }
 }
 
+/// Takes a mount away when dropped, however the test ends; lazily, as a
+/// daemon may still hold files there.
+#[derive(Debug)]
+pub struct Unmount(pub PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
 /// Whether the tests run as root (needed to submit as other users).
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use corral_e2e::{is_root, out, runtime, Env, Opts};
+use corral_e2e::{is_root, out, runtime, Env, Opts, Unmount};
 use corral_proto::msg::{JobFilter, JobState, Request, Response};
 use corral_proto::MAX_FRAME;
 use nix::sys::signal::{kill, Signal};
@@ -47,6 +47,15 @@ fn skip_unless_root(what: &str) -> bool {
 
 fn as_user(env: &Env, uid: u32, args: &[&str]) -> (i32, String, String) {
     out(env.cmd_as(uid, args).output().expect("running corral"))
+}
+
+/// `sbatch --parsable ARGS` as `uid`, which must be taken; the job's id.
+fn submit_as(env: &Env, uid: u32, args: &[&str]) -> u64 {
+    let mut all = vec!["sbatch", "--parsable"];
+    all.extend_from_slice(args);
+    let (code, o, e) = as_user(env, uid, &all);
+    assert_eq!(code, 0, "{e}");
+    o.trim().parse().expect("a job id")
 }
 
 fn chown(p: &Path, uid: u32) {
@@ -94,12 +103,10 @@ fn a_user_cannot_enter_another_users_directory() {
 
     // Batch: the job fails, and scontrol says which step failed where.
     let out_file = env.work.join("bob-%j.out");
-    let (code, o, e) = as_user(
+    let id = submit_as(
         &env,
         BOB,
         &[
-            "sbatch",
-            "--parsable",
             "-D",
             dir,
             "-o",
@@ -108,8 +115,6 @@ fn a_user_cannot_enter_another_users_directory() {
             "cat secret.txt",
         ],
     );
-    assert_eq!(code, 0, "{e}");
-    let id: u64 = o.trim().parse().unwrap();
     env.wait_state(id, &["FAILED"], 20);
     let show = env.ok(&["scontrol", "show", "job", &id.to_string()]);
     assert!(show.contains("Reason=JobLaunchFailure"), "{show}");
@@ -145,19 +150,7 @@ fn a_group_id_reused_by_another_user_is_not_signalled() {
     let path = env.work.join("bob.sh");
     std::fs::write(&path, script).unwrap();
     chmod(&path, 0o755);
-    let (code, o, e) = as_user(
-        &env,
-        BOB,
-        &[
-            "sbatch",
-            "--parsable",
-            "-o",
-            "/dev/null",
-            path.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(code, 0, "{e}");
-    let id: u64 = o.trim().parse().unwrap();
+    let id = submit_as(&env, BOB, &["-o", "/dev/null", path.to_str().unwrap()]);
     let pg_file = env.work.join(format!("pg0-{id}"));
     let t0 = Instant::now();
     let pgid: i32 = loop {
@@ -761,13 +754,7 @@ fn a_full_spool_fails_one_job_and_leaves_nothing_behind() {
         .status()
         .unwrap();
     assert!(st.success(), "mount tmpfs");
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(self.0).status();
-        }
-    }
-    let _unmount = Unmount(&spool);
+    let _unmount = Unmount(spool.clone());
     // The agent must see the tmpfs where it writes scripts (this test
     // once saw a 2 MB script run instead of failing; if that was the
     // agent writing elsewhere, this names it).
@@ -981,17 +968,8 @@ fn srun_in_a_job_hears_that_its_step_failed_to_launch() {
         assert!(st.success(), "mount {args:?}");
     };
     mount(&["--bind", ro.to_str().unwrap(), target.to_str().unwrap()]);
-    /// Takes the bind away however the test ends (the script does too).
-    struct Unbind(std::path::PathBuf);
-    impl Drop for Unbind {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-    let _unbind = Unbind(target.clone());
+    // Gone however the test ends (the script takes it away too).
+    let _unbind = Unmount(target.clone());
     mount(&["-o", "remount,bind,ro", target.to_str().unwrap()]);
     std::fs::write(&procs_target, target.to_str().unwrap()).unwrap();
     std::fs::write(&go, "").unwrap();
@@ -1032,19 +1010,11 @@ fn one_jobs_fork_loop_leaves_other_users_jobs_their_pids() {
     )
     .unwrap();
     chmod(&hog_script, 0o755);
-    let (code, o, e) = as_user(
+    let hog = submit_as(
         &env,
         ALICE,
-        &[
-            "sbatch",
-            "--parsable",
-            "-o",
-            "/dev/null",
-            hog_script.to_str().unwrap(),
-        ],
+        &["-o", "/dev/null", hog_script.to_str().unwrap()],
     );
-    assert_eq!(code, 0, "{e}");
-    let hog: u64 = o.trim().parse().unwrap();
     env.wait_state(hog, &["RUNNING"], 20);
     // Her job is at its share: forks fail for her alone.
     let parent = Path::new("/sys/fs/cgroup/pids").join(env.cluster.cgroup_parent());
@@ -1071,20 +1041,16 @@ fn one_jobs_fork_loop_leaves_other_users_jobs_their_pids() {
     assert!(current() <= 300, "{} pids", current());
     // Bob's job forks 50 times and finishes.
     let out = env.work.join("bob-forks.out");
-    let (code, o, e) = as_user(
+    let bob = submit_as(
         &env,
         BOB,
         &[
-            "sbatch",
-            "--parsable",
             "-o",
             out.to_str().unwrap(),
             "--wrap",
             "for i in $(seq 50); do sleep 1 & done; wait; echo forks-ok",
         ],
     );
-    assert_eq!(code, 0, "{e}");
-    let bob: u64 = o.trim().parse().unwrap();
     let st = env.wait_state(bob, &["COMPLETED", "FAILED"], 60);
     let text = std::fs::read_to_string(&out).unwrap_or_default();
     assert_eq!(st, "COMPLETED", "{text}");
@@ -1104,22 +1070,11 @@ fn a_job_without_mem_is_limited_to_its_share_and_the_agent_outlives_oom() {
     }
     let _one = serial();
     let env = cluster(1, 30);
-    let (code, o, e) = as_user(
+    let id = submit_as(
         &env,
         BOB,
-        &[
-            "sbatch",
-            "--parsable",
-            "-c",
-            "2",
-            "-o",
-            "/dev/null",
-            "--wrap",
-            "sleep 30",
-        ],
+        &["-c", "2", "-o", "/dev/null", "--wrap", "sleep 30"],
     );
-    assert_eq!(code, 0, "{e}");
-    let id: u64 = o.trim().parse().unwrap();
     env.wait_state(id, &["RUNNING"], 20);
     // The tests' nodes: 8 CPUs and 16,000 MB, so 2,000 MB a CPU.
     let parent = Path::new("/sys/fs/cgroup/memory").join(env.cluster.cgroup_parent());

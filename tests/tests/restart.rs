@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use corral_e2e::{Env, Opts};
+use corral_e2e::{Env, Opts, Unmount};
 use nix::sys::signal::Signal;
 
 /// The daemons' logs, for a failure's message.
@@ -202,18 +202,6 @@ fn submissions_through_repeated_kills_lose_nothing_acknowledged_and_repeat_no_id
         let st = env.wait_state(*id, &["COMPLETED", "FAILED", "NODE_FAIL", "CANCELLED"], 60);
         let shown = env.ok(&["scontrol", "show", "job", &id.to_string()]);
         assert_eq!(st, "COMPLETED", "{shown}");
-    }
-}
-
-/// Unmounts the state's tmpfs when the test ends, however it ends.
-struct Unmount(std::path::PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
     }
 }
 

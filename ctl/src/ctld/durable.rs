@@ -304,11 +304,11 @@ impl Controller {
         &mut self,
         now: u64,
         name: &str,
-        reg: (u64, u64),
+        instance: u64,
+        forgot: u64,
         running: &HashSet<JobRun>,
         launched: &[corral_proto::msg::Launched],
     ) {
-        let (instance, forgot) = reg;
         let restored: Vec<JobId> = self
             .jobs
             .live_on(name)
@@ -324,8 +324,10 @@ impl Controller {
             if j.state != JobState::Running || running.contains(&j.run()) {
                 continue;
             }
-            let here = j.alloc.iter().filter(|(n, _)| n == name);
-            if here.clone().any(|(_, a)| a.agent != instance) {
+            if j.alloc
+                .iter()
+                .any(|(n, a)| n == name && a.agent != instance)
+            {
                 missing.push(id);
                 continue;
             }

@@ -92,7 +92,7 @@ impl Controller {
         }
         self.nodes_dirty.insert(name.clone());
         // Runs of restored jobs stay (they are adopted); others end.
-        self.runs_on_return(now, &name, (instance, forgot), &running, &launched);
+        self.runs_on_return(now, &name, instance, forgot, &running, &launched);
         self.end_strays(now, &name, &running);
         self.send_missed_launches(&name, instance, &launched);
         self.adopt_ready(now, &name);

@@ -401,11 +401,11 @@ async fn agent_link(s: Arc<Session>, conn: quinn::Connection) {
                     .push(format!("{node}: {message}"));
                 // None of this node's tasks will run: each counts as
                 // exited, failed, so the step ends when the rest do.
+                let exit = corral_proto::msg::ExitStatus {
+                    code: 1,
+                    signal: None,
+                };
                 for _ in &tasks {
-                    let exit = corral_proto::msg::ExitStatus {
-                        code: 1,
-                        signal: None,
-                    };
                     let _ = s.events.send(Event::TaskExited { exit });
                 }
             }
