@@ -57,6 +57,9 @@ pub struct AgentConfig {
     /// tracked by their process groups only, unless
     /// [`Agent::use_cgroups`] is called before the agent connects).
     pub cgroups: Option<Arc<crate::cgroup::Cgroups>>,
+    /// Live tasks one user may have on the node (`--max-user-tasks`;
+    /// [`crate::budget::Budget::default_user_tasks`] by default).
+    pub max_user_tasks: u32,
 }
 
 /// Why the agent could not start or lost its controller.
@@ -120,6 +123,21 @@ pub enum StepError {
     Jail(#[source] shared_root::PlanError),
     #[error("the job's cgroup")]
     Cgroup(#[source] crate::cgroup::CgroupError),
+    #[error("refused on this node")]
+    Budget(#[source] crate::budget::Refusal),
+}
+
+/// A launch's tasks taken from its user's budget ([`Agent::take_budget`]).
+struct BudgetHeld<'a> {
+    agent: &'a Agent,
+    uid: u32,
+    tasks: u32,
+}
+
+impl Drop for BudgetHeld<'_> {
+    fn drop(&mut self) {
+        self.agent.budget.lock().release(self.uid, self.tasks);
+    }
 }
 
 /// How long a relayed request waits for ctld's answer.
@@ -242,6 +260,8 @@ pub struct Agent {
     up_rx: Mutex<Option<mpsc::UnboundedReceiver<AgentMsg>>>,
     /// Held while signalling, so a signalled group is one it lists.
     procs: Mutex<ProcTable>,
+    /// Each user's live tasks here, against their budget.
+    budget: Mutex<crate::budget::Budget>,
     /// This node's address as ctld sees it.
     seen_as: Mutex<Option<std::net::IpAddr>>,
     /// ctld has removed the node (after `leave`).
@@ -376,6 +396,7 @@ impl Agent {
                 })?;
             }
         }
+        let user_tasks = cfg.max_user_tasks;
         let cgroups_once = std::sync::OnceLock::new();
         if let Some(cg) = cfg.cgroups.clone() {
             let _ = cgroups_once.set(cg);
@@ -391,6 +412,7 @@ impl Agent {
             up,
             up_rx: Mutex::new(Some(up_rx)),
             procs: Mutex::new(ProcTable::default()),
+            budget: Mutex::new(crate::budget::Budget::new(user_tasks)),
             seen_as: Mutex::new(None),
             farewell: tokio::sync::Notify::new(),
             cgroups: cgroups_once,
@@ -814,6 +836,28 @@ impl Agent {
         .map_err(StepError::Cgroup)
     }
 
+    /// Takes the launch's tasks from its user's budget here, given back
+    /// when what it returns is dropped (the step's end).
+    fn take_budget(&self, l: &Launch) -> Result<BudgetHeld<'_>, StepError> {
+        let tasks = match l.what {
+            LaunchKind::Batch { .. } => 1,
+            LaunchKind::Step { .. } => l.tasks_here,
+        };
+        let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map_or(1024, |(soft, _)| soft);
+        let open = crate::budget::open_fds();
+        let uid = l.user.uid;
+        self.budget
+            .lock()
+            .admit(uid, tasks, open, limit)
+            .map_err(StepError::Budget)?;
+        Ok(BudgetHeld {
+            agent: self,
+            uid,
+            tasks,
+        })
+    }
+
     /// A job's limits on this node: its CPUs, its memory, and every GPU of
     /// the node it was not given denied.
     fn limits(&self, l: &Launch) -> crate::cgroup::Limits {
@@ -869,8 +913,14 @@ impl Agent {
             LaunchKind::Step { io, .. } => Some(crate::step::dial(self, l, *io)),
             LaunchKind::Batch { .. } => None,
         };
-        let cgroup = match self.step_cgroup(l).await {
-            Ok(c) => c,
+        // Held until the step's end here.
+        let cgroup = match self.take_budget(l) {
+            Ok(held) => self.step_cgroup(l).await.map(|c| (held, c)),
+            Err(e) => Err(e),
+        };
+        let (_held, join, before) = match cgroup {
+            Ok((held, Some((join, before)))) => (held, Some(join), Some(before)),
+            Ok((held, None)) => (held, None, None),
             Err(e) => {
                 if let Some(d) = dialing {
                     crate::step::tell_failed(d, error_chain(&e)).await;
@@ -878,7 +928,6 @@ impl Agent {
                 return Err(e);
             }
         };
-        let join = cgroup.as_ref().map(|(j, _)| j.clone());
         let result = match &l.what {
             LaunchKind::Batch {
                 script,
@@ -901,8 +950,8 @@ impl Agent {
         };
         // What the step left behind goes with it.
         let (job, step) = (l.job_run(), l.step);
-        let oom = match (cgroup, self.cgroups()) {
-            (Some((_, before)), Some(cg)) => {
+        let oom = match (before, self.cgroups()) {
+            (Some(before), Some(cg)) => {
                 tokio::task::spawn_blocking(move || cg.end_step(job, step, before))
                     .await
                     .unwrap_or(false)

@@ -21,6 +21,7 @@
 
 pub mod agent;
 pub mod batch;
+pub mod budget;
 pub mod cgroup;
 pub mod fleet;
 pub mod gpu;

@@ -120,6 +120,12 @@ struct Args {
     /// the agent and the system; 0: no limit).
     #[arg(long, default_value = "auto")]
     cgroup_node_pids_max: String,
+    /// Most live tasks (batch scripts and step tasks) one user may have
+    /// on the node; a launch past it fails with that reason (default:
+    /// eight a CPU, at least 256). `--overlap` steps hold no CPUs, so
+    /// without it one user's steps could take the agent's descriptors.
+    #[arg(long)]
+    max_user_tasks: Option<u32>,
     /// With cgroups: turn on the cgroup2 root's `favordynmods`, which
     /// makes each task's move into its cgroup cost well under a
     /// millisecond instead of an RCU grace period (about 10 ms), at some
@@ -358,6 +364,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (cg_mode, cg_parent) = (args.cgroups, args.cgroup_parent.clone());
     let jail = jail_config(&args)?;
     let resources = resources::detect(args.cpus, args.mem);
+    let max_user_tasks = args
+        .max_user_tasks
+        .unwrap_or_else(|| corral_agent::budget::Budget::default_user_tasks(resources.cpus));
     let cfg = AgentConfig {
         certs: CertFiles::in_dir(&args.certs, &name),
         name,
@@ -377,6 +386,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         gpu_health: Some((gpus, checks)),
         cgroups: None,
         jail,
+        max_user_tasks,
     };
     let agent = Agent::new(cfg).context("starting agent")?;
     let pids = PidLimits {

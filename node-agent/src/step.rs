@@ -363,6 +363,8 @@ pub(crate) async fn run(
         }
     }
     drop(tx);
+    // Its tasks are in: the step's cgroup descriptors need not stay open.
+    drop(cgroup);
 
     let dialed = match on_connect.await {
         Ok(r) => r,

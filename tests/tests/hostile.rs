@@ -1105,3 +1105,87 @@ fn a_job_without_mem_is_limited_to_its_share_and_the_agent_outlives_oom() {
     assert_eq!(o.trim(), "0", "a task is the OOM killer's to take");
     env.ok(&["scancel", &id.to_string()]);
 }
+
+/// The agent's open descriptors.
+fn open_fds(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
+}
+
+/// One user's overlapping steps (which hold no CPUs) cannot take the
+/// agent's descriptors from others: with the reproduction's 1,024, her
+/// steps past an eighth of them kept free are refused on the node with
+/// the reason, while another user's srun still runs and the node stays
+/// in service. A step holds no cgroup descriptor once its tasks started.
+#[test]
+fn one_users_steps_leave_other_users_the_agents_descriptors() {
+    if skip_unless_root("other uids") {
+        return;
+    }
+    let _one = serial();
+    // A task budget over what the descriptors allow: they are the test.
+    let env = Env::start(Opts {
+        nodes: 1,
+        heartbeat_timeout: 30,
+        agent_args: vec!["--max-user-tasks=2000".into()],
+        ..Opts::default()
+    });
+    let pid = env.cluster.agent_pid(0).unwrap();
+    set_soft_nofile(pid, 1024);
+    let idle = open_fds(pid);
+    let dir = env.work.join("alice-steps");
+    std::fs::create_dir(&dir).unwrap();
+    chown(&dir, ALICE);
+    let out = dir.join("steps.out");
+    let steps = 30;
+    let hog = submit_as(
+        &env,
+        ALICE,
+        &[
+            "-o",
+            out.to_str().unwrap(),
+            "--wrap",
+            &format!(
+                "for i in $(seq {steps}); do srun --overlap -n15 sleep 60 & done; wait; echo all-ended"
+            ),
+        ],
+    );
+    env.wait_state(hog, &["RUNNING"], 20);
+    // Her sruns settle: each has its step running or its refusal.
+    let refused = |text: &str| text.matches("stay for other users' launches").count();
+    let t0 = Instant::now();
+    let (running, text) = loop {
+        let squeue = env.ok(&["squeue", "-s", "-h", "-j", &hog.to_string()]);
+        let running = squeue.lines().filter(|l| l.contains("sleep")).count();
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        if running + refused(&text) >= steps && running > 0 {
+            break (running, text);
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{running} steps running\n{squeue}\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert!(
+        refused(&text) > 0,
+        "none refused: {running} running\n{text}"
+    );
+    assert!(
+        text.contains("srun: error: worker-0:") && text.contains("refused on this node"),
+        "{text}"
+    );
+    let held = open_fds(pid);
+    assert!(held <= 1024 - 256 + 64, "{held} of 1024 open");
+    // Tasks hold three each, steps next to nothing once started.
+    let per_step = held.saturating_sub(idle) / running as u64;
+    println!(
+        "{running} of {steps} steps ran, {held} descriptors open ({idle} idle): {per_step} a step"
+    );
+    assert!(per_step <= 15 * 3 + 4, "{per_step} descriptors a step");
+    // Bob's srun runs; the node is not drained.
+    let (code, o, e) = as_user(&env, BOB, &["srun", "-n2", "echo", "bob-ran"]);
+    assert_eq!((code, o.matches("bob-ran").count()), (0, 2), "{e}");
+    let sinfo = env.ok(&["sinfo", "-h", "-N"]);
+    assert!(!sinfo.contains("drain"), "{sinfo}");
+    env.ok(&["scancel", &hog.to_string()]);
+}

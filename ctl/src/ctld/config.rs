@@ -29,6 +29,7 @@
 //! max_array_size = 100001          # an array's indices are below this (Slurm's MaxArraySize)
 //! max_text_len = 1024              # bytes of a job's name, comment, account, mail address
 //! max_path_len = 4096              # bytes of a job's directories and file names
+//! max_step_count = 40000           # steps one job may start (Slurm's MaxStepCount)
 //! state_reserve = 1073741824       # free bytes kept on state_dir's disk: below, no new jobs
 //!                                  # (default: the smaller of 1 GiB and 5% of that disk)
 //! default_mem_per_cpu = 4000       # MB a CPU of a job without --mem holds (0: none;
@@ -301,6 +302,9 @@ pub struct Limits {
     /// Bytes of a path: the working and submit directories, the script's
     /// path, output and input files (Slurm's `PATH_MAX`, 4096).
     pub max_path_len: usize,
+    /// Steps one job may start, srun's first among them (Slurm's
+    /// `MaxStepCount`); how many run at once is each node's task budget.
+    pub max_step_count: u32,
     /// Free bytes the state directory's filesystem keeps: below them no
     /// new job is taken, while completions, node traffic and accounting
     /// go on in what is left. None: the smaller of 1 GiB and a twentieth
@@ -338,6 +342,7 @@ impl Default for Limits {
             max_array_size: 100_001,
             max_text_len: 1024,
             max_path_len: 4096,
+            max_step_count: 40_000,
             state_reserve: None,
             default_mem_per_cpu: None,
         }

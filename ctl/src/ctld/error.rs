@@ -104,6 +104,8 @@ pub enum CtldError {
     StepNodes(u32),
     #[error("Invalid number of tasks")]
     StepTasks,
+    #[error("Step limit reached for this job: {0} steps (MaxStepCount)")]
+    StepLimit(u32),
     #[error(
         "Requested GPUs are busy: the step asks {want} on {node}, where {free} of the job's {job} are free of other steps"
     )]

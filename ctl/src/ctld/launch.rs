@@ -446,6 +446,10 @@ impl Controller {
         if let Some(o) = j.open_steps.iter().find(|o| o.io.secret == s.io.secret) {
             return Ok((s.job, o.step));
         }
+        let most = self.cfg.limits.max_step_count;
+        if j.next_step >= most {
+            return Err(CtldError::StepLimit(most));
+        }
         // The job's nodes the step may use: those it names (`-w`) first,
         // then others in order, none it excludes (`-x`).
         let index = |n: &String| j.alloc.iter().position(|(name, _)| name == n);

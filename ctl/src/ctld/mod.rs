@@ -933,6 +933,7 @@ impl Controller {
                 (u64::from(c.limits.max_array_size) + 1).to_string(),
             ),
             ("MaxJobCount", c.limits.max_job_count.to_string()),
+            ("MaxStepCount", c.limits.max_step_count.to_string()),
             ("MinJobAge", secs(c.min_job_age)),
             ("PriorityMaxAge", crate::timefmt::elapsed(c.weights.max_age)),
             ("PriorityType", "priority/multifactor".into()),

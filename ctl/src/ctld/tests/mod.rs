@@ -839,6 +839,44 @@ fn concurrent_one_gpu_steps_get_distinct_gpus_of_their_job() {
     assert!(c.submit_step(ALICE, step(6), 4).is_err(), "still busy");
 }
 
+/// A job may start `max_step_count` steps (Slurm's MaxStepCount), ended
+/// ones counting: the next is refused in one line, not queued.
+#[test]
+fn a_job_starts_at_most_max_step_count_steps() {
+    let limits = "requeue_delay = 0\n[limits]\nmax_step_count = 3";
+    let mut c = Controller::new(config_with(limits)).unwrap();
+    c.register(reg("worker-0", 4), 0).unwrap();
+    let id = c.submit(ALICE, batch("x"), 0).unwrap();
+    c.schedule(0);
+    launches(&mut c);
+    let overlap = |secret: u8| StepSpec {
+        overlap: true,
+        ..step_spec(id, "t", secret)
+    };
+    for secret in 1..=3 {
+        c.submit_step(ALICE, overlap(secret), 1).unwrap();
+        let step = launches(&mut c)[0].1.step;
+        if secret == 3 {
+            break;
+        }
+        c.agent_message(
+            "worker-0",
+            AgentMsg::StepExited {
+                job: r0(id),
+                step,
+                exit: ExitStatus::default(),
+                oom: false,
+            },
+            2,
+        );
+    }
+    let e = c.submit_step(ALICE, overlap(4), 3).unwrap_err().to_string();
+    assert_eq!(e, "Step limit reached for this job: 3 steps (MaxStepCount)");
+    assert!(launches(&mut c).is_empty());
+    // The same srun asking again (its answer lost) still gets its step.
+    assert_eq!(c.submit_step(ALICE, overlap(3), 3).unwrap().1, StepId(2));
+}
+
 /// Steps hold CPUs as Slurm 22.05's do: a plain step all of the job's
 /// CPUs on its nodes, one with `--exact` its tasks' own, one with
 /// `--overlap` none (and it waits for none); a step that finds too few
