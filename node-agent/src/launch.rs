@@ -49,6 +49,10 @@ pub enum LaunchError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "working directory {dir} belongs to another user, who may change what is in it (a shared directory is setgid and group-writable)"
+    )]
+    ForeignDir { dir: PathBuf },
     #[error("open output file {path}")]
     Output {
         path: PathBuf,
@@ -347,6 +351,7 @@ mod stage {
     pub const SETUP: i32 = 7;
     pub const JAIL: i32 = 8;
     pub const CGROUP: i32 = 9;
+    pub const FOREIGN_DIR: i32 = 13;
 
     /// A failed jail step as one errno-sized number: errno (below 256 on
     /// Linux) in bits 0–7, the step's low byte in bits 8–15, the stage in
@@ -407,6 +412,9 @@ fn stage_error(
         s @ (stage::OUTPUT_KIND..=12) => LaunchError::OutputKind {
             path: output(s - stage::OUTPUT_KIND),
         },
+        stage::FOREIGN_DIR => LaunchError::ForeignDir {
+            dir: cwd.to_path_buf(),
+        },
         stage::SETUP => LaunchError::Setup(errno),
         stage::CGROUP => LaunchError::Cgroup(errno),
         _ => LaunchError::Spawn {
@@ -414,6 +422,26 @@ fn stage_error(
             source: e,
         },
     }
+}
+
+/// Whether a task of `user` (with `groups`) must not work in a directory
+/// of these attributes (owner, group, mode): it belongs to another user
+/// than root or the task's own (root's tasks may work anywhere), who may write it (or chmod it to), so what the task reads and runs
+/// there is theirs (in a shared root's `/home`, anyone could have made
+/// `/home/<someone else>`). A project directory shared on purpose, setgid
+/// and group-writable for a group of the user's, is not. Arithmetic only:
+/// safe between fork and exec.
+fn foreign(
+    (owner, group, mode): (u32, u32, u32),
+    user: Ident,
+    groups: &[nix::unistd::Gid],
+) -> bool {
+    if user.uid == 0 || owner == 0 || owner == user.uid || mode & 0o200 == 0 {
+        return false;
+    }
+    let member = group == user.gid || groups.iter().any(|g| g.as_raw() == group);
+    let shared = mode & 0o2000 != 0 && mode & 0o020 != 0 && member;
+    !shared
 }
 
 /// The highest descriptor number a child may have inherited.
@@ -593,6 +621,12 @@ impl ChildSetup {
             nix::sys::stat::umask(Mode::from_bits_truncate(m));
         }
         chdir(self.cwd.as_c_str()).map_err(|e| fail(stage::CHDIR, e))?;
+        if let Some(groups) = &self.groups {
+            let dir = nix::sys::stat::stat(c".").map_err(|e| fail(stage::CHDIR, e))?;
+            if foreign((dir.st_uid, dir.st_gid, dir.st_mode), user, groups) {
+                return Err(fail(stage::FOREIGN_DIR, Errno::EPERM));
+            }
+        }
         for (i, (path, fds, how)) in self.files.iter().enumerate() {
             let i = i as i32;
             let mode = match how {
@@ -954,6 +988,31 @@ pub(crate) mod tests {
         });
         rx.recv_timeout(std::time::Duration::from_secs(secs))
             .expect("spawn blocked")
+    }
+
+    #[test]
+    fn a_directory_another_user_may_change_is_foreign_unless_shared_by_group() {
+        let alice = Ident {
+            uid: 1000,
+            gid: 1000,
+        };
+        let lab = [nix::unistd::Gid::from_raw(50)];
+        // Hers, root's, or one its owner cannot write: hers to use.
+        assert!(!foreign((1000, 1000, 0o40700), alice, &lab));
+        assert!(!foreign((0, 0, 0o41777), alice, &lab));
+        assert!(!foreign((1001, 1001, 0o40555), alice, &lab));
+        // Bob's, however open to her: his.
+        assert!(foreign((1001, 1001, 0o40777), alice, &lab));
+        assert!(foreign((1001, 50, 0o40775), alice, &lab));
+        assert!(foreign((1001, 1001, 0o42775), alice, &lab), "not her group");
+        // A project directory of her group, setgid and group-writable.
+        assert!(!foreign((1001, 50, 0o42775), alice, &lab));
+        assert!(!foreign((1001, 1000, 0o42770), alice, &[]));
+        assert!(!foreign(
+            (1001, 1001, 0o40777),
+            Ident { uid: 0, gid: 0 },
+            &[]
+        ));
     }
 
     #[test]

@@ -114,9 +114,108 @@ pub fn check(root: &Path, provided: &[PathBuf]) -> Vec<String> {
     lacks
 }
 
+/// The directories a task's `PATH` lists by default, and those above
+/// them: a program put in any of them runs as whoever finds it first.
+const ON_PATH: [&str; 11] = [
+    "/",
+    "/usr",
+    "/usr/local",
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+    "/opt",
+    "/etc",
+];
+
+/// Lines warning of what in `root` lets one user act as another, though
+/// the root is usable: directories on a user's path, `/home` and homes
+/// that anyone may write (anyone could make `/home/<another user>` and
+/// wait for that user's job to work there, or put a program on
+/// everyone's `PATH`).
+pub fn warnings(root: &Path) -> Vec<String> {
+    let everyone = |jail: &Path| -> Option<u32> {
+        let (p, true) = resolve(root, jail)? else {
+            return None;
+        };
+        let host = root.join(p.strip_prefix("/").unwrap_or(&p));
+        let meta = std::fs::metadata(host).ok()?;
+        (meta.is_dir() && meta.mode() & 0o002 != 0).then_some(meta.mode() & 0o7777)
+    };
+    let mut out = Vec::new();
+    for dir in ON_PATH {
+        if let Some(mode) = everyone(Path::new(dir)) {
+            out.push(format!(
+                "warning: {dir} is writable by everyone (mode {mode:o}): any user can put programs where others run them"
+            ));
+        }
+    }
+    if let Some(mode) = everyone(Path::new("/home")) {
+        out.push(format!(
+            "warning: /home is writable by everyone (mode {mode:o}): any user can make another's home first (make it 0755, with a home per user)"
+        ));
+    }
+    if let Some((home, true)) = resolve(root, Path::new("/home")) {
+        let host = root.join(home.strip_prefix("/").unwrap_or(&home));
+        let mut homes: Vec<_> = std::fs::read_dir(host)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        homes.sort();
+        for name in homes {
+            let jail = Path::new("/home").join(&name);
+            if let Some(mode) = everyone(&jail) {
+                out.push(format!(
+                    "warning: {} is writable by everyone (mode {mode:o})",
+                    jail.display()
+                ));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn world_writable_homes_and_path_directories_are_warned_of() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let mode = |p: &str, m: u32| {
+            let path = root.join(p);
+            std::fs::create_dir_all(&path).unwrap();
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(m)).unwrap();
+        };
+        for d in ["usr/bin", "usr/local/bin", "etc"] {
+            mode(d, 0o755);
+        }
+        mode("", 0o755);
+        mode("home", 0o755);
+        mode("home/alice", 0o700);
+        assert_eq!(warnings(root), Vec::<String>::new());
+        mode("home", 0o1777);
+        mode("home/bob", 0o777);
+        mode("usr/local/bin", 0o777);
+        std::os::unix::fs::symlink("usr/bin", root.join("bin")).unwrap();
+        mode("usr/bin", 0o1777);
+        let w = warnings(root);
+        assert_eq!(w.len(), 5, "{w:?}");
+        assert!(w[0].starts_with("warning: /usr/local/bin is writable by everyone (mode 777)"));
+        assert!(w[1].starts_with("warning: /usr/bin is writable"), "{w:?}");
+        assert!(w[2].starts_with("warning: /bin is writable"), "{w:?}");
+        assert!(w[3].starts_with("warning: /home is writable by everyone (mode 1777): any user can make another's home first"));
+        assert_eq!(
+            w[4],
+            "warning: /home/bob is writable by everyone (mode 777)"
+        );
+    }
 
     #[test]
     fn a_tiny_root_lacks_only_what_its_submounts_bring() {

@@ -1189,3 +1189,58 @@ fn one_users_steps_leave_other_users_the_agents_descriptors() {
     assert!(!sinfo.contains("drain"), "{sinfo}");
     env.ok(&["scancel", &hog.to_string()]);
 }
+
+/// A directory another user made for her (as anyone could in a shared
+/// root's world-writable `/home`) is not where Alice's job works: its
+/// owner could put anything there. Her job fails before it reads, runs
+/// or writes anything in it, saying why; a project directory shared with
+/// her group (setgid, group-writable) is hers to work in.
+#[test]
+fn a_directory_another_user_may_change_is_not_a_jobs_working_directory() {
+    if skip_unless_root("tasks as other uids") {
+        return;
+    }
+    let _one = serial();
+    let env = cluster(1, 30);
+    let planted = env.work.join("home-alice");
+    std::fs::create_dir(&planted).unwrap();
+    let ran = env.work.join("bobs-script-ran");
+    let script = planted.join("setup.sh");
+    std::fs::write(&script, format!("#!/bin/sh\nid -u > {}\n", ran.display())).unwrap();
+    chmod(&script, 0o755);
+    chown(&script, BOB);
+    chown(&planted, BOB);
+    chmod(&planted, 0o777);
+    let dir = planted.to_str().unwrap();
+    let mine = env.work.join("alice-out");
+    std::fs::create_dir(&mine).unwrap();
+    chown(&mine, ALICE);
+    let out = mine.join("job.out");
+    let id = submit_as(
+        &env,
+        ALICE,
+        &[
+            "-D",
+            dir,
+            "-o",
+            out.to_str().unwrap(),
+            "--wrap",
+            "./setup.sh",
+        ],
+    );
+    env.wait_state(id, &["FAILED"], 20);
+    let show = env.ok(&["scontrol", "show", "job", &id.to_string()]);
+    assert!(
+        show.contains(&format!("working directory {dir} belongs to another user")),
+        "{show}"
+    );
+    let (code, o, e) = as_user(&env, ALICE, &["srun", "-D", dir, "./setup.sh"]);
+    assert_ne!(code, 0, "{o}{e}");
+    assert!(e.contains("belongs to another user"), "{e}");
+    assert!(!ran.exists(), "Bob's script ran");
+    // Shared on purpose with her (primary) group: she works there.
+    std::os::unix::fs::chown(&planted, Some(BOB), Some(ALICE)).unwrap();
+    chmod(&planted, 0o2775);
+    let (code, o, e) = as_user(&env, ALICE, &["srun", "-D", dir, "pwd"]);
+    assert_eq!((code, o.trim()), (0, dir), "{e}");
+}

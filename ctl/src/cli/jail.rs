@@ -169,6 +169,9 @@ pub fn main(args: &[OsString]) -> i32 {
         }
         What::Check { dir, submounts } => {
             let lacks = shared_root::check::check(&dir, &submounts);
+            for w in shared_root::check::warnings(&dir) {
+                crate::say!("{}: {w}", dir.display());
+            }
             if lacks.is_empty() {
                 crate::say!("{}: a usable shared root", dir.display());
                 return 0;
