@@ -140,6 +140,66 @@ impl Drop for BudgetHeld<'_> {
     }
 }
 
+/// What of the node's own failed a launch: the node stays a problem
+/// (drained, `node_problem: launch: …`) until that check passes, so jobs
+/// are not sent one after another to fail there, as Slurm drains a node
+/// whose batch launch failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeFault {
+    /// The spool took no script: passes once a probe file is written.
+    Spool,
+    /// No job cgroup could be made or joined: passes once a probe cgroup
+    /// is made.
+    Cgroup,
+    /// The agent ran out of descriptors: passes once twice the
+    /// descriptor check's reserve is free.
+    Descriptors,
+    /// Anything else of the node's (its jail, becoming the user):
+    /// passes [`NodeFault::RETRY`] later, when the next launch tries.
+    Other,
+}
+
+impl NodeFault {
+    pub const RETRY: Duration = Duration::from_secs(300);
+}
+
+impl StepError {
+    /// Whether the launch failed through the node's fault, and what of it;
+    /// `None` for what is the job's own (its directory, its files, its
+    /// command, its user's budget) or srun's.
+    pub fn node_fault(&self) -> Option<NodeFault> {
+        use crate::launch::LaunchError as L;
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = cause {
+            let errno = e
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::raw_os_error);
+            if matches!(errno, Some(nix::libc::EMFILE | nix::libc::ENFILE)) {
+                return Some(NodeFault::Descriptors);
+            }
+            cause = e.source();
+        }
+        match self {
+            StepError::Script { .. } => Some(NodeFault::Spool),
+            StepError::Cgroup(_) | StepError::Launch(L::Cgroup(_)) => Some(NodeFault::Cgroup),
+            StepError::Jail(_)
+            | StepError::Launch(L::Jail(_) | L::Setup(_) | L::Identity { .. }) => {
+                Some(NodeFault::Other)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A launch that failed through the node's fault, kept until its check
+/// passes.
+#[derive(Debug, Clone)]
+struct LaunchProblem {
+    fault: NodeFault,
+    line: String,
+    since: Instant,
+}
+
 /// How long a relayed request waits for ctld's answer.
 pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -262,6 +322,8 @@ pub struct Agent {
     procs: Mutex<ProcTable>,
     /// Each user's live tasks here, against their budget.
     budget: Mutex<crate::budget::Budget>,
+    /// Tells the control session to report the node's health now.
+    health_now: tokio::sync::Notify,
     /// This node's address as ctld sees it.
     seen_as: Mutex<Option<std::net::IpAddr>>,
     /// ctld has removed the node (after `leave`).
@@ -375,6 +437,8 @@ struct CheckResults {
     gpu: Option<String>,
     /// In the configured order.
     commands: Vec<Option<String>>,
+    /// The last launch that failed through the node's fault.
+    launch: Option<LaunchProblem>,
 }
 
 impl Agent {
@@ -413,6 +477,7 @@ impl Agent {
             up_rx: Mutex::new(Some(up_rx)),
             procs: Mutex::new(ProcTable::default()),
             budget: Mutex::new(crate::budget::Budget::new(user_tasks)),
+            health_now: tokio::sync::Notify::new(),
             seen_as: Mutex::new(None),
             farewell: tokio::sync::Notify::new(),
             cgroups: cgroups_once,
@@ -567,10 +632,17 @@ impl Agent {
                         break Err(e.into());
                     }
                 }
-                _ = tick.tick() => {
-                    let hb = AgentMsg::Heartbeat { running: self.running() };
-                    if let Err(e) = write_frame(&mut send, &hb).await {
-                        break Err(e.into());
+                now = async {
+                    tokio::select! {
+                        _ = tick.tick() => false,
+                        _ = self.health_now.notified() => true,
+                    }
+                } => {
+                    if !now {
+                        let hb = AgentMsg::Heartbeat { running: self.running() };
+                        if let Err(e) = write_frame(&mut send, &hb).await {
+                            break Err(e.into());
+                        }
                     }
                     let problem = self.health();
                     if told.as_ref() != Some(&problem) {
@@ -896,6 +968,9 @@ impl Agent {
             Err(e) => {
                 let why = error_chain(&e);
                 tracing::warn!(job = %job.job, run = job.run, step = %step, error = %why, "launch failed");
+                if let Some(fault) = e.node_fault() {
+                    self.launch_failed_here(fault, &why);
+                }
                 self.end_step(job, step, Err(why));
             }
         }
@@ -1009,16 +1084,62 @@ impl Agent {
         env
     }
 
+    /// A launch failed through the node's fault: the node is a problem
+    /// until the check for that passes, and the control session tells
+    /// ctld now (before the next heartbeat, so no more jobs are sent here
+    /// meanwhile).
+    fn launch_failed_here(&self, fault: NodeFault, why: &str) {
+        let line: String = why.chars().filter(|c| !c.is_control()).take(200).collect();
+        tracing::warn!(?fault, problem = %line, "the node failed a launch; unhealthy until its check passes");
+        self.checks.lock().launch = Some(LaunchProblem {
+            fault,
+            line,
+            since: Instant::now(),
+        });
+        self.health_now.notify_one();
+    }
+
+    /// The launch problem, unless its check passes now (which clears it).
+    fn launch_problem(&self) -> Option<String> {
+        let p = self.checks.lock().launch.clone()?;
+        let passed = match p.fault {
+            NodeFault::Spool => crate::spool::probe(&self.cfg.spool).is_ok(),
+            NodeFault::Cgroup => self.cgroups().is_none_or(|cg| cg.probe().is_ok()),
+            NodeFault::Descriptors => {
+                let limit =
+                    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+                        .map_or(1024, |(soft, _)| soft);
+                crate::budget::open_fds() + 2 * crate::health::FD_RESERVE <= limit
+            }
+            NodeFault::Other => p.since.elapsed() >= NodeFault::RETRY,
+        };
+        if !passed {
+            return Some(format!("launch: {}", p.line));
+        }
+        let mut checks = self.checks.lock();
+        if checks
+            .launch
+            .as_ref()
+            .is_some_and(|now| now.since == p.since)
+        {
+            checks.launch = None;
+            tracing::info!("the node's launch check passes again");
+        }
+        None
+    }
+
     /// Why this node cannot take more work, if it cannot: the first
     /// failing check, as `<check>: <detail>` (the latest result of each).
     fn health(&self) -> Option<String> {
-        crate::health::fd_problem().or_else(|| {
-            let checks = self.checks.lock();
-            checks
-                .gpu
-                .clone()
-                .or_else(|| checks.commands.iter().flatten().next().cloned())
-        })
+        crate::health::fd_problem()
+            .or_else(|| self.launch_problem())
+            .or_else(|| {
+                let checks = self.checks.lock();
+                checks
+                    .gpu
+                    .clone()
+                    .or_else(|| checks.commands.iter().flatten().next().cloned())
+            })
     }
 
     /// Takes ctld's checks: the GPU checks run once now (so the first

@@ -24,6 +24,25 @@ pub fn create_private_dir(dir: &Path) -> Result<(), AgentError> {
     Ok(())
 }
 
+/// Whether a batch script can be written into the spool `dir` now: a
+/// probe file of 64 KiB written and removed (what the node's health
+/// checks after a script could not be written).
+pub fn probe(dir: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(".probe");
+    let _ = std::fs::remove_file(&path);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(&path)
+        .and_then(|mut f| f.write_all(&[0u8; 64 << 10]).and_then(|()| f.sync_data()));
+    let _ = std::fs::remove_file(&path);
+    written
+}
+
 /// Why a directory is not safe for a root daemon's files.
 #[derive(Debug, thiserror::Error)]
 pub enum UnsafeDir {

@@ -740,6 +740,17 @@ fn commands_give_up_on_a_stopped_agent_or_controller() {
     env.ok(&["sinfo"]);
 }
 
+/// A 1 MB tmpfs over the node's spool, unmounted when dropped.
+fn spool_on_1m_tmpfs(spool: &Path) -> Unmount {
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m,mode=0755", "corral-test"])
+        .arg(spool)
+        .status()
+        .expect("mount");
+    assert!(st.success(), "mount tmpfs");
+    Unmount(spool.to_path_buf())
+}
+
 #[test]
 fn a_full_spool_fails_one_job_and_leaves_nothing_behind() {
     if skip_unless_root("mounting a small tmpfs") {
@@ -748,13 +759,7 @@ fn a_full_spool_fails_one_job_and_leaves_nothing_behind() {
     let _one = serial();
     let env = cluster(1, 30);
     let spool = env.cluster.spec.dir.join("spool").join("worker-0");
-    let st = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m,mode=0755", "corral-test"])
-        .arg(&spool)
-        .status()
-        .unwrap();
-    assert!(st.success(), "mount tmpfs");
-    let _unmount = Unmount(spool.clone());
+    let _unmount = spool_on_1m_tmpfs(&spool);
     // The agent must see the tmpfs where it writes scripts (this test
     // once saw a 2 MB script run instead of failing; if that was the
     // agent writing elsewhere, this names it).
@@ -1243,4 +1248,109 @@ fn a_directory_another_user_may_change_is_not_a_jobs_working_directory() {
     chmod(&planted, 0o2775);
     let (code, o, e) = as_user(&env, ALICE, &["srun", "-D", dir, "pwd"]);
     assert_eq!((code, o.trim()), (0, dir), "{e}");
+}
+
+/// An array counts each of its tasks against its user's limit (10,000
+/// unfinished jobs), and an array has at most 1,001 indices: one user's
+/// arrays no longer hold a million tasks, or move the job ids by one
+/// hundred million, while others are still taken.
+#[test]
+fn one_users_arrays_count_every_task_against_her_limit() {
+    if skip_unless_root("other uids") {
+        return;
+    }
+    let _one = serial();
+    let env = cluster(1, 30);
+    let array = |uid: u32, range: &str| {
+        as_user(
+            &env,
+            uid,
+            &[
+                "sbatch",
+                "--parsable",
+                "-H",
+                "-o",
+                "/dev/null",
+                "--array",
+                range,
+                "--wrap",
+                "true",
+            ],
+        )
+    };
+    let (code, _, e) = array(ALICE, "0-1001");
+    assert_eq!(code, 1);
+    assert!(
+        e.contains("index 1001 is over the limit (MaxArraySize=1001)"),
+        "{e}"
+    );
+    let mut ids = Vec::new();
+    for _ in 0..9 {
+        let (code, o, e) = array(ALICE, "0-1000");
+        assert_eq!(code, 0, "{e}");
+        ids.push(o.trim().parse::<u64>().unwrap());
+    }
+    // Each takes an id a task after its own, and no more.
+    assert_eq!(ids[8] - ids[0], 8 * 1002);
+    let (code, _, e) = array(ALICE, "0-1000");
+    assert_eq!(code, 1);
+    assert!(
+        e.contains("9009 unfinished jobs and 1001 more (an array's tasks each count), the limit per user is 10000"),
+        "{e}"
+    );
+    let (code, _, e) = array(BOB, "0-1000");
+    assert_eq!(code, 0, "{e}");
+    env.ok(&["scancel", "-u", &ALICE.to_string()]);
+    env.ok(&["scancel", "-u", &BOB.to_string()]);
+}
+
+/// A node whose spool is full is not a black hole: the first batch job
+/// sent there fails, the node drains with the reason, the next job waits
+/// instead of failing there too, and once a script fits again the node
+/// takes work by itself. A failure that is the job's own (its working
+/// directory) drains nothing.
+#[test]
+fn a_full_spool_drains_its_node_until_a_script_fits_again() {
+    if skip_unless_root("mounting a small tmpfs") {
+        return;
+    }
+    let _one = serial();
+    let env = cluster(1, 30);
+    // The job's own fault first: the node stays in service.
+    let id = env.sbatch(
+        &["-D", "/nonexistent-dir", "-o", "/dev/null"],
+        "#!/bin/sh\ntrue\n",
+    );
+    env.wait_state(id, &["FAILED"], 20);
+    std::thread::sleep(Duration::from_secs(2));
+    let sinfo = env.ok(&["sinfo", "-h", "-N"]);
+    assert!(!sinfo.contains("drain"), "{sinfo}");
+    // Now the spool fills up.
+    let spool = env.cluster.spec.dir.join("spool").join("worker-0");
+    let _unmount = spool_on_1m_tmpfs(&spool);
+    let filler = spool.join("filler");
+    let _ = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=64k", "count=64"])
+        .arg(format!("of={}", filler.display()))
+        .stderr(std::process::Stdio::null())
+        .status();
+    let first = env.sbatch(&["-o", "/dev/null"], "#!/bin/sh\ntrue\n");
+    env.wait_state(first, &["FAILED"], 20);
+    let show = env.ok(&["scontrol", "show", "job", &first.to_string()]);
+    assert!(show.contains("No space left on device"), "{show}");
+    env.wait_sinfo("the node drained", |s| s.contains("drain"), 10);
+    let node = env.ok(&["scontrol", "show", "node", "worker-0"]);
+    assert!(
+        node.contains("node_problem: launch: writing the script") && node.contains("No space left"),
+        "{node}"
+    );
+    let out = env.work.join("after-spool.out");
+    let second = env.sbatch(&["-o", out.to_str().unwrap()], "#!/bin/sh\necho after\n");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(env.state(second), "PENDING", "not sent to fail on the node");
+    // Space again: back in service by itself, and the job runs.
+    std::fs::remove_file(&filler).unwrap();
+    env.wait_state(second, &["COMPLETED"], 30);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "after\n");
+    assert!(env.ok(&["sinfo", "-h", "-N"]).contains("idle"));
 }

@@ -146,14 +146,17 @@ impl Controller {
         if spec.nice.unsigned_abs() > MAX_NICE {
             return Err(CtldError::NiceOutOfRange);
         }
-        if self.unfinished >= limits.max_job_count {
+        // Each of an array's tasks counts as a job (Slurm's MaxSubmitJobs).
+        let weight = spec.array.as_ref().map_or(1, |a| u64::from(a.len()));
+        if self.unfinished + weight > limits.max_job_count {
             return Err(CtldError::ClusterFull(limits.max_job_count));
         }
         let bytes = spec_bytes(spec);
         let used = self.usage.get(&who.uid).copied().unwrap_or_default();
-        if !privileged && used.jobs >= limits.max_jobs_per_user {
+        if !privileged && used.jobs + weight > limits.max_jobs_per_user {
             return Err(CtldError::UserJobLimit {
                 jobs: used.jobs,
+                adding: weight,
                 max: limits.max_jobs_per_user,
             });
         }

@@ -187,6 +187,7 @@ impl Controller {
             waiting: Vec::new(),
             ended: 0,
             failed: false,
+            tasks: 0,
         }));
         // The array's record holds its payload and counts against its
         // user; its tasks do neither.
@@ -232,8 +233,16 @@ impl Controller {
         a.waiting = waiting;
         match tally {
             Some((ended, failed)) => {
+                // Tasks that ended no longer count against the limits.
+                let gone = u64::from(ended.saturating_sub(a.ended));
                 a.ended = ended;
                 a.failed = failed;
+                if j.bytes != u64::MAX && gone > 0 {
+                    if let Some(u) = self.usage.get_mut(&j.user.uid) {
+                        u.jobs = u.jobs.saturating_sub(gone);
+                    }
+                    self.unfinished = self.unfinished.saturating_sub(gone);
+                }
             }
             None if a.waiting.is_empty() => {
                 use scheduler_core::{JobOutcome, JobStatus};

@@ -12,6 +12,7 @@
 //! operators = [1000]               # uids that may act on any job and node
 //! state_dir = "/var/spool/corral/ctld"   # durable state (none: in memory only)
 //! policy = "conservative"          # or "easy", "fcfs"
+//! array_reservations = 20          # an array's waiting tasks planned each pass (Slurm's bf_max_job_array_resv)
 //!
 //! [priority]                       # multifactor weights (Slurm's PriorityWeight*)
 //! age = 1000                       # reached at max_age
@@ -22,11 +23,12 @@
 //! fairshare = 10000
 //!
 //! [limits]                         # what may be queued (the defaults)
-//! max_job_count = 1000000          # unfinished jobs in the whole cluster
-//! max_jobs_per_user = 10000        # unfinished jobs of one user (operators: no limit)
+//! max_job_count = 1000000          # unfinished jobs in the whole cluster (an array's tasks each count)
+//! max_jobs_per_user = 10000        # unfinished jobs of one user, tasks counted (operators: no limit)
 //! max_script_size = 4194304        # bytes of one batch script (Slurm's default)
 //! max_bytes_per_user = 268435456   # script and environment bytes of one user's unfinished jobs
-//! max_array_size = 100001          # an array's indices are below this (Slurm's MaxArraySize)
+//! max_array_size = 1001            # an array's indices are below this (Slurm's MaxArraySize)
+//! max_job_id = 67043328            # ids wrap to 1 past this, skipping those in use (Slurm's MaxJobId)
 //! max_text_len = 1024              # bytes of a job's name, comment, account, mail address
 //! max_path_len = 4096              # bytes of a job's directories and file names
 //! max_step_count = 40000           # steps one job may start (Slurm's MaxStepCount)
@@ -136,6 +138,8 @@ struct RawConfig {
     state_dir: Option<PathBuf>,
     #[serde(default = "default_policy")]
     policy: String,
+    #[serde(default = "default_array_reservations")]
+    array_reservations: u32,
     #[serde(default = "default_min_job_age")]
     min_job_age: u64,
     #[serde(default)]
@@ -293,9 +297,13 @@ pub struct Limits {
     /// Script, argument and environment bytes of one user's unfinished
     /// jobs, which the controller keeps in memory.
     pub max_bytes_per_user: u64,
-    /// An array's task indices are below this (Slurm's `MaxArraySize`;
-    /// an array costs one record until its tasks start, whatever its size).
+    /// An array's task indices are below this (Slurm's `MaxArraySize`,
+    /// 1001; an array costs one record until its tasks start, but each of
+    /// its tasks counts against the job limits).
     pub max_array_size: u32,
+    /// Job ids wrap back to 1 past this, skipping those still in use
+    /// (Slurm's `MaxJobId`, 67,043,328): an array takes one id a task.
+    pub max_job_id: u64,
     /// Bytes of a name, comment, account, partition, QOS, mail address
     /// or host name (Slurm's 1024).
     pub max_text_len: usize,
@@ -339,7 +347,8 @@ impl Default for Limits {
             max_jobs_per_user: 10_000,
             max_script_size: 4 << 20,
             max_bytes_per_user: 256 << 20,
-            max_array_size: 100_001,
+            max_array_size: 1001,
+            max_job_id: 67_043_328,
             max_text_len: 1024,
             max_path_len: 4096,
             max_step_count: 40_000,
@@ -389,6 +398,10 @@ fn default_allocation_timeout() -> u64 {
 fn default_leave_grace() -> u64 {
     300
 }
+fn default_array_reservations() -> u32 {
+    20
+}
+
 fn default_policy() -> String {
     "conservative".into()
 }
@@ -422,6 +435,9 @@ pub struct Config {
     /// only, lost on restart).
     pub state_dir: Option<PathBuf>,
     pub policy: BackfillPolicy,
+    /// How many of an array's waiting tasks each pass plans under
+    /// conservative backfill (Slurm's `bf_max_job_array_resv`, 20).
+    pub array_reservations: u32,
     /// The multifactor priority's weights (`[priority]`).
     pub weights: PriorityWeights,
     /// Seconds a finished job stays visible to squeue and scontrol.
@@ -519,6 +535,7 @@ impl Config {
             operators: raw.operators,
             state_dir: raw.state_dir,
             policy,
+            array_reservations: raw.array_reservations,
             weights: PriorityWeights {
                 age: raw.priority.age,
                 max_age: raw.priority.max_age,

@@ -81,11 +81,18 @@ impl Controller {
             let mut j: JobRecord = decode(bytes)?;
             max_id = max_id.max(j.id.0);
             let id = j.id;
+            if j.array.as_deref().is_some_and(|a| a.task.is_none()) {
+                let tasks = j.spec().array.map_or(0, |a| a.len());
+                if let Some(a) = j.array.as_deref_mut() {
+                    a.tasks = tasks;
+                }
+            }
             if !j.state.is_final() && j.bytes != u64::MAX {
+                let weight = j.weight();
                 let u = self.usage.entry(j.user.uid).or_default();
-                u.jobs += 1;
+                u.jobs += weight;
                 u.bytes += j.bytes;
-                self.unfinished += 1;
+                self.unfinished += weight;
             }
             if j.state.is_final() {
                 j.keep(&mut self.usage);

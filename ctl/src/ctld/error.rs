@@ -89,11 +89,13 @@ pub enum CtldError {
     StateDiskLow { free_mib: u64, reserve_mib: u64 },
     #[error("Resource temporarily unavailable: the cluster holds its limit of {0} jobs")]
     ClusterFull(u64),
+    #[error("Resource temporarily unavailable: no job id up to MaxJobId={0} is free")]
+    NoJobIds(u64),
     #[error(
         "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits): \
-         {jobs} unfinished jobs, the limit per user is {max}"
+         {jobs} unfinished jobs and {adding} more (an array's tasks each count), the limit per user is {max}"
     )]
-    UserJobLimit { jobs: u64, max: u64 },
+    UserJobLimit { jobs: u64, adding: u64, max: u64 },
     #[error(
         "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits): \
          the user's jobs would hold {bytes} bytes (scripts and environments of unfinished jobs, \

@@ -440,6 +440,64 @@ impl Controller {
         self.dirty = true;
     }
 
+    /// The first of `span` consecutive ids free for a new job (an array
+    /// takes one for each of its tasks after its own): from the next id
+    /// on, back to 1 once past `max_job_id` (Slurm's MaxJobId), skipping
+    /// ids a job or an array's tasks still hold. How an id's old job ended
+    /// is forgotten as it is given again.
+    fn free_ids(&mut self, span: u64) -> Result<JobId, CtldError> {
+        let max = self.cfg.limits.max_job_id.max(span);
+        let first = self.next_job.max(1);
+        let (mut start, mut wrapped) = (first, false);
+        loop {
+            if start + span - 1 > max {
+                if wrapped {
+                    return Err(CtldError::NoJobIds(max));
+                }
+                (start, wrapped) = (1, true);
+            }
+            if wrapped && start >= first {
+                return Err(CtldError::NoJobIds(max));
+            }
+            if let Some(after) = self.ids_held(start, start + span) {
+                start = after;
+                continue;
+            }
+            // The core may still hold one (an array's book) though no
+            // record does.
+            let held = (start..start + span).rev().find(|&i| {
+                let id = core_id(JobId(i));
+                self.sched.forget_finished(id);
+                self.sched.knows_job(id)
+            });
+            match held {
+                Some(last) => start = last + 1,
+                None => return Ok(JobId(start)),
+            }
+        }
+    }
+
+    /// Whether a record holds an id in `from..to` (an array's record holds
+    /// its tasks' ids too); if so, the first id after what holds it.
+    fn ids_held(&self, from: u64, to: u64) -> Option<u64> {
+        for (id, r) in self.jobs.map.range(..JobId(to)).rev() {
+            let end = id.0
+                + 1
+                + r.array.as_deref().map_or(0, |a| match a.task {
+                    None => u64::from(a.tasks),
+                    Some(_) => 0,
+                });
+            if id.0 >= from || end > from {
+                return Some(end.max(id.0 + 1));
+            }
+            // A task's record: its array's, further down, may reach here.
+            if r.array.as_deref().is_none_or(|a| a.task.is_none()) {
+                return None;
+            }
+        }
+        None
+    }
+
     pub fn submit(&mut self, who: Ident, mut spec: JobSpec, now: u64) -> Result<JobId, Refusal> {
         self.clock = self.clock.max(now);
         let bytes = self.admit(who, &spec)?;
@@ -454,14 +512,15 @@ impl Controller {
             .array
             .as_ref()
             .map(|a| scheduler_core::ArrayRequest::new(a.len(), a.throttle));
-        let id = JobId(self.next_job);
+        // An array's tasks take the ids after its own.
+        let span = 1 + tasks.map_or(0, u64::from);
+        let id = self.free_ids(span)?;
         let held = req.hold;
         self.sched
             .submit(now, core_id(id), req)
             .map_err(CtldError::Submit)?;
         let payload = self.take_payload(&mut spec);
-        // An array's tasks take the ids after its own.
-        self.next_job += 1 + tasks.map_or(0, u64::from);
+        self.next_job = id.0 + span;
         self.stats.submitted += 1;
         // The core resolved the default partition; it says which.
         let partition = self
@@ -494,6 +553,7 @@ impl Controller {
                         waiting: vec![(0, n)],
                         ended: 0,
                         failed: false,
+                        tasks: n,
                     })
                 }),
             },
@@ -504,10 +564,12 @@ impl Controller {
         if spec.kill_on_invalid_dep {
             self.kill_on_invalid_dep.insert(id);
         }
+        // Each of an array's tasks counts as a job.
+        let weight = tasks.map_or(1, u64::from);
         let u = self.usage.entry(who.uid).or_default();
-        u.jobs += 1;
+        u.jobs += weight;
         u.bytes += bytes;
-        self.unfinished += 1;
+        self.unfinished += weight;
         // A held job cannot start: no pass needed for it.
         self.dirty |= !held;
         Ok(id)

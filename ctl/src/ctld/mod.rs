@@ -416,6 +416,10 @@ struct ArrayPart {
     /// The array's record: tasks ended, and whether one failed.
     ended: u32,
     failed: bool,
+    /// The array's record: its tasks (from its spec, at submission and
+    /// when read back).
+    #[serde(skip)]
+    tasks: u32,
 }
 
 impl ArrayPart {
@@ -508,11 +512,12 @@ impl JobRecord {
     /// `min_job_age`); what it held no longer counts against its user.
     fn shed(&mut self, usage: &mut HashMap<u32, Usage>, unfinished: &mut u64) {
         if self.bytes != u64::MAX {
+            let weight = self.weight();
             if let Some(u) = usage.get_mut(&self.user.uid) {
-                u.jobs = u.jobs.saturating_sub(1);
+                u.jobs = u.jobs.saturating_sub(weight);
                 u.bytes = u.bytes.saturating_sub(self.bytes);
             }
-            *unfinished = unfinished.saturating_sub(1);
+            *unfinished = unfinished.saturating_sub(weight);
             self.bytes = u64::MAX;
         }
         let mut spec = self.spec_mut();
@@ -522,6 +527,16 @@ impl JobRecord {
         }
         drop(spec);
         self.keep(usage);
+    }
+
+    /// The jobs this record counts as against the limits while it is
+    /// unfinished: an array's own record, its tasks that have not ended
+    /// (its tasks' records count nothing); any other, one.
+    fn weight(&self) -> u64 {
+        match self.array.as_deref() {
+            Some(a) if a.task.is_none() => u64::from(a.tasks.saturating_sub(a.ended)),
+            _ => 1,
+        }
     }
 
     /// A final record starts counting what it keeps against its user.
@@ -733,6 +748,7 @@ impl Controller {
             weights: cfg.weights.clone(),
             requeue_delay: cfg.requeue_delay,
             default_memory: cfg.limits.default_memory(),
+            array_reservations: cfg.array_reservations,
             ..SchedulerConfig::default()
         });
         for p in &cfg.partitions {
@@ -843,6 +859,10 @@ impl Controller {
             ("accounting", same(&old.accounting, &new.accounting)),
             ("jail", same(&old.jail, &new.jail)),
             ("policy", same(&old.policy, &new.policy)),
+            (
+                "array_reservations",
+                old.array_reservations == new.array_reservations,
+            ),
             ("priority", same(&old.weights, &new.weights)),
             ("requeue_delay", old.requeue_delay == new.requeue_delay),
             (
@@ -928,11 +948,9 @@ impl Controller {
                 },
             ),
             ("KillWait", secs(c.kill_wait)),
-            (
-                "MaxArraySize",
-                (u64::from(c.limits.max_array_size) + 1).to_string(),
-            ),
+            ("MaxArraySize", c.limits.max_array_size.to_string()),
             ("MaxJobCount", c.limits.max_job_count.to_string()),
+            ("MaxJobId", c.limits.max_job_id.to_string()),
             ("MaxStepCount", c.limits.max_step_count.to_string()),
             ("MinJobAge", secs(c.min_job_age)),
             ("PriorityMaxAge", crate::timefmt::elapsed(c.weights.max_age)),
@@ -942,7 +960,13 @@ impl Controller {
             ("PriorityWeightJobSize", c.weights.size.to_string()),
             ("PriorityWeightPartition", c.weights.partition.to_string()),
             ("PriorityWeightQOS", c.weights.qos.to_string()),
-            ("SchedulerParameters", format!("backfill={policy}")),
+            (
+                "SchedulerParameters",
+                format!(
+                    "backfill={policy},bf_max_job_array_resv={}",
+                    c.array_reservations
+                ),
+            ),
             ("SchedulerType", "sched/backfill".into()),
             ("SelectType", "select/cons_tres".into()),
             ("SlurmctldHost[0]", c.listen.ip().to_string()),

@@ -541,6 +541,18 @@ impl Cgroups {
         self.job_rel(job).join(name)
     }
 
+    /// Whether a job's cgroup can be made now: a `probe` cgroup made and
+    /// removed under the node's in every hierarchy (what the node's
+    /// health checks after a job's could not be made).
+    pub fn probe(&self) -> Result<(), CgroupError> {
+        let rel = self.base.join("probe");
+        for dir in self.dirs(&rel) {
+            mkdir(&dir)?;
+            let _ = fs::remove_dir(&dir);
+        }
+        Ok(())
+    }
+
     /// The job's cgroup in the hierarchy of `c`, if it is in use.
     pub fn job_dir(&self, c: Controller, job: JobRun) -> Option<PathBuf> {
         self.has(c)

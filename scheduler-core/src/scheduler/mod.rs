@@ -660,6 +660,16 @@ impl Scheduler {
             || self.task_waiting(id)
     }
 
+    /// Forgets how job `id` ended, so that its id may be given to a new
+    /// job (ids wrap at the controller's `MaxJobId`); a job still waiting
+    /// or running is kept. Whether it was forgotten.
+    pub fn forget_finished(&mut self, id: JobId) -> bool {
+        if self.jobs.contains_key(&id) || self.arrays.contains_key(&id) || self.task_waiting(id) {
+            return false;
+        }
+        self.finished.remove(&id).is_some()
+    }
+
     /// Where a job stands now.
     pub fn job_status(&self, id: JobId) -> Option<JobStatus> {
         // The jobs first: a listing asks this of every pending job, and

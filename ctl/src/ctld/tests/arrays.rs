@@ -205,3 +205,109 @@ fn an_array_survives_a_restart_with_what_waits_and_what_ended() {
     }
     assert_eq!(state(&c, after), JobState::Running);
 }
+
+/// Each of an array's tasks counts as a job against the user's and the
+/// cluster's limits (Slurm's MaxSubmitJobs counts them): ten jobs a user
+/// are one array of eight and two jobs, and the count falls as tasks end.
+#[test]
+fn an_arrays_tasks_count_against_the_job_limits() {
+    let cfg =
+        config_with("requeue_delay = 0\n[limits]\nmax_jobs_per_user = 10\nmax_job_count = 12");
+    let mut sim = Sim::with(cfg, 1);
+    let mut plan = job().runs(5);
+    plan.spec.array = Some(array(0, 8, 1, 0));
+    let a = sim.submit(plan);
+    let mut again = batch("x");
+    again.array = Some(array(0, 3, 1, 0));
+    let e = sim
+        .c
+        .submit(ALICE, again.clone(), sim.now)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(
+            "8 unfinished jobs and 3 more (an array's tasks each count), the limit per user is 10"
+        ),
+        "{e}"
+    );
+    sim.submit(job().runs(5));
+    sim.submit(job().runs(5));
+    let e = sim
+        .c
+        .submit(ALICE, batch("x"), sim.now)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("10 unfinished jobs and 1 more"), "{e}");
+    // The cluster's count: Bob's two fit, a third does not.
+    sim.c.submit(BOB, batch("x"), sim.now).unwrap();
+    sim.c.submit(BOB, batch("x"), sim.now).unwrap();
+    let e = sim
+        .c
+        .submit(BOB, batch("x"), sim.now)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the cluster holds its limit of 12 jobs"), "{e}");
+    // 8 CPUs: the array's eight run first and end; its tasks no longer count.
+    sim.run_for(7);
+    assert!(sim.state(a).is_final(), "{:?}", sim.state(a));
+    sim.c.submit(ALICE, again, sim.now).unwrap();
+}
+
+/// Ids wrap back to 1 past `max_job_id`, skipping every id a job still
+/// holds (a pending job's, an array's and its tasks'); ids freed by
+/// forgotten jobs are given again.
+#[test]
+fn job_ids_wrap_at_max_job_id_skipping_those_in_use() {
+    let cfg = config_with("requeue_delay = 0\nmin_job_age = 0\n[limits]\nmax_job_id = 20");
+    let mut sim = Sim::with(cfg, 1);
+    // 1 runs long; 2 ends and is forgotten; 3 is an array whose tasks
+    // are 4 to 6, held while it waits.
+    let long = sim.submit(job().runs(1000));
+    let short = sim.submit(job().runs(1));
+    let mut plan = job().runs(1000);
+    plan.spec.array = Some(array(0, 3, 1, 0));
+    plan.spec.cpus_per_task = Some(8);
+    let a = sim.submit(plan);
+    assert_eq!((long.0, short.0, a.0), (1, 2, 3));
+    sim.run_for(5);
+    assert!(sim.c.jobs.get(&short).is_none(), "forgotten");
+    // 7 to 20, then round again.
+    let mut got = Vec::new();
+    for _ in 7..=20 {
+        got.push(sim.c.submit(BOB, batch("x"), sim.now).unwrap().0);
+    }
+    assert_eq!(got, (7..=20).collect::<Vec<_>>());
+    let next = sim.c.submit(BOB, batch("x"), sim.now).unwrap();
+    assert_eq!(next.0, 2, "the forgotten job's id");
+    // An array of two needs three ids in a row: none free below 20.
+    let mut two = batch("x");
+    two.array = Some(array(0, 2, 1, 0));
+    let e = sim.c.submit(BOB, two, sim.now).unwrap_err().to_string();
+    assert!(e.contains("no job id up to MaxJobId=20 is free"), "{e}");
+}
+
+/// MaxArraySize is Slurm's 1001 by default: indices up to 1000.
+#[test]
+fn arrays_are_held_to_max_array_size() {
+    let mut c = cluster(1);
+    let mut spec = batch("x");
+    spec.array = Some(array(0, 1001, 1, 0));
+    c.submit(ALICE, spec.clone(), 0).unwrap();
+    spec.array = Some(array(1001, 1, 1, 0));
+    let e = c.submit(ALICE, spec, 0).unwrap_err().to_string();
+    assert!(
+        e.contains("index 1001 is over the limit (MaxArraySize=1001)"),
+        "{e}"
+    );
+    let view = c.config_view();
+    let get = |k: &str| {
+        view.iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(get("MaxArraySize").as_deref(), Some("1001"));
+    assert_eq!(get("MaxJobId").as_deref(), Some("67043328"));
+    assert!(get("SchedulerParameters")
+        .unwrap()
+        .contains("bf_max_job_array_resv=20"));
+}
