@@ -44,6 +44,16 @@ pub(crate) fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<{ MAX_FRAME as usize }>()
 }
 
+/// The bytes `msg` takes in a frame's body (`usize::MAX` if it cannot
+/// be encoded within a frame).
+pub fn encoded_len<T: Serialize>(msg: &T) -> usize {
+    let mut w = bincode::enc::write::SizeWriter::default();
+    match bincode::serde::encode_into_writer(msg, &mut w, config()) {
+        Ok(()) => w.bytes_written,
+        Err(_) => usize::MAX,
+    }
+}
+
 /// Encodes one message as a whole frame.
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, WireError> {
     let mut buf = vec![0u8; HEADER];

@@ -1354,3 +1354,47 @@ fn a_full_spool_drains_its_node_until_a_script_fits_again() {
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "after\n");
     assert!(env.ok(&["sinfo", "-h", "-N"]).contains("idle"));
 }
+
+/// Huge accounting records (kept from before free text was bounded; here
+/// a cluster configured to allow 3 MB comments) leave `sacct` working:
+/// its answers are paged by bytes, so three of them come in three pages
+/// instead of one frame too large to send.
+#[test]
+fn huge_accounting_records_leave_sacct_working() {
+    let _one = serial();
+    let env = Env::start(Opts {
+        nodes: 1,
+        durable: true,
+        extra_config: "[limits]\nmax_text_len = 4000000\nmax_script_size = 8000000\nmax_bytes_per_user = 100000000\n".into(),
+        ..Opts::default()
+    });
+    let comment = "c".repeat(3 << 20);
+    let script = format!("#!/bin/sh\n#SBATCH --comment={comment}\ntrue\n");
+    let ids: Vec<u64> = (0..3)
+        .map(|_| env.sbatch(&["-o", "/dev/null"], &script))
+        .collect();
+    for &id in &ids {
+        env.wait_state(id, &["COMPLETED"], 30);
+    }
+    let list: Vec<String> = ids.iter().map(u64::to_string).collect();
+    let t0 = Instant::now();
+    let out = loop {
+        let (code, o, e) = env.run(&[
+            "sacct",
+            "-X",
+            "-n",
+            "-P",
+            "-o",
+            "JobID,State",
+            "-j",
+            &list.join(","),
+        ]);
+        assert_eq!(code, 0, "{e}");
+        if o.lines().count() == 3 || t0.elapsed() > Duration::from_secs(20) {
+            break o;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let want: Vec<String> = ids.iter().map(|id| format!("{id}|COMPLETED")).collect();
+    assert_eq!(out.lines().collect::<Vec<_>>(), want);
+}

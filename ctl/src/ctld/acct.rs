@@ -370,3 +370,47 @@ impl Controller {
             .collect()
     }
 }
+
+/// Bytes of records one `sacct` answer carries: half a frame, so the
+/// answer (and the agent's relay of it) stays well inside one.
+pub const ACCT_PAGE_BYTES: usize = (corral_proto::MAX_FRAME / 2) as usize;
+
+/// One answer's page of `jobs` (ascending by id, a job's runs together),
+/// at most [`corral_proto::msg::ACCT_PER_PAGE`] records and
+/// [`ACCT_PAGE_BYTES`] bytes, never splitting a job's runs; `next` is
+/// where the next page starts (ids above it), as the database's page
+/// said or as this cut. A job whose runs alone are larger than a page is
+/// an error that names it.
+pub fn page(
+    mut jobs: Vec<AcctJob>,
+    mut next: Option<JobId>,
+) -> Result<(Vec<AcctJob>, Option<JobId>), String> {
+    use corral_proto::msg::ACCT_PER_PAGE;
+    let mut total = 0usize;
+    let mut cut = None;
+    for (i, j) in jobs.iter().enumerate() {
+        total = total.saturating_add(corral_proto::frame::encoded_len(j));
+        if i >= ACCT_PER_PAGE || total > ACCT_PAGE_BYTES {
+            cut = Some(i);
+            break;
+        }
+    }
+    if let Some(i) = cut {
+        let id = jobs[i].id;
+        let keep = jobs.iter().position(|j| j.id == id).unwrap_or(i);
+        if keep == 0 {
+            // One job's runs fill the page alone: by rows, the rest of
+            // its runs come next; by bytes, it cannot be carried.
+            if total <= ACCT_PAGE_BYTES {
+                jobs.truncate(ACCT_PER_PAGE);
+                return Ok((jobs, Some(id)));
+            }
+            return Err(format!(
+                "job {id}'s accounting records take more than the {ACCT_PAGE_BYTES} bytes one answer carries; leave it out with -j"
+            ));
+        }
+        jobs.truncate(keep);
+        next = Some(JobId(id.0 - 1));
+    }
+    Ok((jobs, next))
+}

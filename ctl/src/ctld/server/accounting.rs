@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use corral_proto::error_chain as chain;
-use corral_proto::msg::{AcctJob, AcctQuery, Ident, JobId, Response, ACCT_PER_PAGE};
+use corral_proto::msg::{AcctJob, AcctQuery, Ident, Response};
 use corral_proto::warn_limited;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -226,26 +226,14 @@ impl Server {
         if let Some(bound) = db_next {
             jobs.retain(|j| j.id <= bound);
         }
-        let mut next = db_next;
-        if jobs.len() > ACCT_PER_PAGE {
-            let cut = jobs[ACCT_PER_PAGE].id;
-            let keep = jobs
-                .iter()
-                .position(|j| j.id == cut)
-                .unwrap_or(ACCT_PER_PAGE);
-            if keep > 0 {
-                jobs.truncate(keep);
-                next = Some(JobId(cut.0 - 1));
-            } else {
-                jobs.truncate(ACCT_PER_PAGE);
-                next = Some(cut);
-            }
-        }
         if q.allocations {
             for j in &mut jobs {
                 j.steps.clear();
             }
         }
-        Response::Accounting { jobs, next }
+        match crate::ctld::acct::page(jobs, db_next) {
+            Ok((jobs, next)) => Response::Accounting { jobs, next },
+            Err(e) => Response::Error(e),
+        }
     }
 }

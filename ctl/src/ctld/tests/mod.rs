@@ -2463,3 +2463,42 @@ fn a_job_without_a_memory_ask_holds_its_share_of_the_node() {
         );
     }
 }
+
+/// `sacct`'s answers are paged by bytes as well as rows, a job's runs
+/// kept together; a job too large for any answer is an error naming it
+/// (a few huge records once broke every operator's sacct).
+#[test]
+fn accounting_pages_are_bounded_by_bytes_too() {
+    use crate::ctld::acct::{page, ACCT_PAGE_BYTES};
+    let mut c = Controller::new(config_with(
+        "requeue_delay = 0\n[limits]\nmax_text_len = 8000000\nmax_bytes_per_user = 100000000",
+    ))
+    .unwrap();
+    c.register(reg("worker-0", 4), 0).unwrap();
+    let mut record = |comment_mb: usize| {
+        let mut spec = batch("x");
+        spec.comment = Some("c".repeat(comment_mb << 20));
+        let id = c.submit(ALICE, spec, 0).unwrap();
+        c.jobs.get(&id).unwrap().acct(0)
+    };
+    let (a, b, d) = (record(1), record(2), record(2));
+    // 1 + 2 MiB fit in 4; the third starts the next page.
+    let (got, next) = page(vec![a.clone(), b.clone(), d.clone()], None).unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(next, Some(JobId(d.id.0 - 1)));
+    // Two runs of one job stay on one page.
+    let mut b1 = b.clone();
+    b1.run = 1;
+    let (got, next) = page(vec![a.clone(), b.clone(), b1], None).unwrap();
+    assert_eq!((got.len(), next), (1, Some(a.id)));
+    // A record larger than a page is refused, by name.
+    let huge = record(5);
+    let e = page(vec![huge.clone(), a.clone()], None).unwrap_err();
+    assert_eq!(
+        e,
+        format!("job {}'s accounting records take more than the {ACCT_PAGE_BYTES} bytes one answer carries; leave it out with -j", huge.id)
+    );
+    // Small ones: the database's own bound stays.
+    let (got, next) = page(vec![a.clone()], Some(JobId(77))).unwrap();
+    assert_eq!((got.len(), next), (1, Some(JobId(77))));
+}
