@@ -51,7 +51,8 @@ fn call_timeout() -> Duration {
 /// How long connecting to the local agent may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Replaces control characters with visible escapes (`\n`, `\x1b`).
+/// Replaces control characters and the others [`corral_proto::unsafe_char`]
+/// names with visible escapes (`\n`, `\x1b`, `\u{202e}`).
 /// Names, paths and reasons come from other users and must not reach a
 /// terminal raw or forge lines in key=value output.
 pub fn escape_controls(s: &mut String) {
@@ -65,6 +66,7 @@ pub fn escape_controls(s: &mut String) {
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
             c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if corral_proto::unsafe_char(c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
             c => out.push(c),
         }
     }
@@ -74,7 +76,7 @@ pub fn escape_controls(s: &mut String) {
 /// Whether a text has no control character to escape.
 fn printable(s: &str) -> bool {
     // Printable ASCII, nearly every text: a byte scan says so.
-    s.bytes().all(|b| (0x20..0x7f).contains(&b)) || !s.chars().any(char::is_control)
+    s.bytes().all(|b| (0x20..0x7f).contains(&b)) || !s.chars().any(corral_proto::unsafe_char)
 }
 
 /// Every text of a view that [`escape_view`] escapes.
@@ -433,6 +435,11 @@ mod tests {
         let mut plain = "train-π".to_string();
         escape_controls(&mut plain);
         assert_eq!(plain, "train-π");
+        // A right-to-left override would show `gpj.exe` as `exe.jpg`; a
+        // line separator breaks the line on some terminals.
+        let mut bidi = "job\u{202e}gpj.exe\u{2028}x\u{2067}".to_string();
+        escape_controls(&mut bidi);
+        assert_eq!(bidi, "job\\u{202e}gpj.exe\\u{2028}x\\u{2067}");
         // A refusal keeps its lines; each line is escaped.
         match escaped(Response::Error("a\u{1b}\nb".into())) {
             Response::Error(e) => assert_eq!(e, "a\\x1b\nb"),

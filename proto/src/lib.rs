@@ -25,6 +25,16 @@ pub use frame::{read_frame, read_raw_frame, write_frame, WireError, MAX_FRAME, P
 pub mod ratelimit;
 
 /// Milliseconds since the Unix epoch, from the system clock.
+/// Whether `c` must not reach another user's terminal raw: a control
+/// character, a bidirectional override or isolate (U+202A to U+202E,
+/// U+2066 to U+2069: they reorder what follows them on the line, so a
+/// name could show as another), or a line or paragraph separator
+/// (U+2028, U+2029: a line break to some terminals and parsers).
+pub fn unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
+}
+
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

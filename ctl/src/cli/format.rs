@@ -20,6 +20,41 @@ pub enum Token {
 /// The widest field a format may ask for.
 const MAX_WIDTH: usize = 1024;
 
+/// The longest `-o` or `-O` string taken.
+const MAX_FORMAT_LEN: usize = 4096;
+
+/// The most a format's widths may add up to (a line's padding).
+const MAX_LINE_WIDTH: usize = 16 * 1024;
+
+/// Refuses a format too long, or whose widths add up to lines too wide,
+/// before anything is made of it (`-O JobID:100000` repeated a thousand
+/// times would pad every line to megabytes).
+pub fn check(s: &str) -> Result<(), String> {
+    if s.len() > MAX_FORMAT_LEN {
+        return Err(format!(
+            "Invalid format specification: {} bytes, at most {MAX_FORMAT_LEN}",
+            s.len()
+        ));
+    }
+    let mut total = 0usize;
+    let mut digits = 0usize;
+    for c in s.chars().chain(std::iter::once(' ')) {
+        match c.to_digit(10) {
+            Some(d) => digits = (digits * 10 + d as usize).min(MAX_WIDTH),
+            None => {
+                total += digits;
+                digits = 0;
+            }
+        }
+    }
+    if total > MAX_LINE_WIDTH {
+        return Err(format!(
+            "Invalid format specification: its widths add up to {total}, at most {MAX_LINE_WIDTH}"
+        ));
+    }
+    Ok(())
+}
+
 /// Splits a `-o` string into text and codes; a `%` at the very end is
 /// text.
 pub fn tokens(s: &str) -> Vec<Token> {
@@ -96,6 +131,21 @@ pub fn items(s: &str, default: usize) -> Vec<Item<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_too_long_or_too_wide_are_refused() {
+        check("%.18i %9P %8j").unwrap();
+        check(&"JobID:1000,".repeat(16)).unwrap();
+        let wide = "JobID:100000,".repeat(20);
+        assert_eq!(
+            check(&wide).unwrap_err(),
+            "Invalid format specification: its widths add up to 20480, at most 16384"
+        );
+        let long = "%i".repeat(3000);
+        assert!(check(&long)
+            .unwrap_err()
+            .contains("6000 bytes, at most 4096"));
+    }
 
     #[test]
     fn codes_widths_and_text() {

@@ -399,14 +399,24 @@ pub enum Layout {
     Parsable2(String),
 }
 
+/// A value with the delimiter in it escaped (`\x7c` for `|`), so a job
+/// named `a|b` cannot shift the columns a parser reads.
+fn delimited<'a>(text: &'a str, d: &str) -> std::borrow::Cow<'a, str> {
+    if d.is_empty() || !text.contains(d) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let escaped: String = d.chars().map(|c| format!("\\x{:02x}", c as u32)).collect();
+    std::borrow::Cow::Owned(text.replace(d, &escaped))
+}
+
 fn cell(out: &mut String, text: &str, width: i32, layout: &Layout, last: bool) {
     match layout {
         Layout::Parsable(d) => {
-            out.push_str(text);
+            out.push_str(&delimited(text, d));
             out.push_str(d);
         }
         Layout::Parsable2(d) => {
-            out.push_str(text);
+            out.push_str(&delimited(text, d));
             if !last {
                 out.push_str(d);
             }
@@ -640,6 +650,22 @@ mod tests {
                 "7.0              python                    ml          8  COMPLETED      0:0 ",
             ]
         );
+    }
+
+    #[test]
+    fn a_delimiter_in_a_value_is_escaped() {
+        let mut j = job(7, JobState::Completed);
+        j.name = "a|b".into();
+        let cols = parse_columns("JobID,JobName,State").unwrap();
+        let out = render(
+            &[j],
+            &cols,
+            &Layout::Parsable2("|".into()),
+            false,
+            &Vec::new(),
+            0,
+        );
+        assert_eq!(out.lines().next(), Some("7|a\\x7cb|COMPLETED"));
     }
 
     #[test]

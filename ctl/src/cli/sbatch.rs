@@ -51,6 +51,20 @@ pub struct SbatchArgs {
     pub script: Vec<String>,
 }
 
+/// Reads a batch script, stopping past the most one submission can carry
+/// (a frame): `sbatch /dev/zero` ends at once instead of reading for ever.
+fn read_script(r: impl std::io::Read) -> std::io::Result<Vec<u8>> {
+    let most = u64::from(corral_proto::MAX_FRAME);
+    let mut text = Vec::new();
+    std::io::Read::read_to_end(&mut r.take(most + 1), &mut text)?;
+    if text.len() as u64 > most {
+        return Err(std::io::Error::other(format!(
+            "the script is larger than {most} bytes"
+        )));
+    }
+    Ok(text)
+}
+
 /// Splits an `#SBATCH` line's options like a shell would (quotes, escapes);
 /// stops at an unquoted `#`.
 pub fn split_words(line: &str) -> Result<Vec<String>, String> {
@@ -151,16 +165,16 @@ pub fn prepare_with(
             "wrap".to_string(),
         )
     } else if let Some((path, rest)) = first.script.split_first() {
-        let text =
-            std::fs::read(path).map_err(|e| Ok(format!("Unable to open file {path}: {e}")))?;
+        let text = std::fs::File::open(path)
+            .and_then(read_script)
+            .map_err(|e| Ok(format!("Unable to open file {path}: {e}")))?;
         let name = PathBuf::from(path)
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "sbatch".into());
         (text, rest.to_vec(), name)
     } else {
-        let mut text = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut text)
+        let text = read_script(std::io::stdin())
             .map_err(|e| Ok(format!("reading the script from standard input: {e}")))?;
         (text, Vec::new(), "sbatch".to_string())
     };
@@ -326,6 +340,13 @@ async fn wait_for(c: &mut Client, job: corral_proto::msg::JobId) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_endless_script_is_refused_after_a_frame() {
+        let e = read_script(std::io::repeat(b'#')).unwrap_err();
+        assert_eq!(e.to_string(), "the script is larger than 8388608 bytes");
+        assert_eq!(read_script(&b"#!/bin/sh\n"[..]).unwrap(), b"#!/bin/sh\n");
+    }
 
     #[test]
     fn words_split_like_a_shell() {

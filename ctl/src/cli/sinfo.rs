@@ -473,6 +473,9 @@ pub struct Layout {
 impl Layout {
     pub fn of(a: &SinfoArgs) -> Result<Layout, String> {
         let env_format = std::env::var("SINFO_FORMAT").ok().filter(|f| !f.is_empty());
+        for f in [&a.format, &a.format2, &env_format].into_iter().flatten() {
+            super::format::check(f)?;
+        }
         let pieces = match (&a.format, &a.format2) {
             (Some(_), Some(_)) => {
                 return Err("-O (--Format) is incompatible with -o (--format)".into())

@@ -1126,6 +1126,8 @@ type SortKey = (F, bool);
 /// Parses `-S`: `%` codes, each with an optional `+` or `-`, commas
 /// between them optional, as Slurm reads it.
 pub fn parse_sort(s: &str) -> Result<Vec<SortKey>, String> {
+    /// More keys than fields: a sort past them orders nothing more.
+    const MAX_SORT_KEYS: usize = 64;
     let mut keys = Vec::new();
     let mut descending = false;
     for c in s.chars() {
@@ -1138,6 +1140,11 @@ pub fn parse_sort(s: &str) -> Result<Vec<SortKey>, String> {
                     by_code(c, false).ok_or_else(|| format!("Invalid sort specification: {c}"))?;
                 keys.push((f, descending));
                 descending = false;
+                if keys.len() > MAX_SORT_KEYS {
+                    return Err(format!(
+                        "Invalid sort specification: more than {MAX_SORT_KEYS} keys"
+                    ));
+                }
             }
         }
     }
@@ -1252,6 +1259,9 @@ impl Layout {
                 .collect::<Vec<_>>()
         });
         let is_steps = steps.is_some();
+        for f in [&a.format, &a.format2, &a.sort].into_iter().flatten() {
+            super::format::check(f)?;
+        }
         let pieces = match (&a.format, &a.format2) {
             (Some(f), _) => parse_format(f, is_steps),
             (None, Some(f)) => parse_format2(f, is_steps)?,
@@ -1592,6 +1602,15 @@ async fn once(c: &mut Client, f: &JobFilter, extra: &Extra, layout: &Layout, arr
 pub(crate) mod tests {
     use super::*;
     use corral_proto::msg::StepView;
+
+    #[test]
+    fn sort_keys_are_bounded() {
+        assert_eq!(parse_sort(&"i".repeat(64)).unwrap().len(), 64);
+        assert_eq!(
+            parse_sort(&"i".repeat(65)).unwrap_err(),
+            "Invalid sort specification: more than 64 keys"
+        );
+    }
     use corral_proto::msg::{ExitStatus, Ident, JobId, JobReason};
 
     pub(crate) fn job(id: u64, state: JobState) -> JobView {

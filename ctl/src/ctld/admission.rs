@@ -8,7 +8,7 @@ use corral_proto::msg::{GpuAsk, Ident, JobKind, JobSpec};
 /// Refuses text with control characters: a job's name and paths reach
 /// other users' terminals through squeue and scontrol.
 pub(super) fn printable(what: &'static str, s: &str) -> Result<(), Refusal> {
-    if s.chars().any(char::is_control) {
+    if s.chars().any(corral_proto::unsafe_char) {
         return Err(CtldError::ControlCharacters { what });
     }
     Ok(())

@@ -2379,6 +2379,16 @@ fn free_texts_are_bounded_at_submission() {
     s.name = long(17);
     let e = c.submit(ALICE, s, 0).unwrap_err().to_string();
     assert_eq!(e, "Invalid job name: longer than 16 bytes");
+    // A name that reorders or breaks other users' lines is refused.
+    for evil in ["x\u{202e}gpj.exe", "a\u{2028}JobId=1", "b\u{2066}c"] {
+        let mut s = batch("true");
+        s.name = evil.into();
+        let e = c.submit(ALICE, s, 0).unwrap_err();
+        assert!(
+            matches!(e, CtldError::ControlCharacters { what: "job name" }),
+            "{evil:?}: {e}"
+        );
+    }
 }
 
 /// What a user's finished jobs keep (their records, until `min_job_age`
