@@ -305,21 +305,27 @@ impl Controller {
         std::mem::take(&mut self.acct_out)
     }
 
-    /// Whose records `who` may read for `q`: empty for everyone's.
-    pub fn acct_users(&self, q: &AcctQuery, who: Ident) -> Vec<u32> {
+    /// Whose records `who` may read for `q`: empty for everyone's, `None`
+    /// for no one's.
+    pub fn acct_users(&self, q: &AcctQuery, who: Ident) -> Option<Vec<u32>> {
         let privileged = self.privileged(who);
         let private = self.cfg.accounting.as_ref().is_none_or(|a| a.private);
         if private && !privileged {
-            return vec![who.uid];
+            // `-u` naming only others: none of theirs, and not the
+            // caller's own either (Slurm's private data shows nothing).
+            if !q.users.is_empty() && !q.users.contains(&who.uid) {
+                return None;
+            }
+            return Some(vec![who.uid]);
         }
         if !q.users.is_empty() {
-            return q.users.clone();
+            return Some(q.users.clone());
         }
-        if q.all_users || who.uid == 0 {
+        Some(if q.all_users || who.uid == 0 {
             Vec::new()
         } else {
             vec![who.uid]
-        }
+        })
     }
 
     /// The jobs the controller still holds that answer `q`: pending and

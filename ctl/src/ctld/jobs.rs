@@ -699,10 +699,18 @@ impl Controller {
                 continue;
             }
             // An array's tasks still waiting: all of them, or those named.
-            if j.array.as_deref().is_some_and(|a| a.task.is_none()) {
+            if let Some(a) = j.array.as_deref().filter(|a| a.task.is_none()) {
                 if signal.is_some() {
                     continue;
                 }
+                // Each waiting task cancelled gets its accounting record,
+                // as it would had it started.
+                let waiting = a.waiting.iter().flat_map(|&(from, to)| from..to);
+                let cancelled: Vec<u32> = match sel.only.get(&id) {
+                    Some(named) => waiting.filter(|p| named.contains(p)).collect(),
+                    None => waiting.collect(),
+                };
+                self.account_cancelled_tasks(id, &cancelled, who, now);
                 match sel.only.get(&id) {
                     Some(positions) => {
                         for &p in positions {
@@ -753,6 +761,33 @@ impl Controller {
             return Err(CtldError::KillDenied(denied));
         }
         Ok(done)
+    }
+
+    /// Accounting records for an array's tasks cancelled while they
+    /// waited (`positions` in the array): never started, each is the
+    /// array's record under the task's own id and index.
+    fn account_cancelled_tasks(&mut self, array: JobId, positions: &[u32], who: Ident, now: u64) {
+        if !self.accounting() || positions.is_empty() {
+            return;
+        }
+        let Some(j) = self.jobs.get(&array) else {
+            return;
+        };
+        let spec = j.spec().array;
+        let mut base = j.acct(now);
+        base.state = JobState::Cancelled;
+        base.cancelled_by = Some(who.uid);
+        base.end = Some(now);
+        base.steps.clear();
+        for &p in positions {
+            let Some(index) = spec.as_ref().and_then(|s| s.index(p)) else {
+                continue;
+            };
+            let mut r = base.clone();
+            r.id = JobId(array.0 + 1 + u64::from(p));
+            r.array = Some((array, index));
+            self.account(r);
+        }
     }
 
     /// Holds (`release == false`) or releases jobs.

@@ -611,6 +611,13 @@ impl JobRecord {
         let mut ended = self.acct(now);
         ended.state = JobState::Requeued;
         ended.end = Some(self.end.get().unwrap_or(now));
+        // Its steps ended with the run: none stays RUNNING in `sacct -D`.
+        for s in &mut ended.steps {
+            if s.state == JobState::Running {
+                s.state = JobState::Cancelled;
+                s.end = ended.end;
+            }
+        }
         self.submit = now;
         self.spec_mut().begin = Some(now.saturating_add(delay));
         // Its nodes were released: nothing of the run is left to keep.

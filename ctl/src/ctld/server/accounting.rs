@@ -194,7 +194,12 @@ impl Server {
                 "Too many jobs, users and states in one query (at most {ACCT_MAX_ENTRIES})"
             ));
         }
-        let users = self.ctl.lock().acct_users(&q, who);
+        let Some(users) = self.ctl.lock().acct_users(&q, who) else {
+            return Response::Accounting {
+                jobs: Vec::new(),
+                next: None,
+            };
+        };
         let from_db = async {
             let db = acct.db().await?;
             tokio::time::timeout(DB_PATIENCE, db.query(&q, &users))

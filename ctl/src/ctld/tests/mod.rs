@@ -1834,6 +1834,13 @@ fn each_run_that_ends_leaves_one_accounting_record() {
         (r[0].id, r[0].run, r[0].state, r[0].end),
         (rq, 0, JobState::Requeued, Some(45))
     );
+    // Its batch step ended with the run, not RUNNING for ever.
+    let st: Vec<_> = r[0]
+        .steps
+        .iter()
+        .map(|s| (s.step, s.state, s.end))
+        .collect();
+    assert_eq!(st, [(StepId::BATCH, JobState::Cancelled, Some(45))]);
     assert_eq!(state(&c, rq), JobState::Pending);
 
     // A pending job cancelled: who did it, no steps, no start.
@@ -2511,4 +2518,76 @@ fn accounting_pages_are_bounded_by_bytes_too() {
     // Small ones: the database's own bound stays.
     let (got, next) = page(vec![a.clone()], Some(JobId(77))).unwrap();
     assert_eq!((got.len(), next), (1, Some(JobId(77))));
+}
+
+/// With private accounting (the default), `sacct -u other` from an
+/// ordinary user shows nothing, not the caller's own jobs; naming
+/// herself among others shows hers; root sees whom it names.
+#[test]
+fn sacct_for_other_users_shows_an_ordinary_user_nothing() {
+    let c = cluster(1);
+    let q = |users: Vec<u32>| corral_proto::msg::AcctQuery {
+        users,
+        ..Default::default()
+    };
+    assert_eq!(c.acct_users(&q(vec![BOB.uid]), ALICE), None);
+    assert_eq!(
+        c.acct_users(&q(vec![BOB.uid, ALICE.uid]), ALICE),
+        Some(vec![ALICE.uid])
+    );
+    assert_eq!(c.acct_users(&q(vec![]), ALICE), Some(vec![ALICE.uid]));
+    assert_eq!(c.acct_users(&q(vec![BOB.uid]), ROOT), Some(vec![BOB.uid]));
+}
+
+/// An array's tasks cancelled while they wait each leave an accounting
+/// record (CANCELLED, never started, under the task's id and index), as
+/// the tasks that ran do.
+#[test]
+fn cancelled_waiting_array_tasks_are_accounted() {
+    use corral_proto::msg::{ArraySpec, IndexRun};
+    let mut c = accounted_cluster(1);
+    let mut spec = batch("x");
+    spec.array = Some(ArraySpec {
+        runs: vec![IndexRun {
+            first: 10,
+            count: 4,
+            step: 10,
+        }],
+        throttle: 0,
+    });
+    spec.hold = true;
+    let a = c.submit(ALICE, spec, 5).unwrap();
+    // Task 20 alone, then the rest.
+    let only = JobFilter {
+        tasks: vec![(a, 20)],
+        ..Default::default()
+    };
+    c.cancel(ALICE, &only, None, 6).unwrap();
+    let r = records(&mut c);
+    let got: Vec<_> = r
+        .iter()
+        .map(|j| (j.id, j.array, j.state, j.start, j.end))
+        .collect();
+    assert_eq!(
+        got,
+        [(
+            JobId(a.0 + 2),
+            Some((a, 20)),
+            JobState::Cancelled,
+            None,
+            Some(6)
+        )]
+    );
+    let all = JobFilter {
+        ids: vec![a],
+        ..Default::default()
+    };
+    c.cancel(ALICE, &all, None, 7).unwrap();
+    let r = records(&mut c);
+    let got: Vec<_> = r
+        .iter()
+        .map(|j| (j.id.0 - a.0, j.array.map(|x| x.1)))
+        .collect();
+    assert_eq!(got, [(1, Some(10)), (3, Some(30)), (4, Some(40))]);
+    assert!(r.iter().all(|j| j.cancelled_by == Some(ALICE.uid)));
 }
