@@ -132,6 +132,7 @@ enum Call {
     Symlink(CString, CString),
     Chdir(CString),
     PivotRoot(CString, CString),
+    SetAttrRecursive(CString, u64),
 }
 
 #[derive(Debug)]
@@ -295,6 +296,12 @@ impl Plan {
         );
         push(StepKind::Sys, bind(Path::new("/sys"), &at("sys"))?);
         push(StepKind::Sys, read_only(&at("sys"))?);
+        // And every mount below it (`/sys/fs/cgroup` and its hierarchies,
+        // debugfs, …): the remount above reaches only the top.
+        push(
+            StepKind::Sys,
+            Call::SetAttrRecursive(c(&at("sys"))?, crate::sys::ATTR_LOCKED_DOWN),
+        );
 
         // /dev: a tmpfs with only what the task may open.
         push(
@@ -543,6 +550,7 @@ impl Prepared {
                 Call::Symlink(target, link) => sys.symlink(target, link),
                 Call::Chdir(path) => sys.chdir(path),
                 Call::PivotRoot(new, old) => sys.pivot_root(new, old),
+                Call::SetAttrRecursive(path, set) => sys.set_attr_recursive(path, *set),
             };
             r.map_err(|errno| Failed { step: i, errno })?;
         }
@@ -661,6 +669,14 @@ mod tests {
             .iter()
             .position(|c| c.starts_with(prefix))
             .unwrap_or_else(|| panic!("no call starting {prefix:?} in {calls:#?}"))
+    }
+
+    #[test]
+    fn every_mount_under_sys_is_made_read_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = recorded(&plan(dir.path()));
+        let top = position(&calls, "mount - /jail/sys - MS_RDONLY");
+        assert_eq!(calls[top + 1], "mount_setattr /jail/sys AT_RECURSIVE 0xf");
     }
 
     #[test]

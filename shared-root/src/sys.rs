@@ -31,6 +31,21 @@ pub trait Syscall {
     fn symlink(&self, target: &CStr, link: &CStr) -> Result<(), Errno>;
     fn chdir(&self, path: &CStr) -> Result<(), Errno>;
     fn pivot_root(&self, new_root: &CStr, put_old: &CStr) -> Result<(), Errno>;
+    /// Sets `MOUNT_ATTR_*` flags (`set`) on the mount at `path` and every
+    /// mount below it (`mount_setattr` with `AT_RECURSIVE`).
+    fn set_attr_recursive(&self, path: &CStr, set: u64) -> Result<(), Errno>;
+}
+
+/// `MOUNT_ATTR_RDONLY | NOSUID | NODEV | NOEXEC`.
+pub const ATTR_LOCKED_DOWN: u64 = 0x1 | 0x2 | 0x4 | 0x8;
+
+/// The kernel's `struct mount_attr` (its first version, 32 bytes).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
 }
 
 /// The real kernel.
@@ -77,6 +92,35 @@ impl Syscall for Kernel {
 
     fn pivot_root(&self, new_root: &CStr, put_old: &CStr) -> Result<(), Errno> {
         nix::unistd::pivot_root(new_root, put_old)
+    }
+
+    /// A kernel without `mount_setattr` (before 5.12) leaves the mounts
+    /// below as they were: the top stays read-only, file modes still hold.
+    #[allow(unsafe_code)]
+    fn set_attr_recursive(&self, path: &CStr, set: u64) -> Result<(), Errno> {
+        let attr = MountAttr {
+            attr_set: set,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        // SAFETY: `path` is a NUL-terminated string and `attr` a live
+        // struct of the size passed, both only read by the kernel; no
+        // allocation (safe between fork and exec).
+        let r = unsafe {
+            nix::libc::syscall(
+                nix::libc::SYS_mount_setattr,
+                nix::libc::AT_FDCWD,
+                path.as_ptr(),
+                nix::libc::AT_RECURSIVE as nix::libc::c_uint,
+                &attr as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            )
+        };
+        match Errno::result(r) {
+            Ok(_) | Err(Errno::ENOSYS) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -179,6 +223,13 @@ impl Syscall for Recorder {
             "pivot_root {} {}",
             text(Some(new_root)),
             text(Some(put_old))
+        ))
+    }
+
+    fn set_attr_recursive(&self, path: &CStr, set: u64) -> Result<(), Errno> {
+        self.record(format!(
+            "mount_setattr {} AT_RECURSIVE {set:#x}",
+            text(Some(path))
         ))
     }
 }

@@ -52,6 +52,12 @@ fn a_task_sees_the_jail_and_nothing_of_the_host() {
         test -r /proc/self/status && echo proc-ok
         echo "hosts bytes: $(wc -c < /etc/hosts)"
         touch /sys/corral-probe 2>/dev/null && echo SYS-WRITABLE || echo sys-readonly
+        n=0; w=0
+        while read -r id parent mm root mp opts rest; do
+            case "$mp" in /sys/*) n=$((n+1)); case "$opts" in ro*) ;; *) w=1;; esac;; esac
+        done < /proc/self/mountinfo
+        echo "mounts under sys: $n"
+        [ $w = 1 ] && echo SUBSYS-WRITABLE || echo subsys-readonly
     "#;
     let mut cmd = Command::new("/bin/sh");
     cmd.args(["-c", script]);
@@ -95,9 +101,20 @@ fn a_task_sees_the_jail_and_nothing_of_the_host() {
         "from-the-host",
         "proc-ok",
         "sys-readonly",
+        "subsys-readonly",
     ] {
         assert!(stdout.lines().any(|l| l == line), "{line:?} in {stdout}");
     }
+    // The host's mounts under /sys are all there, and none is writable.
+    let host_sys = std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("mountinfo")
+        .lines()
+        .filter(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with("/sys/")))
+        .count();
+    assert!(
+        stdout.contains(&format!("mounts under sys: {host_sys}")),
+        "{stdout}"
+    );
     let host_hosts = std::fs::metadata("/etc/hosts").expect("host hosts").len();
     assert!(
         stdout.contains(&format!("hosts bytes: {host_hosts}")),
