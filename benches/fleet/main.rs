@@ -462,6 +462,7 @@ fn main() {
         jail_submounts: vec![],
         jail_dev: None,
         jail_docker_socket: None,
+        jail_docker_group: None,
         cgroups: false,
         jail_driver_files: vec![],
         health_interval: 30,

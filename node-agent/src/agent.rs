@@ -1036,7 +1036,13 @@ impl Agent {
         result.map(|exit| (exit, oom))
     }
 
-    pub(crate) fn env_for(&self, l: &Launch, user: &str, local: u32) -> Vec<(String, String)> {
+    pub(crate) fn env_for(
+        &self,
+        l: &Launch,
+        user: &str,
+        groups: Option<&[u32]>,
+        local: u32,
+    ) -> Vec<(String, String)> {
         let socket = match &self.cfg.jail {
             Some(_) => crate::jail::SOCKET.into(),
             None => self.cfg.socket.to_string_lossy(),
@@ -1074,7 +1080,7 @@ impl Agent {
                 }
             }
             env.retain(|(k, _)| k != "DOCKER_HOST");
-            if l.exclusive && jail.docker_socket.is_some() {
+            if jail.docker_for(l.exclusive, groups) {
                 env.push((
                     "DOCKER_HOST".into(),
                     format!("unix://{}", crate::jail::DOCKER),
@@ -1229,14 +1235,16 @@ impl Agent {
     pub(crate) fn jail_for(
         &self,
         l: &Launch,
+        groups: Option<&[u32]>,
     ) -> Result<Option<Arc<shared_root::Prepared>>, StepError> {
         let Some(cfg) = &self.cfg.jail else {
             return Ok(None);
         };
+        let docker = cfg.docker_for(l.exclusive, groups);
         // The step's own GPUs only, when it asked for some.
         let gpus = l.step_gpus.as_deref().unwrap_or(&l.gpus);
         let minors: Vec<u32> = gpus.iter().map(|&g| self.minor(g)).collect();
-        let plan = cfg.plan(&minors, l.exclusive, &self.cfg.socket, &self.cfg.spool);
+        let plan = cfg.plan(&minors, docker, &self.cfg.socket, &self.cfg.spool);
         let prepared = plan.prepare().map_err(StepError::Jail)?;
         Ok(Some(Arc::new(prepared)))
     }

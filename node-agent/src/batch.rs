@@ -57,7 +57,8 @@ impl Agent {
             path: path.clone(),
             source,
         })?;
-        let jail = self.jail_for(l)?;
+        let jail = self.jail_for(l, groups.as_deref())?;
+        let env = self.env_for(l, &user, groups.as_deref(), 0);
         let script = match jail {
             Some(_) => crate::jail::spool_path(&path),
             None => path.clone(),
@@ -71,7 +72,7 @@ impl Agent {
             argv: std::iter::once(script.to_string_lossy().into_owned())
                 .chain(args.iter().cloned())
                 .collect(),
-            env: self.env_for(l, &user, 0),
+            env,
             cwd,
             user: l.user,
             stdin: Io::Null,

@@ -33,6 +33,9 @@ pub struct JailConfig {
     /// The node's Docker socket, given to exclusive jobs only: containers
     /// Docker starts escape the job's limits.
     pub docker_socket: Option<PathBuf>,
+    /// Whose exclusive jobs get the socket: a group of the root's (none:
+    /// no one's).
+    pub docker_group: Option<String>,
     /// The node's GPU driver files, bound into the jail of every task
     /// with a GPU (see [`driver_files`]).
     pub driver_files: Vec<PathBuf>,
@@ -52,6 +55,7 @@ impl JailConfig {
             bin,
             host_dev: "/dev".into(),
             docker_socket: None,
+            docker_group: None,
             driver_files: Vec::new(),
             host_files: Vec::new(),
         }
@@ -60,8 +64,8 @@ impl JailConfig {
     /// The plan for one task holding `gpus` (the minor numbers of their
     /// `/dev/nvidiaN`, which are usually their indices): only
     /// those GPUs' device nodes, where the host has them (simulated GPUs
-    /// have none); the Docker socket only if the job is `exclusive`.
-    pub fn plan(&self, gpus: &[u32], exclusive: bool, socket: &Path, spool: &Path) -> Plan {
+    /// have none); the Docker socket only if `docker` ([`JailConfig::docker_for`]).
+    pub fn plan(&self, gpus: &[u32], docker: bool, socket: &Path, spool: &Path) -> Plan {
         let mut plan = Plan::new(&self.root);
         plan.host_dev = self.host_dev.clone();
         let mut devices: Vec<PathBuf> = gpus
@@ -87,12 +91,28 @@ impl JailConfig {
             extra("agent.sock", socket),
             extra("spool", spool),
         ];
-        if let Some(docker) = self.docker_socket.as_ref().filter(|_| exclusive) {
+        if let Some(docker) = self.docker_socket.as_ref().filter(|_| docker) {
             // Read-only is about the mount; the socket still takes
             // connections.
             plan.extras.push(extra("docker.sock", docker));
         }
         plan
+    }
+}
+
+impl JailConfig {
+    /// Whether a task gets the Docker socket, which is root on the node:
+    /// its job is exclusive and its user (of `groups`, the root's) is in
+    /// `docker_group`; with no group configured, no one is.
+    pub fn docker_for(&self, exclusive: bool, groups: Option<&[u32]>) -> bool {
+        if !exclusive || self.docker_socket.is_none() {
+            return false;
+        }
+        let gid = self
+            .docker_group
+            .as_deref()
+            .and_then(|g| shared_root::users::group_id(&self.root, g));
+        gid.is_some_and(|gid| groups.is_some_and(|gs| gs.contains(&gid)))
     }
 }
 
@@ -213,6 +233,32 @@ pub fn spool_path(script: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_docker_socket_goes_to_exclusive_jobs_of_the_docker_group_only() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("etc")).unwrap();
+        std::fs::write(
+            root.path().join("etc/group"),
+            "root:x:0:\ndocker:x:999:alice\n",
+        )
+        .unwrap();
+        let mut cfg = JailConfig::new(root.path().to_path_buf(), "/opt/corral/bin".into());
+        cfg.docker_socket = Some("/run/docker.sock".into());
+        let alice: &[u32] = &[1000, 999];
+        let bob: &[u32] = &[1001];
+        // No group: no one.
+        assert!(!cfg.docker_for(true, Some(alice)));
+        cfg.docker_group = Some("docker".into());
+        assert!(cfg.docker_for(true, Some(alice)));
+        assert!(!cfg.docker_for(false, Some(alice)), "a shared job");
+        assert!(!cfg.docker_for(true, Some(bob)));
+        assert!(!cfg.docker_for(true, None));
+        cfg.docker_group = Some("1001".into());
+        assert!(cfg.docker_for(true, Some(bob)), "by number");
+        cfg.docker_group = Some("nosuch".into());
+        assert!(!cfg.docker_for(true, Some(alice)));
+    }
 
     #[test]
     fn a_task_gets_only_its_gpus_devices_and_the_clusters_commands() {

@@ -90,7 +90,8 @@ struct Args {
     /// SIGTERM ends them at once.
     #[arg(long, default_value_t = 300)]
     leave_grace: u64,
-    /// With --jail: the node's Docker socket, given to exclusive jobs only.
+    /// With --jail: the node's Docker socket, given to exclusive jobs of
+    /// the members of `[jail] docker_group` only.
     #[arg(long)]
     jail_docker_socket: Option<PathBuf>,
     /// With --jail: a GPU driver file (library or tool) bound into every
@@ -307,6 +308,10 @@ fn jail_config(args: &Args) -> anyhow::Result<Option<corral_agent::jail::JailCon
     cfg.host_files = section.host_files;
     cfg.host_dev = args.jail_dev.clone();
     cfg.docker_socket = args.jail_docker_socket.clone().or(section.docker_socket);
+    cfg.docker_group = section.docker_group;
+    if cfg.docker_socket.is_some() && cfg.docker_group.is_none() {
+        tracing::warn!("the jail has a docker_socket but no docker_group: no job gets the socket");
+    }
     cfg.driver_files = match (&args.jail_driver_files[..], section.driver_files) {
         ([], Some(files)) => files,
         ([], None) => corral_agent::jail::driver_files(),

@@ -193,7 +193,8 @@ pub(crate) async fn run(
     cgroup: Option<Arc<crate::cgroup::Join>>,
     mut dialing: Dialing,
 ) -> Result<ExitStatus, StepError> {
-    let jail = agent.jail_for(l)?;
+    let (user, groups) = agent.user_of(l);
+    let jail = agent.jail_for(l, groups.as_deref())?;
     let tasks: Vec<u32> = (l.first_task..l.first_task + l.tasks_here).collect();
 
     // Up to srun: once connected, everything the tasks send, in order;
@@ -228,7 +229,6 @@ pub(crate) async fn run(
         }
     });
 
-    let (user, groups) = agent.user_of(l);
     let run = l.job_run();
     let mut stdin0 = None;
     let mut waits = Vec::new();
@@ -273,7 +273,7 @@ pub(crate) async fn run(
             groups: groups.clone(),
             jail: jail.clone(),
             argv: argv.to_vec(),
-            env: agent.env_for(l, &user, local as u32),
+            env: agent.env_for(l, &user, groups.as_deref(), local as u32),
             cwd: l.work_dir.clone().into(),
             user: l.user,
             stdin,

@@ -8,7 +8,8 @@
 //! bin = "/usr/lib/corral/jail-bin"          # corral and its command links, at /run/corral/bin
 //! submounts = ["/home:/home", "/datasets:/datasets:ro"]   # SOURCE:TARGET[:ro]
 //! host_files = ["/etc/krb5.conf"]           # node-local files bound at the same path
-//! docker_socket = "/run/docker.sock"        # exclusive jobs only
+//! docker_socket = "/run/docker.sock"        # exclusive jobs of docker_group's members only
+//! docker_group = "docker"                   # in the root's /etc/group (unset: no job gets it)
 //! driver_files = []                         # default: NVIDIA's, from the loader's cache
 //! ```
 
@@ -28,6 +29,10 @@ pub struct JailSection {
     /// `/etc/resolv.conf`).
     pub host_files: Vec<PathBuf>,
     pub docker_socket: Option<PathBuf>,
+    /// Whose exclusive jobs get the Docker socket (root on the node): a
+    /// group of the shared root's `/etc/group`, by name or number. Unset:
+    /// no job gets it.
+    pub docker_group: Option<String>,
     /// `None`: find the node's NVIDIA driver.
     pub driver_files: Option<Vec<PathBuf>>,
 }
@@ -42,6 +47,7 @@ struct RawJail {
     #[serde(default)]
     host_files: Vec<PathBuf>,
     docker_socket: Option<PathBuf>,
+    docker_group: Option<String>,
     driver_files: Option<Vec<PathBuf>>,
 }
 
@@ -132,6 +138,7 @@ impl JailSection {
             submounts,
             host_files: raw.host_files,
             docker_socket: raw.docker_socket,
+            docker_group: raw.docker_group,
             driver_files: raw.driver_files,
         }))
     }

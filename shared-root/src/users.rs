@@ -68,6 +68,19 @@ pub fn groups(root: &Path, name: &str, gid: u32) -> Vec<u32> {
     out
 }
 
+/// A group of the root's `/etc/group`, by name, or a number as it is.
+pub fn group_id(root: &Path, group: &str) -> Option<u32> {
+    if let Ok(gid) = group.parse() {
+        return Some(gid);
+    }
+    read(root, "group").lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        (f.len() >= 3 && f[0] == group)
+            .then(|| f[2].parse().ok())
+            .flatten()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -82,6 +82,8 @@ pub struct Opts {
     pub jail_dev: Option<PathBuf>,
     /// The Docker socket exclusive jobs get in the jail.
     pub jail_docker_socket: Option<PathBuf>,
+    /// Whose exclusive jobs get it.
+    pub jail_docker_group: Option<String>,
     /// Jobs in cgroups (as root).
     pub cgroups: bool,
     /// Driver files bound into GPU tasks' jails.
@@ -110,6 +112,7 @@ impl Default for Opts {
             jail_submounts: Vec::new(),
             jail_dev: None,
             jail_docker_socket: None,
+            jail_docker_group: None,
             cgroups: true,
             jail_driver_files: Vec::new(),
             health_interval: 1,
@@ -157,6 +160,7 @@ impl Env {
             jail_submounts: o.jail_submounts.clone(),
             jail_dev: o.jail_dev.clone(),
             jail_docker_socket: o.jail_docker_socket.clone(),
+            jail_docker_group: o.jail_docker_group.clone(),
             cgroups: o.cgroups,
             jail_driver_files: o.jail_driver_files.clone(),
             health_interval: o.health_interval,

@@ -91,6 +91,7 @@ fn a_fleet_runs_jobs_and_comes_back_after_a_controller_restart() {
         jail_submounts: vec![],
         jail_dev: None,
         jail_docker_socket: None,
+        jail_docker_group: None,
         cgroups: false,
         jail_driver_files: vec![],
         health_interval: 30,

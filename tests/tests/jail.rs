@@ -184,6 +184,9 @@ fn a_job_sees_only_its_own_gpus_device_nodes() {
     assert_eq!(out.trim(), "0", "{out}");
 }
 
+/// The Docker socket is root on the node: only an exclusive job of a
+/// member of `docker_group` (here `dockerusers`, root in it) gets it, not
+/// a shared job, nor an exclusive one of a user outside the group.
 #[test]
 fn only_an_exclusive_job_gets_the_nodes_docker_socket() {
     if !is_root() {
@@ -192,6 +195,9 @@ fn only_an_exclusive_job_gets_the_nodes_docker_socket() {
     }
     let root = tempfile::tempdir().expect("root dir");
     shared_root::scaffold::host_usr(root.path(), "corral-e2e-jail").expect("a tiny root");
+    let etc = root.path().join("etc");
+    std::fs::write(etc.join("passwd"), "root:x:0:0:root:/root:/bin/sh\n").expect("passwd");
+    std::fs::write(etc.join("group"), "root:x:0:\ndockerusers:x:2999:root\n").expect("group");
     // A stand-in for dockerd's socket.
     let sockets = tempfile::tempdir().expect("socket dir");
     let docker = sockets.path().join("docker.sock");
@@ -201,6 +207,7 @@ fn only_an_exclusive_job_gets_the_nodes_docker_socket() {
         jail: Some(root.path().to_path_buf()),
         jail_submounts: vec!["/usr:/usr:ro".into()],
         jail_docker_socket: Some(docker),
+        jail_docker_group: Some("dockerusers".into()),
         ..Opts::default()
     });
     let probe = "test -S /run/corral/docker.sock && echo socket || echo no-socket; \
@@ -211,6 +218,20 @@ fn only_an_exclusive_job_gets_the_nodes_docker_socket() {
     assert_eq!(
         alone,
         "socket\nDOCKER_HOST=[unix:///run/corral/docker.sock]\n"
+    );
+    // A user outside the group, alone on the node: no socket.
+    let out = env
+        .cmd_as(
+            23_480,
+            &["srun", "-N1", "--exclusive", "-D", "/", "sh", "-c", probe],
+        )
+        .output()
+        .expect("srun as another user");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "no-socket\nDOCKER_HOST=[]\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

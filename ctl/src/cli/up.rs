@@ -68,9 +68,14 @@ pub struct UpArgs {
     /// every node's jail (repeatable).
     #[arg(long = "jail-submount")]
     pub jail_submounts: Vec<String>,
-    /// With --jail: the Docker socket given to exclusive jobs only.
+    /// With --jail: the Docker socket given to exclusive jobs only, of
+    /// the members of --jail-docker-group (the socket is root on the node).
     #[arg(long)]
     pub jail_docker_socket: Option<PathBuf>,
+    /// With --jail: the group (of the root's /etc/group) whose exclusive
+    /// jobs get the Docker socket; without it no job does.
+    #[arg(long)]
+    pub jail_docker_group: Option<String>,
     /// Jobs run without cgroups (as root they get one each: CPUs, memory,
     /// pids and GPU devices limited).
     #[arg(long)]
@@ -136,6 +141,8 @@ pub struct ClusterSpec {
     pub jail_dev: Option<PathBuf>,
     /// The Docker socket exclusive jobs get in the jail.
     pub jail_docker_socket: Option<PathBuf>,
+    /// Whose exclusive jobs get it (a group of the root's).
+    pub jail_docker_group: Option<String>,
     /// Each job in its own cgroup (when the agents run as root).
     pub cgroups: bool,
     /// GPU driver files bound into GPU tasks' jails (default: the host's
@@ -181,6 +188,12 @@ fn jail_section(spec: &ClusterSpec, dir: &Path) -> String {
     );
     if let Some(d) = &spec.jail_docker_socket {
         s.push_str(&format!("docker_socket = {}\n", quote(d)));
+    }
+    if let Some(g) = &spec.jail_docker_group {
+        s.push_str(&format!(
+            "docker_group = {}\n",
+            toml::Value::String(g.clone())
+        ));
     }
     s
 }
@@ -779,6 +792,7 @@ pub fn main(args: &[OsString]) -> i32 {
         jail_submounts: a.jail_submounts.clone(),
         jail_dev: None,
         jail_docker_socket: a.jail_docker_socket.clone(),
+        jail_docker_group: a.jail_docker_group.clone(),
         cgroups: !a.no_cgroups,
         health_interval: a.health_interval,
         durable: true,
