@@ -65,7 +65,7 @@ pub enum CtldError {
     KillDenied(Vec<JobId>),
     #[error("Too many {what} in one request: {count}, the most is {MAX_FILTER_ENTRIES}")]
     FilterTooLarge { what: &'static str, count: usize },
-    #[error("Invalid {what}: control, bidirectional override and line separator characters are not allowed")]
+    #[error("Invalid {what}: control characters (and bidirectional overrides, line separators) are not allowed")]
     ControlCharacters { what: &'static str },
     #[error("Invalid {what}: longer than {max} bytes")]
     TooLong { what: &'static str, max: usize },
