@@ -125,6 +125,8 @@ pub enum StepError {
     Cgroup(#[source] crate::cgroup::CgroupError),
     #[error("refused on this node")]
     Budget(#[source] crate::budget::Refusal),
+    #[error("the job's PID namespace")]
+    PidNamespace(#[source] std::io::Error),
 }
 
 /// A launch's tasks taken from its user's budget ([`Agent::take_budget`]).
@@ -183,6 +185,7 @@ impl StepError {
             StepError::Script { .. } => Some(NodeFault::Spool),
             StepError::Cgroup(_) | StepError::Launch(L::Cgroup(_)) => Some(NodeFault::Cgroup),
             StepError::Jail(_)
+            | StepError::PidNamespace(_)
             | StepError::Launch(L::Jail(_) | L::Setup(_) | L::Identity { .. }) => {
                 Some(NodeFault::Other)
             }
@@ -324,6 +327,11 @@ pub struct Agent {
     budget: Mutex<crate::budget::Budget>,
     /// Tells the control session to report the node's health now.
     health_now: tokio::sync::Notify,
+    /// Each jailed run's PID namespace here, made with its first task.
+    pid_namespaces: Mutex<std::collections::HashMap<JobRun, Arc<crate::pidns::PidNamespace>>>,
+    /// The agent's binary, which a PID namespace's holder runs; `None`
+    /// where jobs get none (no jail, or a kernel without them).
+    pid_ns_exe: Option<PathBuf>,
     /// This node's address as ctld sees it.
     seen_as: Mutex<Option<std::net::IpAddr>>,
     /// ctld has removed the node (after `leave`).
@@ -461,6 +469,18 @@ impl Agent {
             }
         }
         let user_tasks = cfg.max_user_tasks;
+        // Jailed jobs get a PID namespace each where the kernel allows.
+        let pid_ns_exe = cfg.jail.as_ref().and_then(|_| {
+            // The running binary, even once replaced on disk.
+            let exe = PathBuf::from("/proc/self/exe");
+            match crate::pidns::PidNamespace::supported(&exe) {
+                Ok(()) => Some(exe),
+                Err(e) => {
+                    tracing::warn!(error = %e, "jailed jobs share the node's PID namespace: the kernel gives them none of their own");
+                    None
+                }
+            }
+        });
         let cgroups_once = std::sync::OnceLock::new();
         if let Some(cg) = cfg.cgroups.clone() {
             let _ = cgroups_once.set(cg);
@@ -478,6 +498,8 @@ impl Agent {
             procs: Mutex::new(ProcTable::default()),
             budget: Mutex::new(crate::budget::Budget::new(user_tasks)),
             health_now: tokio::sync::Notify::new(),
+            pid_namespaces: Mutex::new(std::collections::HashMap::new()),
+            pid_ns_exe,
             seen_as: Mutex::new(None),
             farewell: tokio::sync::Notify::new(),
             cgroups: cgroups_once,
@@ -844,6 +866,30 @@ impl Agent {
         self.clean_up(job, move |usage| AgentMsg::JobCleaned { job, usage });
     }
 
+    /// The PID namespace a task of `l` starts in: a jailed run's own,
+    /// made (its holder started) with the run's first task here; `None`
+    /// for a task outside the jail.
+    pub(crate) fn pid_ns_for(
+        &self,
+        l: &Launch,
+        jailed: bool,
+    ) -> Result<Option<Arc<crate::pidns::PidNamespace>>, StepError> {
+        let Some(exe) = self.pid_ns_exe.as_ref().filter(|_| jailed) else {
+            return Ok(None);
+        };
+        let run = l.job_run();
+        let mut all = self.pid_namespaces.lock();
+        if let Some(ns) = all.get(&run) {
+            return Ok(Some(ns.clone()));
+        }
+        // An older run of the job is gone (a newer one replaced it).
+        all.retain(|r, _| r.job != run.job);
+        let ns = crate::pidns::PidNamespace::new(exe).map_err(StepError::PidNamespace)?;
+        let ns = Arc::new(ns);
+        all.insert(run, ns.clone());
+        Ok(Some(ns))
+    }
+
     /// Kills what the run's cgroup still holds, reads its usage, sends
     /// `msg` with it, then removes the cgroup.
     fn clean_up(
@@ -851,6 +897,12 @@ impl Agent {
         job: JobRun,
         msg: impl FnOnce(Option<corral_proto::msg::JobUsage>) -> AgentMsg + Send + 'static,
     ) {
+        // Its PID namespace goes, and with its holder whatever is left in it.
+        if let Some(ns) = self.pid_namespaces.lock().remove(&job) {
+            if let Ok(ns) = Arc::try_unwrap(ns) {
+                tokio::spawn(ns.end());
+            }
+        }
         let Some(cg) = self.cgroups() else {
             self.send_end(job, msg(None));
             return;
@@ -1272,6 +1324,7 @@ impl Agent {
     /// Kills every task still running here, and whatever the jobs' cgroups
     /// still hold.
     pub fn kill_all(&self) {
+        self.pid_namespaces.lock().clear();
         {
             let procs = self.procs.lock();
             for g in procs.all_groups() {

@@ -63,7 +63,9 @@ impl Agent {
             Some(_) => crate::jail::spool_path(&path),
             None => path.clone(),
         };
+        let pid_ns = self.pid_ns_for(l, jail.is_some())?;
         let spec = TaskSpec {
+            pid_ns,
             tty: None,
             umask: crate::task::umask_of(&l.env),
             cgroup,

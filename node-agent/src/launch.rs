@@ -183,6 +183,9 @@ pub struct TaskSpec {
     /// and, in a session of its own, its controlling terminal (the
     /// streams above are then unused).
     pub tty: Option<std::os::fd::OwnedFd>,
+    /// The job's PID namespace on this node (a jailed job's), which the
+    /// task starts in; `None`: the agent's.
+    pub pid_ns: Option<Arc<crate::pidns::PidNamespace>>,
     /// The file mode mask the task starts with (the submitter's,
     /// `SLURM_UMASK`); `None`: the agent's.
     pub umask: Option<u32>,
@@ -295,10 +298,15 @@ impl Launcher for ProcessLauncher {
             umask: spec.umask,
         };
         let forking = FORK_LOCK.read();
-        let spawned = spawn::spawn(
+        let pid_ns = match &spec.pid_ns {
+            Some(ns) => spawn::PidNs::Of(ns.fd()),
+            None => spawn::PidNs::Current,
+        };
+        let spawned = spawn::spawn_with(
             &exec,
             stdio,
             spec.tty.is_none(),
+            pid_ns,
             &|| match setup.run() {
                 Ok(()) => 0,
                 Err(code) => code,
@@ -726,6 +734,7 @@ pub(crate) mod tests {
             jail: None,
             groups: None,
             cgroup: None,
+            pid_ns: None,
         }
     }
 
@@ -988,6 +997,81 @@ pub(crate) mod tests {
         });
         rx.recv_timeout(std::time::Duration::from_secs(secs))
             .expect("spawn blocked")
+    }
+
+    /// A task in a job's PID namespace is the agent's child (its exit
+    /// status read through its pidfd) but sees only its namespace, where
+    /// it is not PID 1, so a plain SIGTERM still ends it; the namespace's
+    /// holder going takes whatever is left in it.
+    #[test]
+    fn a_task_in_a_jobs_pid_namespace_is_still_the_agents_child() {
+        if !nix::unistd::geteuid().is_root() {
+            println!(
+                "SKIPPED (needs root): a_task_in_a_jobs_pid_namespace_is_still_the_agents_child"
+            );
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ns = Arc::new(
+            crate::pidns::PidNamespace::held_by("/bin/sleep".as_ref(), &["1000".into()]).unwrap(),
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let out = dir.path().join("pids");
+        let mut spec = task(
+            &[
+                "/bin/sh",
+                "-c",
+                "echo $$; ls /proc/1/ns >/dev/null && echo ok",
+            ],
+            dir.path(),
+            Io::Path(out.clone()),
+        );
+        spec.pid_ns = Some(ns.clone());
+        let mut t = ProcessLauncher.spawn(spec).unwrap();
+        let host_pid = t.id().unwrap();
+        let st = rt.block_on(t.wait()).unwrap();
+        assert!(st.success());
+        // The host's /proc is still mounted here: the namespace shows in
+        // the task's own pid, 2 or above, not the host's.
+        let text = std::fs::read_to_string(&out).unwrap();
+        let inner: u32 = text.lines().next().unwrap().parse().unwrap();
+        assert!(inner >= 2 && inner != host_pid, "{text}");
+        // A plain SIGTERM ends a task there (PID 1 would ignore it).
+        let mut spec = task(&["/bin/sleep", "100"], dir.path(), Io::Null);
+        spec.pid_ns = Some(ns.clone());
+        let mut t = ProcessLauncher.spawn(spec).unwrap();
+        let pid = nix::unistd::Pid::from_raw(t.id().unwrap() as i32);
+        let theirs = std::fs::read_link(format!("/proc/{pid}/ns/pid")).unwrap();
+        let holder =
+            std::fs::read_link(format!("/proc/{}/ns/pid", ns.holder_pid().unwrap())).unwrap();
+        assert_eq!(theirs, holder, "in the holder's namespace");
+        assert_ne!(theirs, std::fs::read_link("/proc/self/ns/pid").unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        let st = rt.block_on(t.wait()).unwrap();
+        assert_eq!(st.signal(), Some(15));
+        // The agent's own children start in its namespace again.
+        let mut t = ProcessLauncher
+            .spawn(task(&["/bin/sleep", "100"], dir.path(), Io::Null))
+            .unwrap();
+        let back = std::fs::read_link(format!("/proc/{}/ns/pid", t.id().unwrap())).unwrap();
+        assert_eq!(back, std::fs::read_link("/proc/self/ns/pid").unwrap());
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(t.id().unwrap() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let _ = rt.block_on(t.wait());
+        // A task left in the namespace goes with its holder.
+        let mut spec = task(&["/bin/sleep", "100"], dir.path(), Io::Null);
+        spec.pid_ns = Some(ns.clone());
+        let mut left = ProcessLauncher.spawn(spec).unwrap();
+        drop(ns);
+        let st = rt.block_on(left.wait()).unwrap();
+        assert_eq!(st.signal(), Some(9), "killed with its namespace");
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod jail;
 pub mod launch;
 pub mod local;
 pub mod nvml;
+pub mod pidns;
 pub mod procs;
 pub mod resources;
 pub mod spawn;

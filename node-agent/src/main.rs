@@ -458,6 +458,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn main() {
+    // A jailed job's PID namespace holder: nothing else of the agent.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(corral_agent::pidns::PID_INIT))
+    {
+        corral_agent::pidns::holder_main();
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CORRAL_LOG")

@@ -310,6 +310,17 @@ pub enum SpawnError {
     Child(i32),
 }
 
+/// The PID namespace a child starts in.
+#[derive(Clone, Copy, Debug)]
+pub enum PidNs<'a> {
+    /// The agent's.
+    Current,
+    /// A new one, the child its PID 1 (a job's holder, [`crate::pidns`]).
+    New,
+    /// That of the process this pidfd names (a job's holder).
+    Of(std::os::fd::BorrowedFd<'a>),
+}
+
 /// Starts a child that runs `setup` and then execs `exec` with the
 /// environment `envp` returns (called in the child), its standard streams
 /// `stdio`, in a process group of its own when `process_group`. Returns
@@ -318,7 +329,6 @@ pub enum SpawnError {
 /// `setup` and `envp` run in a child that shares the caller's memory:
 /// they must be async-signal-safe, allocate nothing, and write nothing
 /// the caller's process reads.
-#[allow(unsafe_code)]
 pub fn spawn(
     exec: &Exec,
     stdio: Stdio3,
@@ -326,7 +336,32 @@ pub fn spawn(
     setup: &(dyn Fn() -> i32 + Sync),
     envp: &(dyn Fn() -> *const *const libc::c_char + Sync),
 ) -> Result<(u32, OwnedFd), SpawnError> {
+    spawn_with(exec, stdio, process_group, PidNs::Current, setup, envp)
+}
+
+/// [`spawn`], the child in the PID namespace `pid_ns` says: for
+/// [`PidNs::Of`], the calling thread's children start there for this
+/// clone alone (`setns`, undone before this returns), so the child is
+/// still this process's.
+#[allow(unsafe_code)]
+pub fn spawn_with(
+    exec: &Exec,
+    stdio: Stdio3,
+    process_group: bool,
+    pid_ns: PidNs<'_>,
+    setup: &(dyn Fn() -> i32 + Sync),
+    envp: &(dyn Fn() -> *const *const libc::c_char + Sync),
+) -> Result<(u32, OwnedFd), SpawnError> {
     let stack = Stack::new().map_err(SpawnError::Os)?;
+    let entered = match pid_ns {
+        PidNs::Of(fd) => Some(crate::pidns::Entered::enter(fd).map_err(SpawnError::Os)?),
+        PidNs::Current | PidNs::New => None,
+    };
+    let new_ns = if matches!(pid_ns, PidNs::New) {
+        libc::CLONE_NEWPID
+    } else {
+        0
+    };
     let shared = Shared {
         stdio,
         process_group,
@@ -351,12 +386,13 @@ pub fn spawn(
         let pid = libc::clone(
             child_main,
             stack.top(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | new_ns | libc::SIGCHLD,
             &shared as *const Shared<'_> as *mut c_void,
             &mut pidfd as *mut c_int,
         );
         let err = std::io::Error::last_os_error();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        drop(entered);
         if pid < 0 {
             return Err(SpawnError::Os(err));
         }

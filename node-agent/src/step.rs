@@ -195,6 +195,7 @@ pub(crate) async fn run(
 ) -> Result<ExitStatus, StepError> {
     let (user, groups) = agent.user_of(l);
     let jail = agent.jail_for(l, groups.as_deref())?;
+    let pid_ns = agent.pid_ns_for(l, jail.is_some())?;
     let tasks: Vec<u32> = (l.first_task..l.first_task + l.tasks_here).collect();
 
     // Up to srun: once connected, everything the tasks send, in order;
@@ -267,6 +268,7 @@ pub(crate) async fn run(
         }
         let on_terminal = tty.is_some();
         let spec = TaskSpec {
+            pid_ns: pid_ns.clone(),
             tty,
             umask: crate::task::umask_of(&l.env),
             cgroup: cgroup.clone(),

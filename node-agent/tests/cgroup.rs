@@ -81,6 +81,7 @@ fn sh(
         jail: None,
         groups: None,
         cgroup: Some(Arc::new(join)),
+        pid_ns: None,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

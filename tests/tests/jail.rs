@@ -25,15 +25,25 @@ fn jobs_on_every_node_run_in_the_one_shared_root() {
         ..Opts::default()
     });
     // On worker-0: the jail's os-release, no host path, a file left in
-    // the shared root, and the cluster's commands from inside.
+    // the shared root, and the cluster's commands from inside. The job's
+    // PID namespace: its steps see its processes (the batch shell's
+    // background sleep), not the host's (the agent).
+    let agent = env.cluster.agent_pid(0).expect("the agent's pid");
     let first = env.sbatch(
         &["-w", "worker-0", "-D", "/home", "-o", "first.out"],
-        "#!/bin/sh\n\
-         cat /etc/os-release\n\
-         test -e /work || echo no-host-root\n\
-         echo hello-from-worker-0 > /home/shared.txt\n\
-         srun -N1 -w worker-0 echo srun-inside\n\
-         scontrol show hostnames\n",
+        &format!(
+            "#!/bin/sh\n\
+             cat /etc/os-release\n\
+             test -e /work || echo no-host-root\n\
+             echo hello-from-worker-0 > /home/shared.txt\n\
+             srun -N1 -w worker-0 echo srun-inside\n\
+             scontrol show hostnames\n\
+             sleep 30 &\n\
+             srun -N1 -w worker-0 sh -c \"test -d /proc/$! && echo step-sees-the-batch\"\n\
+             test -e /proc/{agent} && echo SEES-THE-AGENT || echo agent-hidden\n\
+             grep -q pid-init /proc/1/cmdline && echo pid-1-is-the-holder\n\
+             kill $!\n"
+        ),
     );
     let st = env.wait_state(first, &["COMPLETED", "FAILED"], 60);
     let out = std::fs::read_to_string(home.join("first.out")).unwrap_or_default();
@@ -44,6 +54,9 @@ fn jobs_on_every_node_run_in_the_one_shared_root() {
         "no-host-root",
         "srun-inside",
         "worker-0",
+        "step-sees-the-batch",
+        "agent-hidden",
+        "pid-1-is-the-holder",
     ] {
         assert!(out.lines().any(|l| l == line), "{line:?} in:\n{out}");
     }
