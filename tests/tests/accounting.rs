@@ -319,6 +319,34 @@ fn sacct_reports_what_ran_with_steps_states_and_exit_codes() {
             format!("{held}|{}|CANCELLED by 0|0:0|1", name(&lines[7])),
         ],
     );
+    // submitit's form: -j repeated; snakemake's: --clusters all, --name.
+    let repeated = env.ok(&[
+        "sacct",
+        "-X",
+        "-n",
+        "--parsable2",
+        "-o",
+        "JobID,State",
+        "-j",
+        &ok.to_string(),
+        "-j",
+        &bad.to_string(),
+    ]);
+    assert_eq!(repeated, format!("{ok}|COMPLETED\n{bad}|FAILED\n"));
+    let named = env.ok(&[
+        "sacct",
+        "-X",
+        "-n",
+        "--parsable2",
+        "--clusters",
+        "all",
+        "--format=JobIdRaw,State",
+        "--name",
+        "broken",
+        "-j",
+        &format!("{ok},{bad}"),
+    ]);
+    assert_eq!(named, format!("{bad}|FAILED\n"));
     // Allocations only; GPUs in the TRES.
     let x: Vec<String> = env
         .ok(&[

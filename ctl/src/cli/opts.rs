@@ -129,6 +129,11 @@ pub struct JobOpts {
     /// Whom to mail (recorded with the job).
     #[arg(long = "mail-user")]
     pub mail_user: Option<String>,
+    /// A workload characterization key (Slurm's WCKey; submitit gives
+    /// `--wckey=submitit`): accepted, with no effect here, since Corral
+    /// keeps no WCKey accounting.
+    #[arg(long)]
+    pub wckey: Option<String>,
 }
 
 /// Parses `-C`: features joined by `&` or `,` (all of them) or by `|`
@@ -260,6 +265,7 @@ pub const SBATCH_INPUT: &[InputVar] = &[
     value("SBATCH_QOS", "--qos"),
     switch("SBATCH_REQUEUE", "--requeue"),
     value("SBATCH_TIMELIMIT", "--time"),
+    value("SBATCH_WCKEY", "--wckey"),
 ];
 
 /// srun's: only those that name the request, not the `SLURM_*` shape a
@@ -272,6 +278,7 @@ pub const SRUN_INPUT: &[InputVar] = &[
     value("SLURM_PARTITION", "--partition"),
     value("SLURM_QOS", "--qos"),
     value("SLURM_TIMELIMIT", "--time"),
+    value("SLURM_WCKEY", "--wckey"),
 ];
 
 /// The options the environment gives, as flags to put between a

@@ -25,12 +25,20 @@ pub struct SacctArgs {
     /// Print help.
     #[arg(long, action = clap::ArgAction::Help)]
     pub help: Option<bool>,
-    /// Only these jobs or steps (`123`, `123.batch`, `123.0`; comma separated).
-    #[arg(short = 'j', long = "jobs")]
-    pub jobs: Option<String>,
-    /// Only these users' jobs (names or uids, comma separated).
-    #[arg(short = 'u', long = "user", alias = "uid")]
-    pub user: Option<String>,
+    /// Only these jobs or steps (`123`, `123.batch`, `123.0`; comma
+    /// separated; repeatable, as submitit gives them).
+    #[arg(short = 'j', long = "jobs", action = clap::ArgAction::Append)]
+    pub jobs: Vec<String>,
+    /// Only these users' jobs (names or uids, comma separated; repeatable).
+    #[arg(short = 'u', long = "user", alias = "uid", action = clap::ArgAction::Append)]
+    pub user: Vec<String>,
+    /// Only jobs of these names (comma separated; repeatable).
+    #[arg(long = "name", action = clap::ArgAction::Append)]
+    pub name: Vec<String>,
+    /// The clusters to ask (`all`, or names): Corral is one cluster, whose
+    /// jobs every value shows (snakemake asks `--clusters all`).
+    #[arg(short = 'M', long = "clusters", action = clap::ArgAction::Append)]
+    pub clusters: Vec<String>,
     /// Every user's jobs.
     #[arg(short = 'a', long = "allusers")]
     pub allusers: bool,
@@ -40,9 +48,10 @@ pub struct SacctArgs {
     /// Jobs in the system before this time (default: now).
     #[arg(short = 'E', long = "endtime")]
     pub end: Option<String>,
-    /// Only jobs in these states (CD,F,CA,TO,NF,OOM,PD,R,RQ or long names).
-    #[arg(short = 's', long = "state")]
-    pub state: Option<String>,
+    /// Only jobs in these states (CD,F,CA,TO,NF,OOM,PD,R,RQ or long names;
+    /// repeatable).
+    #[arg(short = 's', long = "state", action = clap::ArgAction::Append)]
+    pub state: Vec<String>,
     /// Jobs only, not their steps.
     #[arg(short = 'X', long = "allocations")]
     pub allocations: bool,
@@ -190,19 +199,21 @@ pub fn query(a: &SacctArgs, now: u64) -> Result<(AcctQuery, StepPick), String> {
         duplicates: a.duplicates,
         ..AcctQuery::default()
     };
-    let picks = match &a.jobs {
-        Some(j) => parse_jobs(j)?,
-        None => Vec::new(),
-    };
-    q.ids = picks.iter().map(|(j, _)| *j).collect();
-    if let Some(u) = &a.user {
-        q.users = u.split(',').map(parse_user).collect::<Result<_, _>>()?;
+    let mut picks = Vec::new();
+    for j in &a.jobs {
+        picks.extend(parse_jobs(j)?);
     }
-    if let Some(s) = &a.state {
-        q.states = s
-            .split(',')
-            .map(|st| JobState::parse(st).ok_or_else(|| format!("Invalid state: {st}")))
-            .collect::<Result<_, _>>()?;
+    q.ids = picks.iter().map(|(j, _)| *j).collect();
+    for u in &a.user {
+        for user in u.split(',').filter(|s| !s.is_empty()) {
+            q.users.push(parse_user(user)?);
+        }
+    }
+    for s in &a.state {
+        for st in s.split(',').filter(|s| !s.is_empty()) {
+            q.states
+                .push(JobState::parse(st).ok_or_else(|| format!("Invalid state: {st}"))?);
+        }
     }
     q.start = match &a.start {
         Some(s) => Some(parse_when(s, now)?),
@@ -549,7 +560,16 @@ pub fn main(args: &[OsString]) -> i32 {
             Err(e) => return fail(CMD, e),
         };
         match c.accounting(q).await {
-            Ok(jobs) => {
+            Ok(mut jobs) => {
+                let names: Vec<&str> = a
+                    .name
+                    .iter()
+                    .flat_map(|n| n.split(','))
+                    .filter(|n| !n.is_empty())
+                    .collect();
+                if !names.is_empty() {
+                    jobs.retain(|j| names.contains(&j.name.as_str()));
+                }
                 let text = render(&jobs, &columns, &layout, !a.noheader, &picks, now);
                 super::emit(CMD, &text)
             }
@@ -742,5 +762,48 @@ mod tests {
         assert!(parse_columns("JobID%4096,State%-4096").is_ok());
         let e = parse_columns("JobID%2000000000").unwrap_err();
         assert_eq!(e, "Invalid field requested: \"JobID%2000000000\"");
+    }
+
+    /// The launchers' own queries parse: submitit repeats `-j`;
+    /// snakemake's executor asks `--clusters all` and `--name`.
+    #[test]
+    fn the_launchers_queries_parse() {
+        let now = 1_796_000_000;
+        let submitit = [
+            "sacct",
+            "-o",
+            "JobID,State,NodeList",
+            "--parsable2",
+            "-j",
+            "3",
+            "-j",
+            "4",
+            "-j",
+            "5",
+        ];
+        let a = SacctArgs::try_parse_from(submitit).unwrap();
+        let (q, _) = query(&a, now).unwrap();
+        assert_eq!(q.ids, [JobId(3), JobId(4), JobId(5)]);
+        let snakemake = [
+            "sacct",
+            "-X",
+            "--parsable2",
+            "--clusters",
+            "all",
+            "--noheader",
+            "--format=JobIdRaw,State",
+            "--starttime",
+            "2026-12-07T10:00",
+            "--endtime",
+            "now",
+            "--name",
+            "e3b0c442-run",
+        ];
+        let a = SacctArgs::try_parse_from(snakemake).unwrap();
+        assert_eq!(a.name, ["e3b0c442-run"]);
+        assert!(parse_columns(a.format.as_deref().unwrap()).is_ok());
+        query(&a, now).unwrap();
+        let a = SacctArgs::try_parse_from(["sacct", "-u", "1000", "-u", "1001,1002"]).unwrap();
+        assert_eq!(query(&a, now).unwrap().0.users, [1000, 1001, 1002]);
     }
 }

@@ -366,6 +366,33 @@ mod tests {
         assert!(directives("#!/bin/sh\n#SBATCHX -N 2\n").unwrap().is_empty());
     }
 
+    /// submitit's script header parses as it is.
+    #[test]
+    fn submitits_directives_are_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("submission_file.sh");
+        std::fs::write(
+            &p,
+            "#!/bin/bash\n#SBATCH --job-name=submitit\n#SBATCH --open-mode=append\n\
+             #SBATCH --output=/x/%j_0_log.out\n#SBATCH --error=/x/%j_0_log.err\n\
+             #SBATCH --signal=USR2@90\n#SBATCH --time=60\n#SBATCH --wckey=submitit\n\
+             #SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n#SBATCH --cpus-per-task=1\n\
+             srun --unbuffered --output /x/%j_%t_log.out --error /x/%j_%t_log.err python -u -m submitit.core._submit /x\n",
+        )
+        .unwrap();
+        let argv: Vec<OsString> = ["sbatch", "--parsable", p.to_str().unwrap()]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let (a, _, _) = prepare_with(&argv, |_| None).unwrap();
+        assert_eq!(a.job.wckey.as_deref(), Some("submitit"));
+        assert_eq!(a.open_mode.as_deref(), Some("append"));
+        // SBATCH_WCKEY is read too, and wins over the script's.
+        let (a, _, _) =
+            prepare_with(&argv, |v| (v == "SBATCH_WCKEY").then(|| "fromenv".into())).unwrap();
+        assert_eq!(a.job.wckey.as_deref(), Some("fromenv"));
+    }
+
     #[test]
     fn command_line_wins_over_directives() {
         let dir = tempfile::tempdir().unwrap();
