@@ -210,7 +210,14 @@ impl JobRecord {
                     .zip(self.start.get())
                     .map(|(e, s)| e.saturating_sub(s))
             }),
-            state: self.shown_state(),
+            // A job whose end is decided while its nodes clean up shows
+            // that end, as Slurm's sacct shows CANCELLED for a cancelled
+            // job still completing (squeue shows CG).
+            state: match (self.state, self.kill.as_ref()) {
+                (JobState::Completing, Some(super::Kill::Cancelled)) => JobState::Cancelled,
+                (JobState::Completing, Some(super::Kill::Timeout)) => JobState::Timeout,
+                _ => self.shown_state(),
+            },
             reason: final_reason(self.state, self.failure.is_some()),
             // A job ended before its first step reported takes the
             // step's death as its own (a cancelled job's `0:15`).
