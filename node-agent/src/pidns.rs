@@ -111,8 +111,8 @@ impl Envp {
         self.0
     }
 }
-// SAFETY: it points at a static-lifetime empty array for the duration of
-// the spawn, read only by the child.
+// SAFETY: it points at an empty, null-terminated array on the caller's
+// stack that outlives the spawn, read only by the child.
 #[allow(unsafe_code)]
 unsafe impl Sync for Envp {}
 

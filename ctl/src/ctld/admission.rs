@@ -147,7 +147,12 @@ impl Controller {
             return Err(CtldError::NiceOutOfRange);
         }
         // Each of an array's tasks counts as a job (Slurm's MaxSubmitJobs).
-        let weight = spec.array.as_ref().map_or(1, |a| u64::from(a.len()));
+        // Summed wide: the array is checked only after (a hostile spec's
+        // counts could overflow a u32).
+        let weight = spec
+            .array
+            .as_ref()
+            .map_or(1, |a| a.runs.iter().map(|r| u64::from(r.count)).sum());
         if self.unfinished + weight > limits.max_job_count {
             return Err(CtldError::ClusterFull(limits.max_job_count));
         }

@@ -455,6 +455,7 @@ impl Controller {
                     return Err(CtldError::NoJobIds(max));
                 }
                 (start, wrapped) = (1, true);
+                self.ids_wrapped = true;
             }
             if wrapped && start >= first {
                 return Err(CtldError::NoJobIds(max));
@@ -463,8 +464,12 @@ impl Controller {
                 start = after;
                 continue;
             }
-            // The core may still hold one (an array's book) though no
-            // record does.
+            // Once ids have wrapped, the core may still hold one (how an
+            // old job ended, an array's book) though no record does; before,
+            // every id from `next_job` on is new to it.
+            if !self.ids_wrapped {
+                return Ok(JobId(start));
+            }
             let held = (start..start + span).rev().find(|&i| {
                 let id = core_id(JobId(i));
                 self.sched.forget_finished(id);

@@ -684,6 +684,9 @@ pub struct Controller {
     sched: Scheduler,
     jobs: JobTable,
     next_job: u64,
+    /// Whether ids have wrapped at `max_job_id` since the start: only then
+    /// may the core still know an id that no record holds.
+    ids_wrapped: bool,
     /// Running jobs read back from the store, waiting for their nodes to
     /// register so they can be adopted (not scheduled over meanwhile).
     adopting: HashSet<JobId>,
@@ -766,6 +769,7 @@ impl Controller {
             sched,
             jobs: JobTable::default(),
             next_job: 1,
+            ids_wrapped: false,
             adopting: HashSet::new(),
             kill_on_invalid_dep: std::collections::BTreeSet::new(),
             recovering_until: 0,

@@ -311,3 +311,28 @@ fn arrays_are_held_to_max_array_size() {
         .unwrap()
         .contains("bf_max_job_array_resv=20"));
 }
+
+/// A hostile array whose counts add past a u32 is refused in one line,
+/// not a panic (its tasks are counted before the array is checked).
+#[test]
+fn an_array_whose_counts_overflow_is_refused() {
+    let mut c = cluster(1);
+    let mut spec = batch("x");
+    spec.array = Some(ArraySpec {
+        runs: vec![
+            IndexRun {
+                first: 0,
+                count: u32::MAX,
+                step: 1,
+            },
+            IndexRun {
+                first: 0,
+                count: u32::MAX,
+                step: 1,
+            },
+        ],
+        throttle: 0,
+    });
+    let e = c.submit(ALICE, spec, 0).unwrap_err().to_string();
+    assert!(e.contains("the cluster holds its limit"), "{e}");
+}

@@ -73,6 +73,14 @@ fn reg(name: &str, gpus: u32) -> Registration {
     }
 }
 
+/// One node, `worker-0`, under these settings (top-level keys, then
+/// tables such as `[limits]`).
+fn cluster_with(settings: &str) -> Controller {
+    let mut c = Controller::new(config_with(settings)).unwrap();
+    c.register(reg("worker-0", 4), 0).unwrap();
+    c
+}
+
 fn cluster(nodes: usize) -> Controller {
     let mut c = Controller::new(config()).unwrap();
     for i in 0..nodes {
@@ -844,8 +852,7 @@ fn concurrent_one_gpu_steps_get_distinct_gpus_of_their_job() {
 #[test]
 fn a_job_starts_at_most_max_step_count_steps() {
     let limits = "requeue_delay = 0\n[limits]\nmax_step_count = 3";
-    let mut c = Controller::new(config_with(limits)).unwrap();
-    c.register(reg("worker-0", 4), 0).unwrap();
+    let mut c = cluster_with(limits);
     let id = c.submit(ALICE, batch("x"), 0).unwrap();
     c.schedule(0);
     launches(&mut c);
@@ -2272,8 +2279,7 @@ fn reconfigure_applies_what_needs_no_restart_and_refuses_the_rest() {
 #[test]
 fn an_update_cannot_grow_a_job_past_its_owners_bytes() {
     use corral_proto::msg::JobChanges;
-    let mut c = Controller::new(config_with("[limits]\nmax_bytes_per_user = 900")).unwrap();
-    c.register(reg("worker-0", 0), 0).unwrap();
+    let mut c = cluster_with("[limits]\nmax_bytes_per_user = 900");
     let mut s = batch("x");
     s.hold = true;
     let id = c.submit(ALICE, s, 0).unwrap();
@@ -2380,8 +2386,7 @@ fn free_texts_are_bounded_at_submission() {
         assert_eq!(e, format!("Invalid {what}: longer than {max} bytes"));
     }
     // The bounds are the operator's to set.
-    let mut c = Controller::new(config_with("[limits]\nmax_text_len = 16")).unwrap();
-    c.register(reg("worker-0", 0), 0).unwrap();
+    let mut c = cluster_with("[limits]\nmax_text_len = 16");
     let mut s = batch("true");
     s.name = long(17);
     let e = c.submit(ALICE, s, 0).unwrap_err().to_string();
@@ -2403,11 +2408,7 @@ fn free_texts_are_bounded_at_submission() {
 /// at once cannot fill the state disk with them.
 #[test]
 fn finished_jobs_keep_counting_against_their_user_until_forgotten() {
-    let mut c = Controller::new(config_with(
-        "min_job_age = 100\n[limits]\nmax_bytes_per_user = 20000",
-    ))
-    .unwrap();
-    c.register(reg("worker-0", 0), 0).unwrap();
+    let mut c = cluster_with("min_job_age = 100\n[limits]\nmax_bytes_per_user = 20000");
     let mut s = batch("true");
     s.comment = Some("c".repeat(1000));
     let mut ended = 0;
@@ -2467,8 +2468,7 @@ fn a_job_without_a_memory_ask_holds_its_share_of_the_node() {
         ("default_mem_per_cpu = 500", 500),
         ("default_mem_per_cpu = 0", 0),
     ] {
-        let mut c = Controller::new(config_with(&format!("[limits]\n{setting}"))).unwrap();
-        c.register(reg("worker-0", 0), 0).unwrap();
+        let mut c = cluster_with(&format!("[limits]\n{setting}"));
         let mut two = batch("true");
         two.cpus_per_task = Some(2);
         c.submit(ALICE, two, 0).unwrap();
@@ -2487,11 +2487,9 @@ fn a_job_without_a_memory_ask_holds_its_share_of_the_node() {
 #[test]
 fn accounting_pages_are_bounded_by_bytes_too() {
     use crate::ctld::acct::{page, ACCT_PAGE_BYTES};
-    let mut c = Controller::new(config_with(
+    let mut c = cluster_with(
         "requeue_delay = 0\n[limits]\nmax_text_len = 8000000\nmax_bytes_per_user = 100000000",
-    ))
-    .unwrap();
-    c.register(reg("worker-0", 4), 0).unwrap();
+    );
     let mut record = |comment_mb: usize| {
         let mut spec = batch("x");
         spec.comment = Some("c".repeat(comment_mb << 20));
