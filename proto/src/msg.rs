@@ -542,8 +542,8 @@ pub struct JobSpec {
     /// `--begin`, as a Unix time.
     pub begin: Option<UnixSecs>,
     pub qos: Option<String>,
-    /// `-A`: recorded (sacct's Account, `SLURM_JOB_ACCOUNT`); fair-share
-    /// still goes by user.
+    /// `-A` (none: the user's default, `[accounts]`): sacct's Account,
+    /// `SLURM_JOB_ACCOUNT`, and what fair-share charges.
     pub account: Option<String>,
     pub nice: i32,
     pub work_dir: String,
@@ -1060,6 +1060,8 @@ pub enum Request {
     /// `sacct`: finished jobs from the accounting database, with the
     /// queue's own.
     Accounting(AcctQuery),
+    /// `sacctmgr show` and `sshare`: the accounts and their users.
+    Associations,
 }
 
 /// What `sacct` asks for.
@@ -1225,6 +1227,35 @@ pub enum Response {
     /// The last part of a listing begun with [`Response::CompactJobsPart`]
     /// (or all of a short one).
     CompactJobs(Vec<Listed>),
+    /// `sacctmgr show` and `sshare`'s answer.
+    Associations(Associations),
+}
+
+/// The cluster's accounts and who may charge them (`[accounts]` of
+/// `corral.toml`), with their fair-share usage.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Associations {
+    pub cluster: String,
+    /// The account of a user not listed (`None`: no account).
+    pub default: Option<String>,
+    /// One a user and account, users in name order.
+    pub list: Vec<Association>,
+}
+
+/// A user's right to charge an account, and what was charged.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Association {
+    pub user: String,
+    pub account: String,
+    /// The user's default account.
+    pub default: bool,
+    /// Decayed usage (billing units × seconds) of the user, of the
+    /// account, and of the whole cluster, as fair-share weighs it.
+    pub user_usage: f64,
+    pub account_usage: f64,
+    pub total_usage: f64,
+    /// The user's fair-share factor now, 0 to 1.
+    pub fairshare: f64,
 }
 
 impl Response {

@@ -87,5 +87,6 @@ pub use model::*;
 pub use placement::Packing;
 pub use priority::PriorityWeights;
 pub use scheduler::{
-    AdoptError, BackfillPolicy, Cancelled, DefaultMemory, Scheduler, SchedulerConfig, Statuses,
+    AdoptError, BackfillPolicy, Cancelled, DefaultMemory, Scheduler, SchedulerConfig, ShareUsage,
+    Statuses,
 };

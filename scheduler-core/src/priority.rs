@@ -127,6 +127,16 @@ impl FairShare {
         (0.5f64.powf(u / share) + 0.5f64.powf(a / share)) / 2.0
     }
 
+    /// The decayed usage of a user, of an account and of everyone.
+    pub fn usage(&self, now: Secs, user: UserId, account: AccountId) -> (f64, f64, f64) {
+        let hl = self.half_life;
+        (
+            self.users.get(&user).map_or(0.0, |d| d.at(now, hl)),
+            self.accounts.get(&account).map_or(0.0, |d| d.at(now, hl)),
+            self.total.at(now, hl),
+        )
+    }
+
     /// Users seen so far (for the even split).
     pub fn known_users(&self) -> impl Iterator<Item = UserId> + '_ {
         self.users.keys().copied()

@@ -9,6 +9,7 @@ use std::ffi::OsString;
 use corral_proto::msg::JobId;
 use std::future::Future;
 
+pub mod assoc;
 pub mod certs;
 pub mod format;
 pub mod jail;
@@ -26,8 +27,9 @@ pub mod up;
 pub mod words;
 
 /// The commands `corral` answers to by name.
-pub const COMMANDS: [&str; 8] = [
-    "sbatch", "srun", "salloc", "squeue", "sinfo", "scancel", "scontrol", "sacct",
+pub const COMMANDS: [&str; 10] = [
+    "sbatch", "srun", "salloc", "squeue", "sinfo", "scancel", "scontrol", "sacct", "sacctmgr",
+    "sshare",
 ];
 
 /// Prints `CMD: error: MESSAGE` (each line of a message of several) and
@@ -291,6 +293,8 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         "scancel" => scancel::main(&args),
         "scontrol" => scontrol::main(&args),
         "sacct" => sacct::main(&args),
+        "sacctmgr" => assoc::sacctmgr_main(&args),
+        "sshare" => assoc::sshare_main(&args),
         "up" => up::main(&args),
         "certs" => certs::main(&args),
         "jail" => jail::main(&args),

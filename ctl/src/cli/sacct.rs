@@ -420,7 +420,7 @@ fn delimited<'a>(text: &'a str, d: &str) -> std::borrow::Cow<'a, str> {
     std::borrow::Cow::Owned(text.replace(d, &escaped))
 }
 
-fn cell(out: &mut String, text: &str, width: i32, layout: &Layout, last: bool) {
+pub(super) fn cell(out: &mut String, text: &str, width: i32, layout: &Layout, last: bool) {
     match layout {
         Layout::Parsable(d) => {
             out.push_str(&delimited(text, d));

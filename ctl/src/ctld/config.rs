@@ -55,6 +55,13 @@
 //! interval = 3600                  # seconds between runs on a node
 //! time_limit = "10:00"
 //!
+//! [accounts]                     # Slurm's associations, read-only (sacctmgr show, sshare)
+//! default = "default"              # the account of a job that names none, for users not listed
+//!                                  # ("": none, as a Slurm without accounting shows (null))
+//! [accounts.users]                 # each user's accounts, the first their default
+//! alice = ["ml", "vision"]
+//! bob = "ml"
+//!
 //! [accounting]                    # finished jobs, for sacct (default: SQLite in state_dir)
 //! url = "postgres://corral@db/corral"   # or mysql://…, sqlite:///path
 //! private = true                   # users see only their own jobs (operators: all)
@@ -106,6 +113,8 @@ pub enum ConfigError {
     Jail(Box<shared_root::config::ConfigError>),
     #[error("{path}: accounting: {message}")]
     Accounting { path: PathBuf, message: String },
+    #[error("{path}: accounts: {message}")]
+    Accounts { path: PathBuf, message: String },
     #[error("{path}: health check {check:?}: {message}")]
     Health {
         path: PathBuf,
@@ -154,6 +163,32 @@ struct RawConfig {
     jail: Option<toml::Table>,
     #[serde(default)]
     accounting: RawAccounting,
+    #[serde(default)]
+    accounts: RawAccounts,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawAccounts {
+    default: String,
+    users: std::collections::BTreeMap<String, OneOrMany>,
+}
+
+impl Default for RawAccounts {
+    fn default() -> Self {
+        RawAccounts {
+            default: "default".into(),
+            users: Default::default(),
+        }
+    }
+}
+
+/// `bob = "ml"` or `alice = ["ml", "vision"]`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Debug, Deserialize)]
@@ -456,6 +491,8 @@ pub struct Config {
     pub check_user: Ident,
     /// Finished jobs are recorded here (`None`: no accounting).
     pub accounting: Option<AcctConfig>,
+    /// Who may charge which account (`[accounts]`).
+    pub accounts: super::accounts::Accounts,
 }
 
 impl Config {
@@ -464,7 +501,14 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        Config::parse(path, &text)
+        let mut config = Config::parse(path, &text)?;
+        config.accounts.resolve(|name| {
+            nix::unistd::User::from_name(name)
+                .ok()
+                .flatten()
+                .map(|u| u.uid.as_raw())
+        });
+        Ok(config)
     }
 
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
@@ -518,7 +562,9 @@ impl Config {
             None => None,
         };
         let accounting = accounting(path, raw.accounting, raw.state_dir.as_deref())?;
+        let accounts = accounts(path, raw.accounts, raw.limits.max_text_len)?;
         Ok(Config {
+            accounts,
             accounting,
             jail,
             health,
@@ -549,6 +595,59 @@ impl Config {
             partitions,
         })
     }
+}
+
+/// `[accounts]`, checked: names printable and short, no user without an
+/// account.
+fn accounts(
+    path: &Path,
+    raw: RawAccounts,
+    max_text: usize,
+) -> Result<super::accounts::Accounts, ConfigError> {
+    let err = |message: String| ConfigError::Accounts {
+        path: path.to_path_buf(),
+        message,
+    };
+    let name_ok = |what: &str, name: &str| -> Result<(), ConfigError> {
+        let bad = name.is_empty()
+            || name.len() > max_text
+            || name
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || matches!(c, ',' | '|' | '='));
+        if bad {
+            return Err(err(format!(
+                "{what} {name:?} must be 1 to {max_text} bytes without spaces, commas, '|' or '='"
+            )));
+        }
+        Ok(())
+    };
+    if !raw.default.is_empty() {
+        name_ok("account", &raw.default)?;
+    }
+    let mut users = Vec::new();
+    for (user, list) in raw.users {
+        name_ok("user", &user)?;
+        let list = match list {
+            OneOrMany::One(a) => vec![a],
+            OneOrMany::Many(v) => v,
+        };
+        if list.is_empty() {
+            return Err(err(format!("user {user} has no account")));
+        }
+        for a in &list {
+            name_ok("account", a)?;
+        }
+        let mut seen = std::collections::HashSet::new();
+        let list: Vec<String> = list
+            .into_iter()
+            .filter(|a| seen.insert(a.clone()))
+            .collect();
+        users.push((user, list));
+    }
+    Ok(super::accounts::Accounts::new(
+        (!raw.default.is_empty()).then_some(raw.default),
+        users,
+    ))
 }
 
 /// The accounting database: the configured URL, else SQLite beside the

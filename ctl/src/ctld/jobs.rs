@@ -503,10 +503,19 @@ impl Controller {
         None
     }
 
+    /// A job that names no account is its user's default's, as Slurm's
+    /// default association makes it (`[accounts]`).
+    fn default_account(&self, who: Ident, spec: &mut JobSpec) {
+        if spec.account.as_deref().is_none_or(str::is_empty) {
+            spec.account = self.cfg.accounts.default_for(who.uid).map(str::to_string);
+        }
+    }
+
     pub fn submit(&mut self, who: Ident, mut spec: JobSpec, now: u64) -> Result<JobId, Refusal> {
         self.clock = self.clock.max(now);
         let bytes = self.admit(who, &spec)?;
         self.admit_array(&mut spec)?;
+        self.default_account(who, &mut spec);
         // Normalised once: everything after reads the value the job has.
         // (Left unset when not given: tasks see `SLURM_CPUS_PER_TASK`
         // only for `-c`, as Slurm's.)
@@ -592,6 +601,7 @@ impl Controller {
         use scheduler_core::JobStatus;
         self.admit(who, &spec)?;
         self.admit_array(&mut spec)?;
+        self.default_account(who, &mut spec);
         spec.cpus_per_task = spec.cpus_per_task.map(|c| c.max(1));
         let mut req = job_request(who, &spec);
         req.array = spec

@@ -17,6 +17,7 @@
 //! core's). [`server`] is the async service around it; [`config`] its
 //! checked configuration.
 
+pub mod accounts;
 mod acct;
 pub mod acctdb;
 mod admission;
@@ -920,6 +921,7 @@ impl Controller {
             ("operators", old.operators != new.operators),
             ("min_job_age", old.min_job_age != new.min_job_age),
             ("limits", !same(&old.limits, &new.limits)),
+            ("accounts", old.accounts != new.accounts),
         ] {
             if differs {
                 changed.push(key.to_string());

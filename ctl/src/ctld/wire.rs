@@ -48,6 +48,7 @@ fn dependency(d: Dep) -> Dependency {
 /// CPUs per task normalised).
 pub(super) fn job_request(who: Ident, spec: &JobSpec) -> JobRequest {
     let mut req = JobRequest::new(UserId(who.uid));
+    req.account = super::accounts::account_id(req.user, spec.account.as_deref());
     req.name = spec.name.clone();
     req.partition = spec.partition.clone();
     req.nodes = spec.nodes;

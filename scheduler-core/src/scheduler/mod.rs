@@ -26,6 +26,16 @@ use crate::placement::{Capacity, Packing, Shape};
 use crate::priority::{FairShare, PriorityWeights};
 use crate::timeline::{Free, Timeline};
 
+/// A user's and their account's fair-share usage (`Scheduler::share_usage`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ShareUsage {
+    pub user: f64,
+    pub account: f64,
+    pub total: f64,
+    /// 1 for no usage, falling towards 0.
+    pub factor: f64,
+}
+
 /// How a pass treats jobs that cannot start now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum BackfillPolicy {
@@ -649,6 +659,29 @@ impl Scheduler {
         let secs = now.saturating_sub(start).saturating_sub(stopped) as f64;
         let billing = cpus as f64 + self.cfg.gpu_billing_weight * gpus as f64;
         self.fairshare.charge(now, user, account, billing * secs);
+    }
+
+    /// Fair-share as `sshare` shows it: the decayed usage (billing units
+    /// × seconds) of `user`, of `account` and of the whole cluster, and
+    /// the factor a job of theirs is ranked by now (its split counts the
+    /// users with usage and those with jobs waiting, as a pass does).
+    pub fn share_usage(&self, now: Secs, user: UserId, account: AccountId) -> ShareUsage {
+        let mut users: BTreeSet<UserId> = self.fairshare.known_users().collect();
+        users.extend(self.held_users.keys().copied());
+        users.extend(
+            self.unheld
+                .iter()
+                .filter_map(|id| self.jobs.get(id))
+                .map(|j| j.user),
+        );
+        users.insert(user);
+        let (user_usage, account_usage, total) = self.fairshare.usage(now, user, account);
+        ShareUsage {
+            user: user_usage,
+            account: account_usage,
+            total,
+            factor: self.fairshare.factor(now, user, account, users.len()),
+        }
     }
 
     /// Whether a dependency may name `id`: a job waiting, running or

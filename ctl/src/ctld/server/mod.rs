@@ -724,7 +724,10 @@ impl Server {
             if privileged
                 && !matches!(
                     request,
-                    Request::Jobs(_) | Request::Accounting(_) | Request::Reconfigure
+                    Request::Jobs(_)
+                        | Request::Accounting(_)
+                        | Request::Associations
+                        | Request::Reconfigure
                 )
             {
                 Err(self.serve(c, who, request, now))
@@ -753,6 +756,15 @@ impl Server {
         let request = match request {
             Request::Jobs(f) => return Phase::Listing(f, turn),
             Request::Accounting(q) => return Phase::Answer(self.accounting(who, q).await),
+            Request::Associations => {
+                // The caller's name, read before the lock is taken.
+                let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(who.uid))
+                    .ok()
+                    .flatten()
+                    .map_or_else(|| who.uid.to_string(), |u| u.name);
+                let c = self.ctl.lock();
+                return Phase::Answer(Response::Associations(c.associations(who, name, now)));
+            }
             Request::Reconfigure if !privileged => {
                 return Phase::Answer(Response::Error(
                     crate::ctld::CtldError::AccessDenied.to_string(),
@@ -887,6 +899,7 @@ impl Server {
             // releasing the lock between them.
             Request::Jobs(_) => Response::Error("job views are served in slices".into()),
             Request::Accounting(_) => Response::Error("accounting is served apart".into()),
+            Request::Associations => Response::Error("associations are served apart".into()),
             Request::Nodes => Response::Nodes(c.node_views()),
             Request::Partitions => Response::Partitions(c.partition_views()),
             Request::DeleteNodes { names } => match c.delete_nodes(who, &names, now) {

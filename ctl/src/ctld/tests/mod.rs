@@ -2589,3 +2589,42 @@ fn cancelled_waiting_array_tasks_are_accounted() {
     assert_eq!(got, [(1, Some(10)), (3, Some(30)), (4, Some(40))]);
     assert!(r.iter().all(|j| j.cancelled_by == Some(ALICE.uid)));
 }
+
+#[test]
+fn a_job_naming_no_account_gets_its_users_default_and_usage_is_charged_there() {
+    let mut c = cluster_with(
+        "[accounts]\ndefault = \"general\"\n[accounts.users]\n\"1000\" = [\"ml\", \"vision\"]\n",
+    );
+    let a = c.submit(ALICE, batch("x"), 1).unwrap();
+    let b = c.submit(BOB, batch("x"), 1).unwrap();
+    let mut named = batch("x");
+    named.account = Some("vision".into());
+    let v = c.submit(ALICE, named, 1).unwrap();
+    assert_eq!(view(&c, a).ask().account.as_deref(), Some("ml"));
+    assert_eq!(view(&c, b).ask().account.as_deref(), Some("general"));
+    assert_eq!(view(&c, v).ask().account.as_deref(), Some("vision"));
+    // Alice's first job runs 100 s and is charged to ml, not vision.
+    c.schedule(1);
+    let (node, l) = launches(&mut c)
+        .into_iter()
+        .find(|(_, l)| l.job_run().job == a)
+        .unwrap();
+    assert_eq!(l.shape.account.as_deref(), Some("ml"));
+    finish(&mut c, &node, &l, 0, 101);
+    let list = c.associations(ALICE, "alice".into(), 101);
+    let row = |acct: &str| list.list.iter().find(|r| r.account == acct).unwrap();
+    assert!(row("ml").account_usage > 0.0, "{list:?}");
+    assert_eq!(row("vision").account_usage, 0.0);
+    assert!(row("ml").fairshare < 1.0);
+    assert!(row("ml").default && !row("vision").default);
+    // Bob is not listed: his line is the default account, as he asked.
+    let list = c.associations(BOB, "bob".into(), 101);
+    assert!(list
+        .list
+        .iter()
+        .any(|r| r.user == "bob" && r.account == "general" && r.default));
+    // With no default, a job of an unlisted user names none, as before.
+    let mut c = cluster_with("[accounts]\ndefault = \"\"\n");
+    let b = c.submit(BOB, batch("x"), 1).unwrap();
+    assert_eq!(view(&c, b).ask().account, None);
+}
