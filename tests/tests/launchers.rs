@@ -37,7 +37,8 @@ fn venv(name: &str, package: &str) -> Result<PathBuf, String> {
     run(Command::new("timeout")
         .args(["300"])
         .arg(dir.join("bin/pip"))
-        .args(["install", "-q", "--disable-pip-version-check", package]))?;
+        .args(["install", "-q", "--disable-pip-version-check"])
+        .args(package.split_whitespace()))?;
     std::fs::write(&ready, package).map_err(|e| e.to_string())?;
     Ok(python)
 }
@@ -90,4 +91,190 @@ fn submitit_runs_functions_arrays_and_multi_node_jobs() {
     assert!(value(&text, "cancelled").starts_with("CANCELLED"), "{text}");
     let secs: f64 = value(&text, "seconds").parse().expect("seconds");
     println!("one job through submitit, submitted to result: {secs} s");
+}
+
+/// snakemake 9.27.1 with its Slurm executor (plugin 2.8.0): a workflow of
+/// three jobs and one that gathers their outputs completes, once with the
+/// three as one array polled by squeue, and once as single jobs polled by
+/// its default, sacct (`--clusters all --name RUNID`). (An array polled
+/// by sacct never ends: the plugin falls back from `A_T` to the array's
+/// own id, which in Slurm the last task takes and in Corral none does.) The gathering job names its
+/// account, which the plugin checks through `sacctmgr -s list user`; the
+/// others get the user's default from `[accounts]`.
+#[test]
+fn snakemake_runs_a_workflow_through_its_slurm_executor() {
+    let packages = "snakemake==9.27.1 snakemake-executor-plugin-slurm==2.8.0";
+    let python = match venv("snakemake-9.27.1", packages) {
+        Ok(p) => p,
+        Err(why) => {
+            println!("SKIPPED (cannot install snakemake from PyPI): {why}");
+            return;
+        }
+    };
+    let out = Command::new("id").arg("-un").output().expect("id runs");
+    let me = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let env = Env::start(Opts {
+        nodes: 2,
+        extra_config: format!(
+            "[accounts]\ndefault = \"general\"\n[accounts.users]\n{me:?} = [\"ml\", \"vision\"]\n"
+        ),
+        ..Opts::default()
+    });
+    let dir = env.work.join("snakemake");
+    std::fs::create_dir_all(&dir).unwrap();
+    let snakefile = Path::new(env!("CARGO_MANIFEST_DIR")).join("launchers/snakemake/Snakefile");
+    std::fs::copy(snakefile, dir.join("Snakefile")).unwrap();
+    let snakemake = python.with_file_name("snakemake");
+    for (how, args) in [
+        (
+            "an array, squeue",
+            &[
+                "--slurm-array-jobs",
+                "make",
+                "--slurm-status-command",
+                "squeue",
+            ][..],
+        ),
+        ("single jobs, sacct", &["--forceall"]),
+    ] {
+        let _ = std::fs::remove_file(dir.join("gathered.txt"));
+        let t0 = std::time::Instant::now();
+        let out = Command::new("timeout")
+            .arg("240")
+            .arg(&snakemake)
+            .args(["--executor", "slurm", "--jobs", "4", "--latency-wait", "5"])
+            .args(["--slurm-init-seconds-before-status-checks", "1"])
+            .args(["--seconds-between-status-checks", "1"])
+            .args(args)
+            .envs(env.env())
+            .current_dir(&dir)
+            .output()
+            .expect("snakemake runs");
+        let log = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{how}: {log}");
+        assert!(log.contains("5 of 5 steps (100%) done"), "{how}: {log}");
+        let gathered = std::fs::read_to_string(dir.join("gathered.txt")).unwrap();
+        assert_eq!(gathered, "a b c ", "{how}");
+        println!(
+            "snakemake, {how}: the workflow took {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    // Each job charged the account it should: the gathering job's named
+    // one, the others the user's default.
+    let acct = env.ok(&[
+        "sacct",
+        "-X",
+        "-n",
+        "-P",
+        "-o",
+        "JobName,Account,State",
+        "-S",
+        "2020-01-01",
+    ]);
+    let lines: Vec<&str> = acct.lines().collect();
+    assert_eq!(lines.len(), 8, "{acct}");
+    assert!(lines.iter().all(|l| l.ends_with("|COMPLETED")), "{acct}");
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("|vision|")).count(),
+        2,
+        "{acct}"
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("|ml|")).count(),
+        6,
+        "{acct}"
+    );
+}
+
+/// dask-jobqueue 0.9.0's `SLURMCluster`: two worker jobs from its own
+/// script (`-J`, `-e/-o` with `%J`, `-p`, `-n`, `--cpus-per-task`,
+/// `--mem`, `-t`), a map over them, and `close` cancelling them.
+#[test]
+fn dask_jobqueue_runs_workers_as_jobs() {
+    let python = match venv(
+        "dask-jobqueue-0.9.0",
+        "dask-jobqueue==0.9.0 distributed==2026.11.0",
+    ) {
+        Ok(p) => p,
+        Err(why) => {
+            println!("SKIPPED (cannot install dask-jobqueue from PyPI): {why}");
+            return;
+        }
+    };
+    let env = Env::start(Opts {
+        nodes: 2,
+        ..Opts::default()
+    });
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("launchers/dask_check.py");
+    let out = Command::new("timeout")
+        .arg("240")
+        .arg(python)
+        .arg(script)
+        .arg(env.work.join("dask"))
+        .envs(env.env())
+        .current_dir(&env.work)
+        .output()
+        .expect("python runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}\n{err}");
+    println!("{text}");
+    assert_eq!(value(&text, "workers"), "2");
+    assert_eq!(value(&text, "sum"), "285");
+    assert_eq!(value(&text, "running"), "2");
+    // One worker a job; the two jobs on the cluster's nodes.
+    let nodes = value(&text, "nodes");
+    assert!(nodes.contains("worker-"), "{nodes}");
+    assert_eq!(value(&text, "left"), "0", "close cancels the worker jobs");
+    let secs: f64 = value(&text, "seconds").parse().expect("seconds");
+    println!("dask-jobqueue: two workers up {secs} s after scale");
+}
+
+/// torchrun's shape without PyTorch (its wheel pulls the CUDA libraries,
+/// too big for CI): the minGPT-ddp batch script's rendezvous on the first
+/// node of `SLURM_JOB_NODELIST`, every rank connecting to it over TCP,
+/// ranks and world size from Slurm's variables (2 nodes × 2 tasks).
+#[test]
+fn a_torchrun_like_rendezvous_finds_every_rank() {
+    let env = Env::start(Opts {
+        nodes: 2,
+        ..Opts::default()
+    });
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("launchers");
+    let out = env.work.join("ddp.out");
+    let rendezvous = format!("RENDEZVOUS={}", here.join("rendezvous.py").display());
+    let id = env
+        .ok(&[
+            "sbatch",
+            "--parsable",
+            "--export",
+            &format!("ALL,{rendezvous}"),
+            "-o",
+            &out.to_string_lossy(),
+            &here.join("torchrun_like.sh").to_string_lossy(),
+        ])
+        .trim()
+        .parse()
+        .expect("a job id");
+    let st = env.wait_state(id, &["COMPLETED", "FAILED", "CANCELLED"], 90);
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(st, "COMPLETED", "{text}");
+    let mut ranks: Vec<&str> = text.lines().filter(|l| l.starts_with("rank ")).collect();
+    ranks.sort_unstable();
+    assert_eq!(
+        ranks,
+        [
+            "rank 0 world 4 local 0 node 0 head-saw 4",
+            "rank 1 world 4 local 1 node 0 head-saw 4",
+            "rank 2 world 4 local 0 node 1 head-saw 4",
+            "rank 3 world 4 local 1 node 1 head-saw 4",
+        ],
+        "{text}"
+    );
+    assert!(text.starts_with("head worker-0 "), "{text}");
 }

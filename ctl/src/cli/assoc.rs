@@ -505,9 +505,11 @@ fn parse_sacctmgr(args: &[String]) -> Result<Show, String> {
         Some("account" | "accounts" | "acct") => Entity::Account,
         Some("association" | "associations" | "assoc") => Entity::Association,
         Some("cluster" | "clusters") => Entity::Cluster,
-        Some(other) => return Err(format!(
+        Some(other) => {
+            return Err(format!(
             "Corral keeps no {other} records: it shows users, accounts, associations and clusters"
-        )),
+        ))
+        }
         None => return Err("No valid entity in list command".into()),
     };
     for w in words {

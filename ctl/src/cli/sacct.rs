@@ -171,7 +171,25 @@ pub fn parse_columns(format: &str) -> Result<Vec<Column>, String> {
 /// (a job named without a step shows whole).
 type StepPick = Vec<(JobId, Option<StepId>)>;
 
-fn parse_jobs(s: &str) -> Result<StepPick, String> {
+/// What `-j` names: a job (or an array, all its tasks), or one task of
+/// an array (`123_7`), and a step of it or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pick {
+    pub job: JobId,
+    pub task: Option<u32>,
+    pub step: Option<StepId>,
+}
+
+impl Pick {
+    fn names(&self, j: &AcctJob) -> bool {
+        match self.task {
+            None => self.job == j.id || j.array.is_some_and(|(a, _)| a == self.job),
+            Some(t) => j.array == Some((self.job, t)),
+        }
+    }
+}
+
+fn parse_jobs(s: &str) -> Result<Vec<Pick>, String> {
     s.split(',')
         .filter(|p| !p.is_empty())
         .map(|p| {
@@ -180,19 +198,39 @@ fn parse_jobs(s: &str) -> Result<StepPick, String> {
                 Some((j, st)) => (j, Some(st)),
                 None => (p, None),
             };
-            let job = JobId(job.trim().parse().map_err(|_| bad())?);
+            let (job, task) = match job.trim().split_once('_') {
+                Some((a, t)) => (a, Some(t.parse().map_err(|_| bad())?)),
+                None => (job.trim(), None),
+            };
+            let job = JobId(job.parse().map_err(|_| bad())?);
             let step = match step {
                 None => None,
                 Some("batch") => Some(StepId::BATCH),
                 Some(n) => Some(StepId(n.parse().map_err(|_| bad())?)),
             };
-            Ok((job, step))
+            Ok(Pick { job, task, step })
         })
         .collect()
 }
 
+/// The jobs `picks` name (all of them when none is picked), and the
+/// steps picked by each job's own id.
+pub fn picked(jobs: &mut Vec<AcctJob>, picks: &[Pick]) -> StepPick {
+    if picks.is_empty() {
+        return Vec::new();
+    }
+    jobs.retain(|j| picks.iter().any(|p| p.names(j)));
+    let mut out = Vec::new();
+    for p in picks {
+        for j in jobs.iter().filter(|j| p.names(j)) {
+            out.push((j.id, p.step));
+        }
+    }
+    out
+}
+
 /// The query the arguments ask, and the steps picked by `-j`.
-pub fn query(a: &SacctArgs, now: u64) -> Result<(AcctQuery, StepPick), String> {
+pub fn query(a: &SacctArgs, now: u64) -> Result<(AcctQuery, Vec<Pick>), String> {
     let mut q = AcctQuery {
         all_users: a.allusers,
         allocations: a.allocations,
@@ -203,7 +241,9 @@ pub fn query(a: &SacctArgs, now: u64) -> Result<(AcctQuery, StepPick), String> {
     for j in &a.jobs {
         picks.extend(parse_jobs(j)?);
     }
-    q.ids = picks.iter().map(|(j, _)| *j).collect();
+    // A task is asked for by its array's id, and picked out after.
+    q.ids = picks.iter().map(|p| p.job).collect();
+    q.ids.dedup();
     for u in &a.user {
         for user in u.split(',').filter(|s| !s.is_empty()) {
             q.users.push(parse_user(user)?);
@@ -570,6 +610,7 @@ pub fn main(args: &[OsString]) -> i32 {
                 if !names.is_empty() {
                     jobs.retain(|j| names.contains(&j.name.as_str()));
                 }
+                let picks = picked(&mut jobs, &picks);
                 let text = render(&jobs, &columns, &layout, !a.noheader, &picks, now);
                 super::emit(CMD, &text)
             }
@@ -745,7 +786,14 @@ mod tests {
             .unwrap();
         let (q, picks) = query(&a, now).unwrap();
         assert_eq!(q.ids, [JobId(5), JobId(6)]);
-        assert_eq!(picks[1], (JobId(6), Some(StepId::BATCH)));
+        assert_eq!(
+            picks[1],
+            Pick {
+                job: JobId(6),
+                task: None,
+                step: Some(StepId::BATCH)
+            }
+        );
         assert_eq!(q.start, None);
         assert!(q.allocations);
         assert_eq!(q.states, [JobState::Completed, JobState::Failed]);
@@ -762,6 +810,47 @@ mod tests {
         assert!(parse_columns("JobID%4096,State%-4096").is_ok());
         let e = parse_columns("JobID%2000000000").unwrap_err();
         assert_eq!(e, "Invalid field requested: \"JobID%2000000000\"");
+    }
+
+    /// `-j 7_2` is the array 7's task 2 (asked for by the array's id,
+    /// picked out after), `-j 7` all its tasks, `-j 7_2.batch` a step.
+    #[test]
+    fn an_array_task_is_picked_by_its_array_id() {
+        let a = SacctArgs::try_parse_from(["sacct", "-j", "7_2,9", "-j", "7_1.batch"]).unwrap();
+        let (q, picks) = query(&a, 0).unwrap();
+        assert_eq!(q.ids, [JobId(7), JobId(9), JobId(7)]);
+        let task = |id: u64, t: u32| AcctJob {
+            array: Some((JobId(7), t)),
+            ..job(id, JobState::Completed)
+        };
+        let all = vec![
+            task(8, 0),
+            task(9, 1),
+            task(10, 2),
+            job(11, JobState::Failed),
+        ];
+        let mut jobs = all.clone();
+        let steps = picked(&mut jobs, &picks);
+        // 9 is task 1 and a job named by its own id.
+        let ids: Vec<u64> = jobs.iter().map(|j| j.id.0).collect();
+        assert_eq!(ids, [9, 10]);
+        assert_eq!(
+            steps,
+            [
+                (JobId(10), None),
+                (JobId(9), None),
+                (JobId(9), Some(StepId::BATCH))
+            ]
+        );
+        let a = SacctArgs::try_parse_from(["sacct", "-j", "7"]).unwrap();
+        let (_, picks) = query(&a, 0).unwrap();
+        let mut jobs = all.clone();
+        picked(&mut jobs, &picks);
+        assert_eq!(jobs.len(), 3);
+        for bad in ["7_", "7_x", "_2", "7_2_3"] {
+            let a = SacctArgs::try_parse_from(["sacct", "-j", bad]).unwrap();
+            assert!(query(&a, 0).is_err(), "{bad}");
+        }
     }
 
     /// The launchers' own queries parse: submitit repeats `-j`;

@@ -97,34 +97,52 @@ pub struct SrunArgs {
     pub command: Vec<String>,
 }
 
-/// Output of one task, cut into lines when labelling.
+/// Output of one task, cut into lines (as Slurm's srun without
+/// `--unbuffered`: two tasks' lines never mix), labelled with `-l`.
 #[derive(Debug, Default)]
 struct Labeller {
     partial: HashMap<(u32, bool), Vec<u8>>,
 }
 
+/// The most of a line kept back waiting for its end; past it, what was
+/// kept goes out as it is.
+const MAX_PARTIAL: usize = 64 << 10;
+
 impl Labeller {
-    /// Complete lines of `data` with the label; keeps the rest.
-    fn feed(&mut self, task: u32, stderr: bool, data: &[u8], width: usize) -> Vec<u8> {
+    /// Complete lines of `data`, each with the label when `width` says
+    /// one; keeps the rest (up to [`MAX_PARTIAL`]).
+    fn feed(&mut self, task: u32, stderr: bool, data: &[u8], width: Option<usize>) -> Vec<u8> {
         let buf = self.partial.entry((task, stderr)).or_default();
         buf.extend_from_slice(data);
         let mut out = Vec::new();
         while let Some(i) = buf.iter().position(|&b| b == b'\n') {
-            out.extend_from_slice(format!("{task:>width$}: ").as_bytes());
+            if let Some(width) = width {
+                out.extend_from_slice(format!("{task:>width$}: ").as_bytes());
+            }
             out.extend(buf.drain(..=i));
+        }
+        if buf.len() > MAX_PARTIAL {
+            if let Some(width) = width {
+                out.extend_from_slice(format!("{task:>width$}: ").as_bytes());
+            }
+            out.append(buf);
         }
         out
     }
 
-    /// Whatever is left of a task's output once it exits.
-    fn flush(&mut self, task: u32, stderr: bool, width: usize) -> Vec<u8> {
+    /// Whatever is left of a task's output once it exits (labelled, on a
+    /// line of its own).
+    fn flush(&mut self, task: u32, stderr: bool, width: Option<usize>) -> Vec<u8> {
         match self.partial.remove(&(task, stderr)) {
-            Some(rest) if !rest.is_empty() => {
-                let mut out = format!("{task:>width$}: ").into_bytes();
-                out.extend(rest);
-                out.push(b'\n');
-                out
-            }
+            Some(rest) if !rest.is_empty() => match width {
+                Some(width) => {
+                    let mut out = format!("{task:>width$}: ").into_bytes();
+                    out.extend(rest);
+                    out.push(b'\n');
+                    out
+                }
+                None => rest,
+            },
             _ => Vec::new(),
         }
     }
@@ -162,6 +180,8 @@ impl Session {
 struct Session {
     secret: [u8; 32],
     label: bool,
+    /// Task output goes out in whole lines (not `--unbuffered`).
+    lines: bool,
     progress: Mutex<Progress>,
     /// Events for the watcher, in the order they happened.
     events: mpsc::UnboundedSender<Event>,
@@ -279,9 +299,14 @@ impl Session {
         n.to_string().len()
     }
 
+    /// The label's width, when lines are labelled.
+    fn label_width(&self) -> Option<usize> {
+        self.label.then(|| self.width())
+    }
+
     async fn output(&self, task: u32, stderr: bool, data: &[u8]) {
-        let bytes = if self.label {
-            let w = self.width();
+        let bytes = if self.lines {
+            let w = self.label_width();
             self.labeller.lock().feed(task, stderr, data, w)
         } else {
             data.to_vec()
@@ -379,8 +404,8 @@ async fn agent_link(s: Arc<Session>, conn: quinn::Connection) {
         match read_frame::<_, StepUp>(&mut recv).await {
             Ok(Some(StepUp::Output { task, stderr, data })) => s.output(task, stderr, &data).await,
             Ok(Some(StepUp::TaskExit { task, exit })) => {
-                if s.label {
-                    let w = s.width();
+                if s.lines {
+                    let w = s.label_width();
                     for stderr in [false, true] {
                         let rest = s.labeller.lock().flush(task, stderr, w);
                         s.emit(stderr, &rest).await;
@@ -666,6 +691,7 @@ async fn run(a: SrunArgs) -> i32 {
     let s = Arc::new(Session {
         secret,
         label: a.label,
+        lines: a.label || !(a.unbuffered || a.pty),
         progress: Mutex::new(Progress::default()),
         events,
         stdin_ready: Notify::new(),
@@ -868,11 +894,22 @@ mod tests {
     #[test]
     fn labels_whole_lines_and_keeps_partials() {
         let mut l = Labeller::default();
-        assert_eq!(l.feed(3, false, b"a\nb", 2), b" 3: a\n".to_vec());
-        assert_eq!(l.feed(3, false, b"c\n", 2), b" 3: bc\n".to_vec());
-        assert!(l.feed(1, true, b"x", 1).is_empty());
-        assert_eq!(l.flush(1, true, 1), b"1: x\n".to_vec());
-        assert!(l.flush(3, false, 2).is_empty());
+        assert_eq!(l.feed(3, false, b"a\nb", Some(2)), b" 3: a\n".to_vec());
+        assert_eq!(l.feed(3, false, b"c\n", Some(2)), b" 3: bc\n".to_vec());
+        assert!(l.feed(1, true, b"x", Some(1)).is_empty());
+        assert_eq!(l.flush(1, true, Some(1)), b"1: x\n".to_vec());
+        assert!(l.flush(3, false, Some(2)).is_empty());
+        // Unlabelled, lines are still whole: two tasks' halves do not mix.
+        assert!(l.feed(0, false, b"rank 0", None).is_empty());
+        assert_eq!(l.feed(1, false, b"rank 1\n", None), b"rank 1\n".to_vec());
+        assert_eq!(
+            l.feed(0, false, b" up\nmore", None),
+            b"rank 0 up\n".to_vec()
+        );
+        assert_eq!(l.flush(0, false, None), b"more".to_vec());
+        // A line too long to hold goes out as it is.
+        let long = vec![b'x'; MAX_PARTIAL + 1];
+        assert_eq!(l.feed(2, false, &long, None), long);
     }
 
     #[test]
