@@ -156,7 +156,10 @@ pub fn task_env(
         set("SLURM_STEP_NODELIST", hostlist::compress(steps_nodes));
         set("SLURM_TASKS_PER_NODE", per_node(&l.shape.step_tasks));
         set("SLURM_STEP_TASKS_PER_NODE", per_node(&l.shape.step_tasks));
-        set("SLURM_STEP_GPUS", join(&gpus));
+        // Unset, not empty, in a step without GPUs (as Slurm's).
+        if !gpus.is_empty() {
+            set("SLURM_STEP_GPUS", join(&gpus));
+        }
         if let LaunchKind::Step { io, .. } = &l.what {
             set("SLURM_LAUNCH_NODE_IPADDR", io.addr.ip().to_string());
             set("SLURM_SRUN_COMM_HOST", io.addr.ip().to_string());
@@ -317,6 +320,10 @@ mod tests {
         let env = task_env(&l, "worker-2", "root", 0, "/run/a.sock", "c");
         assert_eq!(get(&env, "SLURM_STEP_NODELIST"), "worker-[0,2]");
         assert_eq!(get(&env, "SLURM_JOB_NODELIST"), "worker-[0-2]");
+        // No GPUs: SLURM_STEP_GPUS is unset, not empty.
+        l.gpus.clear();
+        let env = task_env(&l, "worker-2", "root", 0, "/run/a.sock", "c");
+        assert!(!env.iter().any(|(k, _)| k == "SLURM_STEP_GPUS"));
     }
 
     #[test]

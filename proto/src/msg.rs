@@ -1938,6 +1938,9 @@ pub struct JobAsk {
 pub struct JobChanges {
     /// `TimeLimit=` (`Some(None)`: UNLIMITED).
     pub time_limit: Option<Option<u64>>,
+    /// `TimeLimit=+N` or `-N`: the limit moved by so many seconds (an
+    /// unlimited job stays so).
+    pub time_limit_by: Option<i64>,
     pub nice: Option<i32>,
     pub name: Option<String>,
     pub comment: Option<String>,

@@ -442,6 +442,12 @@ fn job_update(args: &[String], now: u64) -> Result<Action, String> {
             .ok_or_else(|| format!("Invalid input: {kv}"))?;
         match k.to_ascii_lowercase().as_str() {
             "jobid" => ids = job_ids("update", &[v.to_string()])?,
+            "timelimit" if v.starts_with(['+', '-']) => {
+                let secs = crate::timefmt::parse_job_limit(&v[1..])?
+                    .ok_or_else(|| format!("Invalid TimeLimit specification: {v}"))?;
+                let secs = i64::try_from(secs).map_err(|_| format!("Invalid TimeLimit: {v}"))?;
+                ch.time_limit_by = Some(if v.starts_with('-') { -secs } else { secs });
+            }
             "timelimit" => {
                 ch.time_limit = Some(
                     if v.eq_ignore_ascii_case("unlimited") || v.eq_ignore_ascii_case("infinite") {
@@ -1088,5 +1094,26 @@ mod tests {
             each(&ending),
             ("MIXED+COMPLETING+DRAIN".into(), "drng".into(), "draining")
         );
+    }
+}
+
+#[cfg(test)]
+mod update_tests {
+    use super::*;
+
+    #[test]
+    fn a_relative_time_limit_moves_the_jobs_own() {
+        let args = |v: &str| vec!["JobId=5".to_string(), format!("TimeLimit={v}")];
+        for (v, by) in [("+5", 300), ("-3", -180), ("+1:00:00", 3600)] {
+            match job_update(&args(v), 0).unwrap() {
+                Action::UpdateJobs(ids, ch) => {
+                    assert_eq!(ids, [JobId(5)]);
+                    assert_eq!((ch.time_limit_by, ch.time_limit), (Some(by), None), "{v}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(job_update(&args("+x"), 0).is_err());
+        assert!(job_update(&args("+0"), 0).is_err());
     }
 }

@@ -136,7 +136,18 @@ pub fn filter(a: &SqueueArgs) -> Result<JobFilter, String> {
         (f.ids, f.tasks) = parse_job_list(j)?;
     }
     if let Some(u) = &a.user {
-        f.users = u.split(',').map(parse_user).collect::<Result<_, _>>()?;
+        // A user unknown is said and dropped; with none left, nothing
+        // matches (uid -1 is no one's), and squeue still exits 0, as
+        // Slurm's.
+        for name in u.split(',').filter(|n| !n.is_empty()) {
+            match parse_user(name) {
+                Ok(uid) => f.users.push(uid),
+                Err(e) => eprintln!("squeue: error: {e}"),
+            }
+        }
+        if f.users.is_empty() {
+            f.users.push(u32::MAX);
+        }
     }
     if a.me {
         f.users.push(nix::unistd::getuid().as_raw());
@@ -2161,6 +2172,19 @@ pub(crate) mod tests {
         let mut a = SqueueArgs::try_parse_from(["squeue"]).unwrap();
         apply_env(&mut a, &env2);
         assert_eq!(a.format2.as_deref(), Some("JobID:6,Name"));
+    }
+
+    /// An unknown user is an error said, not a failure: squeue answers
+    /// with no jobs (uid -1, no one's) and exits 0, as Slurm's.
+    #[test]
+    fn an_unknown_user_matches_no_one() {
+        let f = |u: &str| {
+            let a = SqueueArgs::try_parse_from(["squeue", "-u", u]).unwrap();
+            filter(&a).unwrap().users
+        };
+        assert_eq!(f("no-such-user-here"), [u32::MAX]);
+        assert_eq!(f("no-such-user-here,0"), [0]);
+        assert_eq!(f("1000"), [1000]);
     }
 
     #[test]

@@ -825,6 +825,28 @@ impl Controller {
         if j.user.uid != who.uid && !privileged {
             return Err(CtldError::NotYourJob(id));
         }
+        if let Some(by) = ch.time_limit_by {
+            // Relative to the limit the job has now, as Slurm's.
+            let limit = match j.spec().time_limit {
+                None => None,
+                Some(t) => {
+                    let t = i64::try_from(t).unwrap_or(i64::MAX).saturating_add(by);
+                    if t < 60 {
+                        return Err(CtldError::UpdateDenied(
+                            id,
+                            "the time limit would fall below one minute",
+                        ));
+                    }
+                    Some(t as u64)
+                }
+            };
+            let ch = JobChanges {
+                time_limit: Some(limit),
+                time_limit_by: None,
+                ..ch.clone()
+            };
+            return self.update_job(who, id, &ch);
+        }
         let only_limit = ch.time_limit.is_some()
             && *ch
                 == JobChanges {

@@ -2096,6 +2096,22 @@ fn scontrol_update_changes_a_pending_job_within_the_owners_rights() {
     assert!(e.starts_with("Access/permission denied"), "{e}");
     c.update_job(ROOT, id, &longer).unwrap();
     assert_eq!(view(&c, id).time_limit, Some(7200));
+    // Relative: `TimeLimit=-N` the owner may, `+N` only an operator.
+    let by = |secs: i64| JobChanges {
+        time_limit_by: Some(secs),
+        ..JobChanges::default()
+    };
+    c.update_job(ALICE, id, &by(-1800)).unwrap();
+    assert_eq!(view(&c, id).time_limit, Some(5400));
+    let e = c.update_job(ALICE, id, &by(60)).unwrap_err().to_string();
+    assert!(e.starts_with("Access/permission denied"), "{e}");
+    c.update_job(ROOT, id, &by(600)).unwrap();
+    assert_eq!(view(&c, id).time_limit, Some(6000));
+    assert!(
+        c.update_job(ROOT, id, &by(-5970)).is_err(),
+        "under a minute"
+    );
+    assert_eq!(view(&c, id).time_limit, Some(6000));
     // Not another user's job; not a partition that does not exist (and
     // the job is left as it was).
     assert!(c.update_job(BOB, id, &ch).is_err());
