@@ -115,9 +115,9 @@ fn squeue_options_and_formats() {
     let rows: &[(&[&str], i32, &str)] = &[
         (&["squeue", "-h", "-S", "j", "-o", "%j|%t|%r|%D|%m|%c|%b|%a|%y|%h|%k|%l|%n|%x|%E"], 0,
          "alpha|PD|JobHeldUser|1|2G|2|N/A|acct1|3|OK|c1|30:00|||(null)\n\
-          beta|PD|JobHeldUser|2|500M|1|N/A|(null)|0|NO|(null)|1-00:00:00||worker-0|(null)\n\
-          delta|PD|JobHeldUser|1|0|1|N/A|(null)|0|OK|(null)|UNLIMITED|||afterok:{A}(unfulfilled)\n\
-          gamma|R|None|1|0|1|gres:gpu:2|(null)|0|OK|(null)|10:00|worker-1||(null)\n"),
+          beta|PD|JobHeldUser|2|500M|1|N/A|default|0|NO|(null)|1-00:00:00||worker-0|(null)\n\
+          delta|PD|JobHeldUser|1|0|1|N/A|default|0|OK|(null)|UNLIMITED|||afterok:{A}(unfulfilled)\n\
+          gamma|R|None|1|0|1|gres:gpu:2|default|0|OK|(null)|10:00|worker-1||(null)\n"),
         // Sorting: descending ids; state descending then name.
         (&["squeue", "-h", "-S", "-i", "-o", "%i"], 0, "{D}\n{C}\n{B}\n{A}\n"),
         (&["squeue", "-h", "-S", "-t,j", "-o", "%j"], 0, "gamma\nalpha\nbeta\ndelta\n"),
