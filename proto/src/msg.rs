@@ -800,6 +800,9 @@ impl Default for JobKind {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct StepSpec {
     pub job: JobId,
+    /// `srun -J`: the step's name (squeue `-s`, sacct JobName); none:
+    /// the program's file name.
+    pub name: Option<String>,
     pub nodes: Option<u32>,
     pub ntasks: Option<u32>,
     /// GPUs the step asks for on each of its nodes, from the job's

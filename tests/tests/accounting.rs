@@ -291,7 +291,7 @@ fn sacct_reports_what_ran_with_steps_states_and_exit_codes() {
     });
     let ok = env.sbatch(
         &["-J", "fine", "-N", "2"],
-        "#!/bin/sh\nsrun -N2 hostname\nexit 0\n",
+        "#!/bin/sh\nsrun -N2 hostname\nsrun -J probe -N1 true\nexit 0\n",
     );
     let bad = env.sbatch(&["-J", "broken"], "#!/bin/sh\nexit 3\n");
     let long = env.sbatch(&["-N", "2", "--gres=gpu:1"], "#!/bin/sh\nsleep 300\n");
@@ -312,13 +312,20 @@ fn sacct_reports_what_ran_with_steps_states_and_exit_codes() {
             format!("{ok}|fine|COMPLETED|0:0|2"),
             format!("{ok}.batch|batch|COMPLETED|0:0|1"),
             format!("{ok}.0|hostname|COMPLETED|0:0|2"),
+            // `srun -J` names its step.
+            format!("{ok}.1|probe|COMPLETED|0:0|1"),
             format!("{bad}|broken|FAILED|3:0|1"),
             format!("{bad}.batch|batch|FAILED|3:0|1"),
-            format!("{long}|{}|CANCELLED by 0|0:15|2", name(&lines[5])),
-            format!("{long}.batch|batch|CANCELLED by 0|0:15|1"),
-            format!("{held}|{}|CANCELLED by 0|0:0|1", name(&lines[7])),
+            // As Slurm 22.05 with slurmdbd: the cancelled job's line
+            // 0:0, its batch step's the signal, without who.
+            format!("{long}|{}|CANCELLED by 0|0:0|2", name(&lines[6])),
+            format!("{long}.batch|batch|CANCELLED|0:15|1"),
+            format!("{held}|{}|CANCELLED by 0|0:0|1", name(&lines[8])),
         ],
     );
+    // scontrol shows how the cancelled job's batch step died.
+    let shown = env.ok(&["scontrol", "show", "job", &long.to_string()]);
+    assert!(shown.contains("ExitCode=0:15"), "{shown}");
     // submitit's form: -j repeated; snakemake's: --clusters all, --name.
     let repeated = env.ok(&[
         "sacct",

@@ -422,10 +422,8 @@ fn step_value(j: &AcctJob, s: &AcctStep, field: &str, now: u64) -> String {
         "NodeList" => s.nodelist.clone(),
         "AllocTRES" => tres(None, s.cpus, 0, 0, s.nodes),
         "NTasks" => s.tasks.to_string(),
-        "State" => state_text(
-            s.state,
-            j.cancelled_by.filter(|_| s.state == JobState::Cancelled),
-        ),
+        // A step shows CANCELLED, without who: the job's line says it.
+        "State" => state_text(s.state, None),
         "ExitCode" => exit_code(s.exit),
         "Elapsed" => limit(Some(elapsed), "00:00:00"),
         "ElapsedRaw" => elapsed.to_string(),

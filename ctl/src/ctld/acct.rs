@@ -221,8 +221,16 @@ impl JobRecord {
             reason: final_reason(self.state, self.failure.is_some()),
             // A job ended before its first step reported takes the
             // step's death as its own (a cancelled job's `0:15`).
+            // A cancelled job's line shows 0:0 (its batch step the
+            // signal), as Slurm's slurmdbd records it; a job ended before
+            // its first step reported otherwise takes the step's death.
             exit: recorded(
                 match self.steps.iter().find(|s| s.id == self.primary_step()) {
+                    _ if self.state == JobState::Cancelled
+                        || matches!(self.kill.as_ref(), Some(super::Kill::Cancelled)) =>
+                    {
+                        ExitStatus::default()
+                    }
                     Some(s) if self.exit == ExitStatus::default() && self.state.is_final() => {
                         s.exit
                     }

@@ -129,6 +129,15 @@ impl Controller {
         }
         j.step_part_exited(step, node, exit, now);
         j.open_step_ended(step, node);
+        // A job ended by a cancel or its limit shows how its batch step
+        // died (`scontrol show job`: ExitCode=0:15), as Slurm's.
+        if j.state == JobState::Completing
+            && step == j.primary_step()
+            && exit.signal.is_some()
+            && j.exit == ExitStatus::default()
+        {
+            j.exit = exit;
+        }
         if j.state != JobState::Running || step != j.primary_step() {
             return;
         }

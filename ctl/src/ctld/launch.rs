@@ -426,6 +426,9 @@ impl Controller {
         now: u64,
     ) -> Result<(JobId, StepId), Refusal> {
         super::admission::task_files(&s.files, self.cfg.limits.max_path_len)?;
+        if let Some(name) = &s.name {
+            super::admission::text("step name", name, self.cfg.limits.max_text_len)?;
+        }
         let privileged = self.privileged(who);
         let j = self
             .jobs
@@ -525,7 +528,9 @@ impl Controller {
         j.next_step += 1;
         j.step_started(
             step,
-            super::acct::step_name(&s.argv),
+            s.name
+                .clone()
+                .unwrap_or_else(|| super::acct::step_name(&s.argv)),
             nodes as usize,
             ntasks,
             now,

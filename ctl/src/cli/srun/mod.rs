@@ -594,6 +594,7 @@ async fn run(a: SrunArgs) -> i32 {
         };
         let spec = StepSpec {
             job,
+            name: a.job.job_name.clone().filter(|n| !n.is_empty()),
             nodes,
             ntasks: a.job.ntasks,
             gpus_per_node,

@@ -108,6 +108,7 @@ fn batch(script: &str) -> JobSpec {
 /// job's CPUs there); `secret` tells one srun from another.
 fn step_spec(job: JobId, argv: &str, secret: u8) -> StepSpec {
     StepSpec {
+        name: None,
         job,
         nodes: None,
         ntasks: None,
@@ -566,6 +567,22 @@ fn cancelling_a_running_job_terminates_it_with_grace() {
         CtldMsg::Terminate { grace_ms: 5000, .. }
     ));
     assert_eq!(state(&c, id), JobState::Completing);
+    // The batch shell dies of the SIGTERM: the job shows it
+    // (ExitCode=0:15), as Slurm's scontrol does.
+    let killed = ExitStatus {
+        code: 0,
+        signal: Some(15),
+    };
+    c.agent_message(
+        &node,
+        AgentMsg::StepExited {
+            job: r0(id),
+            step: StepId::BATCH,
+            exit: killed,
+            oom: false,
+        },
+        2,
+    );
     c.agent_message(
         &node,
         AgentMsg::JobCleaned {
@@ -575,6 +592,7 @@ fn cancelling_a_running_job_terminates_it_with_grace() {
         2,
     );
     assert_eq!(state(&c, id), JobState::Cancelled);
+    assert_eq!(view(&c, id).exit, killed);
 }
 
 #[test]
@@ -804,6 +822,7 @@ fn concurrent_one_gpu_steps_get_distinct_gpus_of_their_job() {
     let job_gpus = launches(&mut c)[0].1.gpus.clone();
     assert_eq!(job_gpus.len(), 2);
     let step = |secret: u8| StepSpec {
+        name: None,
         ntasks: Some(1),
         gpus_per_node: Some(1),
         exact: true,
@@ -857,6 +876,7 @@ fn a_job_starts_at_most_max_step_count_steps() {
     c.schedule(0);
     launches(&mut c);
     let overlap = |secret: u8| StepSpec {
+        name: None,
         overlap: true,
         ..step_spec(id, "t", secret)
     };
@@ -898,6 +918,7 @@ fn steps_hold_the_cpus_they_run_on_unless_they_overlap() {
     c.schedule(0);
     launches(&mut c);
     let step = |secret: u8, exact: bool, ntasks: u32, cpus: Option<u32>| StepSpec {
+        name: None,
         ntasks: Some(ntasks),
         exact,
         cpus_per_task: cpus,
@@ -976,6 +997,7 @@ fn a_step_runs_on_the_nodes_it_names_of_its_job() {
     c.schedule(0);
     launches(&mut c);
     let step = |secret: u8, nodelist: &[&str], exclude: &[&str], nodes: Option<u32>| StepSpec {
+        name: None,
         nodes,
         overlap: true,
         nodelist: nodelist.iter().map(|s| s.to_string()).collect(),
@@ -1119,6 +1141,7 @@ fn steps_spread_tasks_over_the_allocation() {
         secret: [1; 32],
     };
     let step = StepSpec {
+        name: None,
         ntasks: Some(5),
         io,
         ..step_spec(id, "hostname", 0)
@@ -1141,6 +1164,7 @@ fn steps_spread_tasks_over_the_allocation() {
     );
     assert_eq!(shape, vec![(0, 0, 3, 2), (1, 3, 2, 2)]);
     let step = StepSpec {
+        name: None,
         io,
         ..step_spec(lid, "true", 0)
     };
@@ -1751,6 +1775,7 @@ fn each_run_that_ends_leaves_one_accounting_record() {
     c.schedule(11);
     let (first, _) = launches(&mut c).remove(0);
     let step = StepSpec {
+        name: None,
         argv: vec!["/usr/bin/python3".into(), "train.py".into()],
         ..step_spec(ok, "", 1)
     };
@@ -1955,6 +1980,43 @@ fn with_a_store_scripts_and_environments_leave_memory_until_the_job_ends() {
     );
 }
 
+/// `srun -J name` names the step (squeue `-s`, sacct JobName); without
+/// it the step is its program's file name; a name with a control
+/// character is refused.
+#[test]
+fn srun_j_names_the_step() {
+    let mut c = cluster(1);
+    let id = c.submit(ALICE, batch("x"), 1).unwrap();
+    c.schedule(1);
+    let _ = launches(&mut c);
+    let named = StepSpec {
+        name: Some("train".into()),
+        overlap: true,
+        ..step_spec(id, "/usr/bin/python3", 1)
+    };
+    c.submit_step(ALICE, named, 2).unwrap();
+    let plain = StepSpec {
+        overlap: true,
+        ..step_spec(id, "/usr/bin/python3", 2)
+    };
+    c.submit_step(ALICE, plain, 2).unwrap();
+    let names: Vec<String> = c
+        .jobs
+        .get(&id)
+        .unwrap()
+        .steps
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
+    assert!(names.contains(&"train".to_string()), "{names:?}");
+    assert!(names.contains(&"python3".to_string()), "{names:?}");
+    let bad = StepSpec {
+        name: Some("a\u{1b}b".into()),
+        ..step_spec(id, "true", 3)
+    };
+    assert!(c.submit_step(ALICE, bad, 3).is_err());
+}
+
 #[test]
 fn a_run_accounts_at_most_max_steps_steps() {
     let mut c = accounted_cluster(1);
@@ -1965,6 +2027,7 @@ fn a_run_accounts_at_most_max_steps_steps() {
         let mut secret = [1; 32];
         secret[..8].copy_from_slice(&(i as u64).to_le_bytes());
         let step = StepSpec {
+            name: None,
             ntasks: Some(1),
             overlap: true,
             io: StepIo {

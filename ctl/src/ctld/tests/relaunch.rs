@@ -20,6 +20,7 @@ fn step(job: JobId, nodes: u32, argv: &str) -> StepSpec {
     let mut io = IO;
     io.secret[..argv.len().min(32)].copy_from_slice(&argv.as_bytes()[..argv.len().min(32)]);
     StepSpec {
+        name: None,
         nodes: Some(nodes),
         overlap: true,
         work_dir: "/work".into(),
