@@ -43,6 +43,29 @@ fn venv(name: &str, package: &str) -> Result<PathBuf, String> {
     Ok(python)
 }
 
+/// Runs `tests/launchers/SCRIPT` with the cluster's commands and a
+/// folder of its own (`work/FOLDER`), for at most four minutes; what it
+/// printed, once it succeeded.
+fn run_check(python: &Path, script: &str, env: &Env, folder: &str) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("launchers")
+        .join(script);
+    let out = Command::new("timeout")
+        .arg("240")
+        .arg(python)
+        .arg(script)
+        .arg(env.work.join(folder))
+        .envs(env.env())
+        .current_dir(&env.work)
+        .output()
+        .expect("python runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}\n{err}");
+    println!("{text}");
+    text
+}
+
 /// `key value` lines as a script printed them.
 fn value<'a>(out: &'a str, key: &str) -> &'a str {
     out.lines()
@@ -69,18 +92,7 @@ fn submitit_runs_functions_arrays_and_multi_node_jobs() {
         durable: true,
         ..Opts::default()
     });
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("launchers/submitit_check.py");
-    let out = Command::new(python)
-        .arg(script)
-        .arg(env.work.join("submitit"))
-        .envs(env.env())
-        .current_dir(&env.work)
-        .output()
-        .expect("python runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}\n{err}");
-    println!("{text}");
+    let text = run_check(&python, "submitit_check.py", &env, "submitit");
     assert_eq!(value(&text, "result"), "5");
     assert_eq!(value(&text, "raised"), "True");
     assert_eq!(value(&text, "array"), "[11, 22, 33]");
@@ -210,20 +222,7 @@ fn dask_jobqueue_runs_workers_as_jobs() {
         nodes: 2,
         ..Opts::default()
     });
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("launchers/dask_check.py");
-    let out = Command::new("timeout")
-        .arg("240")
-        .arg(python)
-        .arg(script)
-        .arg(env.work.join("dask"))
-        .envs(env.env())
-        .current_dir(&env.work)
-        .output()
-        .expect("python runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}\n{err}");
-    println!("{text}");
+    let text = run_check(&python, "dask_check.py", &env, "dask");
     assert_eq!(value(&text, "workers"), "2");
     assert_eq!(value(&text, "sum"), "285");
     assert_eq!(value(&text, "running"), "2");

@@ -11,7 +11,7 @@ use std::ffi::OsString;
 
 use corral_proto::msg::{Association, Associations, Request, Response};
 
-use super::sacct::{cell, Layout, MAX_WIDTH};
+use super::sacct::{cell, split_width, write_header, Layout};
 use super::{block_on, fail, user_name};
 use crate::client::Client;
 
@@ -290,17 +290,8 @@ struct Column {
 fn columns(spec: &str, sshare: bool) -> Result<Vec<Column>, String> {
     let mut out = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (name, width) = match part.split_once('%') {
-            Some((n, w)) => {
-                let w: i32 = w
-                    .parse()
-                    .ok()
-                    .filter(|w: &i32| w.unsigned_abs() <= MAX_WIDTH)
-                    .ok_or_else(|| format!("Invalid field width in '{part}'"))?;
-                (n, Some(w))
-            }
-            None => (part, None),
-        };
+        let (name, width) =
+            split_width(part).ok_or_else(|| format!("Invalid field width in '{part}'"))?;
         let lower = name.to_ascii_lowercase();
         // `fairshare` is sacctmgr's Share, sshare's factor.
         let field = FIELDS
@@ -327,26 +318,8 @@ fn render(cols: &[Column], rows: &[Row<'_>], layout: &Layout, header: bool) -> S
     let mut out = String::new();
     let last = cols.len().saturating_sub(1);
     if header {
-        for (i, c) in cols.iter().enumerate() {
-            let name: String = match layout {
-                Layout::Columns => c
-                    .field
-                    .header
-                    .chars()
-                    .take(c.width.unsigned_abs() as usize)
-                    .collect(),
-                _ => c.field.header.to_string(),
-            };
-            cell(&mut out, &name, c.width, layout, i == last);
-        }
-        out.push('\n');
-        if *layout == Layout::Columns {
-            for c in cols {
-                out.push_str(&"-".repeat(c.width.unsigned_abs() as usize));
-                out.push(' ');
-            }
-            out.push('\n');
-        }
+        let heads: Vec<(&str, i32)> = cols.iter().map(|c| (c.field.header, c.width)).collect();
+        write_header(&mut out, &heads, layout);
     }
     for r in rows {
         for (i, c) in cols.iter().enumerate() {

@@ -136,22 +136,29 @@ pub struct Column {
 /// would otherwise pad every cell with gigabytes of spaces).
 pub const MAX_WIDTH: u32 = 4096;
 
+/// `Name%width` (a negative width: left aligned): the name and the
+/// width if one is given; `None` for a width that is no number or over
+/// [`MAX_WIDTH`].
+pub(super) fn split_width(part: &str) -> Option<(&str, Option<i32>)> {
+    match part.split_once('%') {
+        Some((n, w)) => {
+            let w: i32 = w
+                .parse()
+                .ok()
+                .filter(|w: &i32| w.unsigned_abs() <= MAX_WIDTH)?;
+            Some((n, Some(w)))
+        }
+        None => Some((part, None)),
+    }
+}
+
 /// Parses `-o`: `Field[%width],…`, names in any case.
 pub fn parse_columns(format: &str) -> Result<Vec<Column>, String> {
     let mut out = Vec::new();
     for part in format.split(',').filter(|p| !p.trim().is_empty()) {
         let part = part.trim();
-        let (name, width) = match part.split_once('%') {
-            Some((n, w)) => {
-                let w: i32 = w
-                    .parse()
-                    .ok()
-                    .filter(|w: &i32| w.unsigned_abs() <= MAX_WIDTH)
-                    .ok_or_else(|| format!("Invalid field requested: \"{part}\""))?;
-                (n, Some(w))
-            }
-            None => (part, None),
-        };
+        let (name, width) =
+            split_width(part).ok_or_else(|| format!("Invalid field requested: \"{part}\""))?;
         let &(known, default) = FIELDS
             .iter()
             .find(|(f, _)| f.eq_ignore_ascii_case(name))
@@ -490,6 +497,28 @@ pub(super) fn cell(out: &mut String, text: &str, width: i32, layout: &Layout, la
     }
 }
 
+/// A table's header: the names, cut to their widths in columns (then a
+/// line of dashes), whole when parsable.
+pub(super) fn write_header(out: &mut String, columns: &[(&str, i32)], layout: &Layout) {
+    let last = columns.len().saturating_sub(1);
+    for (i, &(name, width)) in columns.iter().enumerate() {
+        let w = width.unsigned_abs() as usize;
+        let name: String = match layout {
+            Layout::Columns => name.chars().take(w).collect(),
+            _ => name.to_string(),
+        };
+        cell(out, &name, width, layout, i == last);
+    }
+    out.push('\n');
+    if *layout == Layout::Columns {
+        for &(_, width) in columns {
+            out.push_str(&"-".repeat(width.unsigned_abs() as usize));
+            out.push(' ');
+        }
+        out.push('\n');
+    }
+}
+
 /// Renders jobs and their steps (as picked by `-j`).
 pub fn render(
     jobs: &[AcctJob],
@@ -502,22 +531,8 @@ pub fn render(
     let mut out = String::new();
     let last = columns.len().saturating_sub(1);
     if header {
-        for (i, c) in columns.iter().enumerate() {
-            let w = c.width.unsigned_abs() as usize;
-            let name: String = match layout {
-                Layout::Columns => c.name.chars().take(w).collect(),
-                _ => c.name.to_string(),
-            };
-            cell(&mut out, &name, c.width, layout, i == last);
-        }
-        out.push('\n');
-        if *layout == Layout::Columns {
-            for c in columns {
-                out.push_str(&"-".repeat(c.width.unsigned_abs() as usize));
-                out.push(' ');
-            }
-            out.push('\n');
-        }
+        let heads: Vec<(&str, i32)> = columns.iter().map(|c| (c.name, c.width)).collect();
+        write_header(&mut out, &heads, layout);
     }
     let mut emit = |line: Line<'_>| {
         for (i, c) in columns.iter().enumerate() {

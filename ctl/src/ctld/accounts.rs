@@ -21,21 +21,20 @@ pub struct Accounts {
     users: Vec<(String, Vec<String>)>,
     /// Listed users by uid (`resolve`), an index into `users`.
     by_uid: HashMap<u32, usize>,
+    /// Each listed user's uid, where known (beside `users`).
+    uids: Vec<Option<u32>>,
 }
 
 impl Accounts {
     pub fn new(default: Option<String>, users: Vec<(String, Vec<String>)>) -> Self {
         let mut a = Accounts {
             default,
+            uids: vec![None; users.len()],
             users,
             by_uid: HashMap::new(),
         };
         // A user given by number needs no lookup.
-        for (i, (name, _)) in a.users.iter().enumerate() {
-            if let Ok(uid) = name.parse::<u32>() {
-                a.by_uid.insert(uid, i);
-            }
-        }
+        a.resolve(|_| None);
         a
     }
 
@@ -43,8 +42,9 @@ impl Accounts {
     /// a name it does not know matches no one's jobs.
     pub fn resolve(&mut self, lookup: impl Fn(&str) -> Option<u32>) {
         for (i, (name, _)) in self.users.iter().enumerate() {
-            if let Some(uid) = lookup(name) {
+            if let Some(uid) = name.parse::<u32>().ok().or_else(|| lookup(name)) {
                 self.by_uid.entry(uid).or_insert(i);
+                self.uids[i] = Some(uid);
             }
         }
     }
@@ -67,11 +67,6 @@ impl Accounts {
         caller: Option<(u32, String)>,
         usage: impl Fn(Option<u32>, &str) -> (f64, f64, f64, f64),
     ) -> Associations {
-        let uid_of = |i: usize| {
-            self.by_uid
-                .iter()
-                .find_map(|(&uid, &j)| (j == i).then_some(uid))
-        };
         let mut list = Vec::new();
         let mut push = |user: &str, uid: Option<u32>, account: &str, default: bool| {
             let (user_usage, account_usage, total, factor) = usage(uid, account);
@@ -85,8 +80,7 @@ impl Accounts {
                 fairshare: factor,
             });
         };
-        for (i, (name, accounts)) in self.users.iter().enumerate() {
-            let uid = uid_of(i);
+        for ((name, accounts), &uid) in self.users.iter().zip(&self.uids) {
             for (k, a) in accounts.iter().enumerate() {
                 push(name, uid, a, k == 0);
             }

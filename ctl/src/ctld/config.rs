@@ -757,6 +757,40 @@ fn health(path: &Path, raw: RawHealth) -> Result<(HealthConfig, Vec<ActiveCheck>
 mod tests {
     use super::*;
 
+    /// `[accounts]`: a user's first account is their default; an empty
+    /// list, a name with a space, a comma, a '|' or a control character,
+    /// or one over the text limit is refused with the section named.
+    #[test]
+    fn accounts_are_checked() {
+        let parse = |accounts: &str| {
+            Config::parse(
+                Path::new("c.toml"),
+                &format!("{accounts}\n[[partition]]\nname = \"p\"\nnodes = \"ALL\"\n"),
+            )
+        };
+        let c = parse("[accounts]\ndefault = \"general\"\n[accounts.users]\n\"1000\" = [\"ml\", \"vision\", \"ml\"]\n\"1001\" = \"physics\"\n").unwrap();
+        assert_eq!(c.accounts.default_for(1000), Some("ml"));
+        assert_eq!(c.accounts.default_for(1001), Some("physics"));
+        assert_eq!(c.accounts.default_for(7), Some("general"));
+        let long = "a".repeat(2000);
+        for bad in [
+            "[accounts.users]\nalice = []\n".to_string(),
+            "[accounts.users]\nalice = \"m l\"\n".into(),
+            "[accounts.users]\nalice = \"a,b\"\n".into(),
+            "[accounts.users]\nalice = \"a|b\"\n".into(),
+            "[accounts.users]\nalice = \"a\\u001bb\"\n".into(),
+            format!("[accounts]\ndefault = \"{long}\"\n"),
+            "[accounts]\nfrobs = 1\n".into(),
+        ] {
+            let e = parse(&bad).unwrap_err().to_string();
+            assert!(e.starts_with("c.toml"), "{bad}: {e}");
+        }
+        let e = parse("[accounts.users]\nalice = []\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "c.toml: accounts: user alice has no account");
+    }
+
     #[test]
     fn parses_a_cluster() {
         let c = Config::parse(

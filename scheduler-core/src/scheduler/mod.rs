@@ -401,6 +401,9 @@ pub struct Scheduler {
     /// Arrays with a task not yet ended, by the array's id.
     arrays: BTreeMap<JobId, array::Book>,
     fairshare: FairShare,
+    /// The users fair-share split among at the last pass (`share_usage`
+    /// reads it rather than walking the queue again).
+    fair_parties: usize,
     timelines: Vec<Timeline>,
 }
 
@@ -431,6 +434,7 @@ impl Scheduler {
             delayed: BTreeSet::new(),
             arrays: BTreeMap::new(),
             fairshare,
+            fair_parties: 0,
             timelines: Vec::new(),
         }
     }
@@ -663,24 +667,17 @@ impl Scheduler {
 
     /// Fair-share as `sshare` shows it: the decayed usage (billing units
     /// × seconds) of `user`, of `account` and of the whole cluster, and
-    /// the factor a job of theirs is ranked by now (its split counts the
-    /// users with usage and those with jobs waiting, as a pass does).
+    /// the factor a job of theirs is ranked by now, split among as many
+    /// users as the last pass counted (no walk of the queue: `sshare` is
+    /// served under the controller's lock).
     pub fn share_usage(&self, now: Secs, user: UserId, account: AccountId) -> ShareUsage {
-        let mut users: BTreeSet<UserId> = self.fairshare.known_users().collect();
-        users.extend(self.held_users.keys().copied());
-        users.extend(
-            self.unheld
-                .iter()
-                .filter_map(|id| self.jobs.get(id))
-                .map(|j| j.user),
-        );
-        users.insert(user);
+        let parties = self.fair_parties.max(1);
         let (user_usage, account_usage, total) = self.fairshare.usage(now, user, account);
         ShareUsage {
             user: user_usage,
             account: account_usage,
             total,
-            factor: self.fairshare.factor(now, user, account, users.len()),
+            factor: self.fairshare.factor(now, user, account, parties),
         }
     }
 

@@ -61,6 +61,7 @@ impl Scheduler {
             }
         }
         let parties = users.len();
+        self.fair_parties = parties;
         let mut fs_cache: FastMap<(UserId, AccountId), f64> = FastMap::default();
         // Each candidate is blocked (with a reason) or ranked (with a
         // priority); a second look writes back.
