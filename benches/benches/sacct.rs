@@ -80,6 +80,7 @@ fn record(i: u64) -> AcctJob {
         }),
         work_dir: "/home/ml/project".into(),
         comment: String::new(),
+        wckey: String::new(),
         steps: vec![
             step(StepId::BATCH, "batch", end - 500),
             step(StepId(0), "python", end - 490),

@@ -71,6 +71,8 @@ pub fn task_env(
         }
         _ => step_gpus.to_vec(),
     };
+    // srun's `-m` set it; otherwise what Corral does.
+    let distribution_given = env.iter().any(|(k, _)| k == "SLURM_DISTRIBUTION");
     let mut set = |k: &str, v: String| {
         env.retain(|(key, _)| key != k);
         env.push((k.to_string(), v));
@@ -139,6 +141,10 @@ pub fn task_env(
     set("SLURM_JOB_USER", user.to_string());
     set("SLURMD_NODENAME", node.to_string());
     set("SLURM_TOPOLOGY_ADDR", node.to_string());
+    // A flat topology, and no node known by another address (Slurm's
+    // words for them).
+    set("SLURM_TOPOLOGY_ADDR_PATTERN", "node".into());
+    set("SLURM_NODE_ALIASES", "(null)".into());
     if batch {
         // The batch script sees the allocation; it is no step of its own
         // to Slurm's launchers (no SLURM_STEP_ID).
@@ -156,6 +162,13 @@ pub fn task_env(
         set("SLURM_STEP_NODELIST", hostlist::compress(steps_nodes));
         set("SLURM_TASKS_PER_NODE", per_node(&l.shape.step_tasks));
         set("SLURM_STEP_TASKS_PER_NODE", per_node(&l.shape.step_tasks));
+        if !distribution_given {
+            set("SLURM_DISTRIBUTION", "block".into());
+        }
+        set(
+            "SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0",
+            per_node(&l.shape.job_cpus),
+        );
         // Unset, not empty, in a step without GPUs (as Slurm's).
         if !gpus.is_empty() {
             set("SLURM_STEP_GPUS", join(&gpus));
@@ -365,6 +378,11 @@ mod tests {
         assert_eq!(get(&env, "SLURM_JOB_ACCOUNT"), "ml");
         assert_eq!(get(&env, "SLURM_LAUNCH_NODE_IPADDR"), "127.0.0.1");
         assert_eq!(get(&env, "SLURM_STEP_ID"), "0");
+        // As a Slurm 22.05 step's.
+        assert_eq!(get(&env, "SLURM_DISTRIBUTION"), "block");
+        assert_eq!(get(&env, "SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0"), "4(x2),2");
+        assert_eq!(get(&env, "SLURM_TOPOLOGY_ADDR_PATTERN"), "node");
+        assert_eq!(get(&env, "SLURM_NODE_ALIASES"), "(null)");
         assert!(!env.iter().any(|(k, _)| k == "SLURM_NTASKS_PER_NODE"));
         assert!(
             !env.iter().any(|(k, _)| k == "SLURM_CPUS_PER_TASK"),
@@ -386,7 +404,11 @@ mod tests {
         assert_eq!(get(&env, "SLURM_TASKS_PER_NODE"), "2(x2),1");
         assert_eq!(get(&env, "SLURM_NTASKS_PER_NODE"), "2");
         assert_eq!(get(&env, "SLURM_GTIDS"), "0");
+        assert_eq!(get(&env, "SLURM_TOPOLOGY_ADDR_PATTERN"), "node");
+        assert_eq!(get(&env, "SLURM_NODE_ALIASES"), "(null)");
         for absent in [
+            "SLURM_DISTRIBUTION",
+            "SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0",
             "SLURM_STEP_ID",
             "SLURM_STEP_NODELIST",
             "SLURM_LAUNCH_NODE_IPADDR",

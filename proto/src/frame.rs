@@ -12,7 +12,7 @@ use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The version every frame carries. Bump it when a message changes shape.
-pub const PROTOCOL_VERSION: u16 = 30;
+pub const PROTOCOL_VERSION: u16 = 31;
 
 /// The largest frame accepted (a batch script travels in one).
 pub const MAX_FRAME: u32 = 8 << 20;

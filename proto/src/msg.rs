@@ -574,6 +574,9 @@ pub struct JobSpec {
     pub mail_user: Option<String>,
     /// `--array`.
     pub array: Option<ArraySpec>,
+    /// `--wckey`: recorded (squeue `%w`, sacct WCKey); Corral keeps no
+    /// accounting by it, as a Slurm without `TrackWCKey`.
+    pub wckey: Option<String>,
 }
 
 /// `--array`: the task indices, ascending, as runs, and `%N`.
@@ -1128,6 +1131,8 @@ pub struct AcctJob {
     pub usage: Option<JobUsage>,
     pub work_dir: String,
     pub comment: String,
+    /// `--wckey` (empty: none).
+    pub wckey: String,
     pub steps: Vec<AcctStep>,
     /// A task of an array: the array's id and the task's index (sacct's
     /// `123_7`).
@@ -1880,6 +1885,7 @@ static NO_ASK: JobAsk = JobAsk {
     nodes: None,
     submit_host: None,
     sched_nodes: Vec::new(),
+    wckey: None,
 };
 
 impl<S> JobView<S> {
@@ -1934,6 +1940,8 @@ pub struct JobAsk {
     /// Where a pending job's reservation would start it (squeue's
     /// SCHEDNODES, scontrol's `SchedNodeList`).
     pub sched_nodes: Vec<String>,
+    /// `--wckey` (squeue's `%w`).
+    pub wckey: Option<String>,
 }
 
 /// What `scontrol update JobId=…` changes; `None` leaves a field as it is.
@@ -1948,8 +1956,10 @@ pub struct JobChanges {
     pub name: Option<String>,
     pub comment: Option<String>,
     pub partition: Option<String>,
-    /// `NumNodes=`.
+    /// `NumNodes=` (the fewest), and its most when it named one
+    /// (`NumNodes=2-4`).
     pub nodes: Option<u32>,
+    pub nodes_max: Option<u32>,
     /// `Dependency=` (empty: none), joined by `?` when the flag is set.
     pub dependency: Option<(Vec<Dep>, bool)>,
     /// `StartTime=` (`--begin`; `Some(None)`: now).
@@ -2145,6 +2155,7 @@ mod listing_tests {
                 nodes: Some(2),
                 submit_host: Some("login".into()),
                 sched_nodes: vec!["worker-2".into()],
+                wckey: Some("submitit".into()),
             })),
             steps: vec![StepView {
                 id: StepId(1),

@@ -51,6 +51,11 @@ fn rec(id: u64, run: u32, uid: u32, state: JobState, end: Option<u64>) -> AcctJo
         }),
         work_dir: "/home/u/ünïcode dir".into(),
         comment: String::new(),
+        wckey: if id % 2 == 0 {
+            "submitit".into()
+        } else {
+            String::new()
+        },
         steps: match end {
             Some(e) => vec![
                 AcctStep {
@@ -511,6 +516,7 @@ fn sbatch_options_scripts_rely_on() {
         "sweep 3",
         "--mail-type=end,FAIL",
         "--mail-user=ada@example.com",
+        "--wckey=submitit",
         "-A",
         "ml",
         "--wrap",
@@ -523,8 +529,8 @@ fn sbatch_options_scripts_rely_on() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{out}"));
     assert_eq!(
-        sacct(&env, &[id], "JobID,State,ExitCode,Comment,Account")[0],
-        format!("{id}|FAILED|3:0|sweep 3|ml")
+        sacct(&env, &[id], "JobID,State,ExitCode,Comment,Account,WCKey")[0],
+        format!("{id}|FAILED|3:0|sweep 3|ml|submitit")
     );
     let squeued = env.ok(&[
         "squeue",
@@ -534,9 +540,9 @@ fn sbatch_options_scripts_rely_on() {
         "-j",
         &id.to_string(),
         "-o",
-        "%k",
+        "%k|%w",
     ]);
-    assert_eq!(squeued.trim(), "sweep 3");
+    assert_eq!(squeued.trim(), "sweep 3|submitit");
     let (code, _, err) = run(&["-W", "--wrap", "kill -9 $$"]);
     assert_eq!(code, 1, "{err}");
     let (code, _, err) = run(&["--mail-type=SOMETIMES", "--wrap", "true"]);

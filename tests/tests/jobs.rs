@@ -577,11 +577,42 @@ fn srun_takes_the_options_training_scripts_use() {
         "-c",
         "if [ $SLURM_PROCID = 1 ]; then exit 3; fi; exec sleep 60",
     ]);
-    assert_eq!(code, 3, "{err}");
+    // As Slurm 22.05's: the other task gets SIGTERM, which ends it, and
+    // srun's exit is the worst (143), the task said "Terminated".
+    assert_eq!(code, 143, "{err}");
     assert!(err.contains("--kill-on-bad-exit"), "{err}");
+    assert!(err.contains("task 0: Terminated"), "{err}");
     assert!(
         t0.elapsed() < std::time::Duration::from_secs(30),
         "not waited for the sleep"
+    );
+    // Its TERM trap runs...
+    let (code, out, err) = env.run(&[
+        "srun",
+        "-n2",
+        "-K",
+        "sh",
+        "-c",
+        "if [ $SLURM_PROCID = 1 ]; then sleep 0.5; exit 3; fi; \
+         trap 'echo trapped; exit 7' TERM; sleep 60 & wait",
+    ]);
+    assert_eq!((code, out.as_str()), (7, "trapped\n"), "{err}");
+    // ...and a task that ignores it is killed KillWait (1 s here) later.
+    let t0 = std::time::Instant::now();
+    let (code, _, err) = env.run(&[
+        "srun",
+        "-n2",
+        "-K",
+        "sh",
+        "-c",
+        "if [ $SLURM_PROCID = 1 ]; then sleep 0.5; exit 3; fi; \
+         trap '' TERM; while :; do sleep 0.1; done",
+    ]);
+    assert_eq!(code, 137, "{err}");
+    assert!(err.contains("task 0: Killed"), "{err}");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(20),
+        "killed, not left to run"
     );
     let job = env.sbatch(&["-o", "/dev/null"], "#!/bin/sh\nsleep 60\n");
     env.wait_state(job, &["RUNNING"], 20);

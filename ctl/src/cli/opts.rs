@@ -130,10 +130,13 @@ pub struct JobOpts {
     #[arg(long = "mail-user")]
     pub mail_user: Option<String>,
     /// A workload characterization key (Slurm's WCKey; submitit gives
-    /// `--wckey=submitit`): accepted, with no effect here, since Corral
-    /// keeps no WCKey accounting.
+    /// `--wckey=submitit`): recorded (squeue `%w`, sacct WCKey); nothing
+    /// is accounted by it, as in a Slurm without TrackWCKey.
     #[arg(long)]
     pub wckey: Option<String>,
+    /// Say nothing but errors (sbatch: not even the job id).
+    #[arg(short = 'Q', long)]
+    pub quiet: bool,
 }
 
 /// Parses `-C`: features joined by `&` or `,` (all of them) or by `|`
@@ -808,6 +811,7 @@ impl JobOpts {
             comment: self.comment.clone(),
             mail_type: self.mail_type.as_deref().map(parse_mail_type).transpose()?,
             mail_user: self.mail_user.clone(),
+            wckey: self.wckey.clone(),
             nice: self.nice.unwrap_or(0),
             work_dir: String::new(),
             env: self.job_env()?,

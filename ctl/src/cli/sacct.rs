@@ -122,6 +122,8 @@ const FIELDS: &[(&str, i32)] = &[
     ("TotalCPU", 10),
     ("UID", 6),
     ("User", 9),
+    ("WCKey", 10),
+    ("WCKeyID", 10),
     ("WorkDir", 20),
 ];
 
@@ -411,6 +413,10 @@ fn job_value(j: &AcctJob, field: &str, now: u64) -> String {
         "TotalCPU" => j.usage.map_or(cpu_time(0), |u| cpu_time(u.cpu_ms)),
         "Reason" => words::job_reason(j.reason).to_string(),
         "Comment" => j.comment.clone(),
+        // Recorded, though no wckey is tracked: Slurm 22.05 without
+        // TrackWCKey shows the job's, and id 0 (a step shows neither).
+        "WCKey" => j.wckey.clone(),
+        "WCKeyID" => "0".into(),
         "WorkDir" => j.work_dir.clone(),
         "Restarts" => j.run.to_string(),
         _ => String::new(),
@@ -670,6 +676,7 @@ mod tests {
             }),
             work_dir: "/home/ml".into(),
             comment: String::new(),
+            wckey: String::new(),
             steps: vec![
                 AcctStep {
                     step: StepId(0),

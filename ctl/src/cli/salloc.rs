@@ -133,7 +133,7 @@ pub fn main(args: &[OsString]) -> i32 {
             Ok(other) => return fail(CMD, format!("unexpected answer {other:?}")),
             Err(e) => return fail(CMD, format!("Job submit/allocate failed: {e}")),
         };
-        eprintln!("{CMD}: Pending job allocation {job}");
+        let quiet = a.job.quiet;
         // Ctrl-C while waiting gives the allocation up; once granted, it
         // is the command's (salloc only outlives it).
         let interrupted = tokio::signal::ctrl_c();
@@ -150,8 +150,13 @@ pub fn main(args: &[OsString]) -> i32 {
                 Ok(None) => return fail(CMD, format!("Job allocation {job} has been revoked.")),
                 Err(e) => return fail(CMD, e),
             }
-            if !said_waiting && pause >= Duration::from_millis(400) {
-                eprintln!("{CMD}: job {job} queued and waiting for resources");
+            // As Slurm's: a job granted at once says only that; one that
+            // waits says so (the poll's first 150 ms count as at once).
+            if !said_waiting && pause >= Duration::from_millis(200) {
+                if !quiet {
+                    eprintln!("{CMD}: Pending job allocation {job}");
+                    eprintln!("{CMD}: job {job} queued and waiting for resources");
+                }
                 said_waiting = true;
             }
             tokio::select! {
@@ -163,7 +168,12 @@ pub fn main(args: &[OsString]) -> i32 {
             }
             pause = (pause * 2).min(Duration::from_secs(1));
         };
-        eprintln!("{CMD}: Granted job allocation {job}");
+        if !quiet {
+            if said_waiting {
+                eprintln!("{CMD}: job {job} has been allocated resources");
+            }
+            eprintln!("{CMD}: Granted job allocation {job}");
+        }
         // Alive every 5 s: a salloc that is killed (or whose host goes)
         // stops saying so, and the controller ends the allocation.
         let alive = tokio::spawn(async move {
@@ -206,7 +216,9 @@ pub fn main(args: &[OsString]) -> i32 {
             }
         };
         alive.abort();
-        eprintln!("{CMD}: Relinquishing job allocation {job}");
+        if !quiet {
+            eprintln!("{CMD}: Relinquishing job allocation {job}");
+        }
         end(job, exit).await;
         code
     })

@@ -268,7 +268,9 @@ pub fn main(args: &[OsString]) -> i32 {
         }
         match c.ok(Request::Submit(spec)).await {
             Ok(Response::Submitted { job }) => {
-                let said = if a.parsable {
+                let said = if a.job.quiet {
+                    0
+                } else if a.parsable {
                     super::emit(CMD, &format!("{job}\n"))
                 } else {
                     super::emit(CMD, &format!("Submitted batch job {job}\n"))

@@ -469,13 +469,20 @@ fn job_update(args: &[String], now: u64) -> Result<Action, String> {
             "comment" => ch.comment = Some(v.to_string()),
             "partition" => ch.partition = Some(v.to_string()),
             "numnodes" | "reqnodes" => {
-                let min = v.split('-').next().unwrap_or(v);
-                ch.nodes = Some(
-                    min.parse::<u32>()
+                let count = |t: &str| {
+                    t.parse::<u32>()
                         .ok()
                         .filter(|&n| n > 0)
-                        .ok_or_else(|| format!("Invalid node count: {v}"))?,
-                );
+                        .ok_or_else(|| format!("Invalid node count: {v}"))
+                };
+                let (min, max) = match v.split_once('-') {
+                    Some((a, b)) => (count(a)?, Some(count(b)?)),
+                    None => (count(v)?, None),
+                };
+                if max.is_some_and(|m| m < min) {
+                    return Err(format!("Invalid node count: {v}"));
+                }
+                (ch.nodes, ch.nodes_max) = (Some(min), max);
             }
             "dependency" => {
                 ch.dependency = Some(if v.is_empty() || v.eq_ignore_ascii_case("none") {

@@ -413,6 +413,7 @@ fn basic(f: F) -> bool {
         f,
         F::Account
             | F::Qos
+            | F::Wckey
             | F::Dependency
             | F::ReqNodes
             | F::ExcNodes
@@ -475,7 +476,6 @@ pub fn bare(f: F) -> bool {
             | F::RestartCnt
             | F::Licenses
             | F::Reservation
-            | F::Wckey
             | F::Contiguous
             | F::MinTmpDisk
             | F::Sockets
@@ -822,7 +822,8 @@ fn value<S: Text>(j: &JobView<S>, f: F, now: u64) -> String {
         F::SchedNodes if !j.ask().sched_nodes.is_empty() => {
             hostlist::compress_sorted(&j.ask().sched_nodes)
         }
-        F::Licenses | F::Reservation | F::Wckey | F::SchedNodes => "(null)".into(),
+        F::Wckey => or_null(&j.ask().wckey),
+        F::Licenses | F::Reservation | F::SchedNodes => "(null)".into(),
         F::Features => or_null(&j.ask().features),
         F::Contiguous | F::MinTmpDisk => "0".into(),
         F::Sockets | F::Cores | F::Threads => "*".into(),
@@ -879,7 +880,8 @@ fn value_into<S: Text>(buf: &mut String, j: &JobView<S>, f: F, now: u64) {
         F::OverSubscribe if ask.exclusive => "NO",
         F::OverSubscribe => "OK",
         F::SchedNodes if ask.sched_nodes.is_empty() => "(null)",
-        F::Licenses | F::Reservation | F::Wckey => "(null)",
+        F::Wckey => null(&ask.wckey),
+        F::Licenses | F::Reservation => "(null)",
         F::Contiguous | F::MinTmpDisk => "0",
         F::Sockets | F::Cores | F::Threads => "*",
         F::Sct => "*:*:*",

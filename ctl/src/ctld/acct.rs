@@ -241,6 +241,7 @@ impl JobRecord {
             usage: self.used,
             work_dir: spec.work_dir.clone(),
             comment: spec.comment.clone().unwrap_or_default(),
+            wckey: spec.wckey.clone().unwrap_or_default(),
             steps,
             array: self
                 .array

@@ -116,12 +116,16 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             "CREATE INDEX IF NOT EXISTS acct_jobs_array ON acct_jobs (cluster, array_job)",
         ],
     ),
+    (
+        3,
+        &["ALTER TABLE acct_jobs ADD COLUMN wckey TEXT NOT NULL DEFAULT ''"],
+    ),
 ];
 
 const JOB_COLUMNS: &str = "job_id, run, name, uid, gid, account, partition_name, nodelist, \
     alloc_nodes, alloc_cpus, alloc_mem_mb, alloc_gpus, req_nodes, req_cpus, req_mem_mb, req_gpus, \
     submit_time, eligible_time, start_time, end_time, time_limit, state, reason, exit_code, \
-    exit_signal, cancelled_by, cpu_ms, max_rss_kb, work_dir, comment, array_job, array_task";
+    exit_signal, cancelled_by, cpu_ms, max_rss_kb, work_dir, comment, array_job, array_task, wckey";
 
 const STEP_COLUMNS: &str = "job_id, run, step_id, name, nodelist, nodes, tasks, cpus, \
     start_time, end_time, state, exit_code, exit_signal";
@@ -338,7 +342,7 @@ impl AcctDb {
         let mut ins_job = self.sql(&format!(
             "INSERT INTO acct_jobs (cluster, {JOB_COLUMNS}) VALUES ("
         ));
-        ins_job.args(33).push(")");
+        ins_job.args(34).push(")");
         let mut ins_step = self.sql(&format!(
             "INSERT INTO acct_steps (cluster, {STEP_COLUMNS}) VALUES ("
         ));
@@ -387,6 +391,7 @@ impl AcctDb {
                 .bind(j.comment.as_str())
                 .bind(j.array.map(|(a, _)| int(a.0)))
                 .bind(j.array.map(|(_, t)| i64::from(t)))
+                .bind(j.wckey.as_str())
                 .execute(&mut *tx)
                 .await?;
             for s in &j.steps {
@@ -614,6 +619,7 @@ fn job_row(r: &AnyRow) -> Result<AcctJob, sqlx::Error> {
         },
         work_dir: text(r, "work_dir")?,
         comment: text(r, "comment")?,
+        wckey: text(r, "wckey")?,
         steps: Vec::new(),
         array: match (opt("array_job")?, opt("array_task")?) {
             (Some(a), Some(t)) => Some((JobId(a), u32::try_from(t).unwrap_or(u32::MAX))),

@@ -57,6 +57,7 @@ pub(super) fn spec_bytes(spec: &JobSpec) -> u64 {
             &spec.account,
             &spec.mail_type,
             &spec.mail_user,
+            &spec.wckey,
             &spec.submit_dir,
             &spec.submit_host,
             &spec.script_path,
@@ -105,6 +106,7 @@ impl Controller {
             ("submit host", &spec.submit_host, max_text),
             ("mail type", &spec.mail_type, max_text),
             ("mail user", &spec.mail_user, max_text),
+            ("wckey", &spec.wckey, max_text),
             ("script path", &spec.script_path, max_path),
         ] {
             if let Some(t) = t {

@@ -37,6 +37,10 @@ pub enum CtldError {
     /// `scontrol update` of a job that no longer waits.
     #[error("Job is no longer pending execution for job {0}")]
     NoLongerPending(JobId),
+    /// `scontrol update NumNodes=` above the most nodes the job asked for
+    /// (its `-N`), as Slurm refuses it.
+    #[error("Node count specification invalid for job {0}")]
+    NodeCountInvalid(JobId),
     /// `scontrol update` that only an operator may make (a longer time
     /// limit, a negative nice).
     #[error("Access/permission denied for job {0}: {1}")]

@@ -902,6 +902,15 @@ impl Controller {
             spec.partition = Some(p.clone());
         }
         if let Some(n) = ch.nodes {
+            // Slurm 22.05: a job given -N may not grow past it (its most
+            // nodes) unless the update names a larger most; one given
+            // none grows, its tasks with it.
+            if ch.nodes_max.or(spec.nodes).is_some_and(|most| n > most) {
+                return Err(CtldError::NodeCountInvalid(id));
+            }
+            if spec.nodes.is_none() && spec.ntasks_per_node.is_none() {
+                spec.ntasks = spec.ntasks.map(|t| t.max(n));
+            }
             spec.nodes = Some(n);
         }
         if let Some((deps, any)) = &ch.dependency {

@@ -112,6 +112,35 @@ impl StepPlan<'_> {
     }
 }
 
+/// `ntasks` over nodes holding `caps` tasks each, as Slurm's block
+/// distribution places them (see [`JobRecord::step_layout`]); one entry
+/// a node, each at least one when there are as many tasks as nodes.
+fn block_layout(ntasks: u32, caps: &[u32]) -> Vec<u32> {
+    let mut tasks = vec![0u32; caps.len()];
+    if caps.is_empty() {
+        return tasks;
+    }
+    let mut left = ntasks;
+    for t in tasks.iter_mut() {
+        if left == 0 {
+            break;
+        }
+        *t = 1;
+        left -= 1;
+    }
+    for (t, &cap) in tasks.iter_mut().zip(caps) {
+        let more = cap.saturating_sub(*t).min(left);
+        *t += more;
+        left -= more;
+    }
+    let n = caps.len() as u32;
+    let (base, extra) = (left / n, left % n);
+    for (i, t) in tasks.iter_mut().enumerate() {
+        *t += base + u32::from((i as u32) < extra);
+    }
+    tasks
+}
+
 /// A later step (srun inside an allocation) of the current run that
 /// has not ended on all its nodes: what builds its launches again.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -227,13 +256,13 @@ impl JobRecord {
         // A step's own `-c`, else one: Slurm 22.05's srun no longer takes
         // the job's `SLURM_CPUS_PER_TASK`.
         let per_task = s.cpus_per_task.unwrap_or(1).max(1);
-        let (base, extra) = (ntasks / nodes, ntasks % nodes);
+        let layout = self.step_layout(on, ntasks);
+        debug_assert_eq!(layout.len(), nodes as usize);
         let first_holds_all = self.spec.kind() == super::packed::Kind::Interactive;
         let mut out = Vec::with_capacity(on.len());
-        for (i, &k) in on.iter().enumerate() {
+        for (&k, &tasks) in on.iter().zip(&layout) {
             let (node, a) = &self.alloc[k];
             let here = a.cpus.len() as u32;
-            let tasks = base + u32::from((i as u32) < extra);
             let want = if s.exact {
                 tasks.saturating_mul(per_task)
             } else {
@@ -270,6 +299,22 @@ impl JobRecord {
         Ok(out)
     }
 
+    /// How many of a step's `ntasks` each of its nodes (`on`) runs, by
+    /// Slurm's block distribution over the job's own layout: one task on
+    /// each node, then each node in turn filled up to the tasks the job
+    /// has there, then (a step asking more tasks than the job has) one
+    /// more on each node in turn. So a step of the whole job runs as the
+    /// job's tasks lie (3 + 1 stays 3 + 1), and one of fewer tasks packs
+    /// the first nodes (checked on Slurm 22.05: 3 tasks over a 4 + 2 job
+    /// run 2 + 1, 5 over a 2 + 2 job 3 + 2).
+    fn step_layout(&self, on: &[usize], ntasks: u32) -> Vec<u32> {
+        let caps: Vec<u32> = on
+            .iter()
+            .map(|&k| self.alloc.get(k).map_or(1, |(_, a)| a.tasks.max(1)))
+            .collect();
+        block_layout(ntasks, &caps)
+    }
+
     /// A later step's launches.
     fn step_plan<'a>(&'a self, s: &'a OpenStep) -> StepPlan<'a> {
         let mut env = self.spec().env;
@@ -278,8 +323,6 @@ impl JobRecord {
             env.retain(|(key, _)| key != k);
             env.push((k.clone(), v.clone()));
         }
-        // Tasks spread evenly, the first nodes taking one more.
-        let (base, extra) = (s.ntasks / s.nodes, s.ntasks % s.nodes);
         StepPlan {
             job: self,
             step: s.step,
@@ -288,7 +331,7 @@ impl JobRecord {
             ntasks: s.ntasks,
             step_nodes: s.nodes,
             on: s.on.clone(),
-            tasks: (0..s.nodes).map(|i| base + u32::from(i < extra)).collect(),
+            tasks: self.step_layout(&s.on, s.ntasks),
             what: LaunchKind::Step {
                 argv: s.argv.clone(),
                 io: s.io,
@@ -559,5 +602,26 @@ impl Controller {
             self.outbox.push((node, CtldMsg::Launch(l)));
         }
         Ok((s.job, step))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::block_layout;
+
+    #[test]
+    fn steps_lie_as_slurms_block_distribution() {
+        // The layouts a Slurm 22.05 gave steps (4-CPU nodes): a step of
+        // the whole job follows the job's tasks, fewer tasks pack the
+        // first nodes, more go round once each node is full.
+        assert_eq!(block_layout(4, &[3, 1]), [3, 1]);
+        assert_eq!(block_layout(5, &[4, 1]), [4, 1]);
+        assert_eq!(block_layout(6, &[4, 2]), [4, 2]);
+        assert_eq!(block_layout(3, &[4, 2]), [2, 1]);
+        assert_eq!(block_layout(4, &[2, 2]), [2, 2]);
+        assert_eq!(block_layout(5, &[2, 2]), [3, 2]);
+        assert_eq!(block_layout(1, &[2, 2]), [1, 0]);
+        assert_eq!(block_layout(9, &[1, 1, 1]), [3, 3, 3]);
+        assert!(block_layout(3, &[]).is_empty());
     }
 }

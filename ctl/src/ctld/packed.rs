@@ -193,6 +193,8 @@ pub(super) struct SpecRef<'a> {
     #[serde(borrow)]
     pub mail_user: Option<&'a str>,
     pub array: Option<ArraySpec>,
+    #[serde(borrow)]
+    pub wckey: Option<&'a str>,
 }
 
 /// The first fields of a [`JobSpec`], in its order: bincode reads by
@@ -416,6 +418,7 @@ mod tests {
                 comment: Some("c".into()),
                 mail_type: Some("END".into()),
                 mail_user: Some("ada@example.org".into()),
+                wckey: Some("submitit".into()),
                 array: Some(ArraySpec {
                     runs: vec![IndexRun {
                         first: 1,
@@ -522,6 +525,7 @@ mod tests {
                 )
             );
             assert_eq!(r.array, s.array);
+            assert_eq!(r.wckey, s.wckey.as_deref());
             // And it read them all: nothing was left over.
             let (_, used): (SpecRef<'_>, usize) =
                 bincode::serde::borrow_decode_from_slice(&p.bytes, config()).expect("decode");

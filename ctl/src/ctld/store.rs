@@ -70,8 +70,8 @@ const ACCT: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("acct");
 /// srun's files for its tasks. 19: accounting records name a task's
 /// array. 22: the journal beside the database (`journal_seq`); a store
 /// of 21 is taken as it is and marked 22, so that an older controller,
-/// which would not read the journal, refuses it.
-const LAYOUT: u64 = 22;
+/// which would not read the journal, refuses it. 23: `--wckey`.
+const LAYOUT: u64 = 23;
 
 /// The bulky part of a job: its batch script and environment. Read when
 /// the job (or a step of it) is launched.

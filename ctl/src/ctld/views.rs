@@ -146,7 +146,15 @@ impl Controller {
         let num_tasks = if running {
             j.alloc.iter().map(|(_, a)| a.tasks).sum()
         } else {
-            spec.ntasks.unwrap_or(spec.nodes.unwrap_or(1))
+            // As the core shapes it: -n, else the nodes times
+            // --ntasks-per-node, else one a node.
+            let nodes = spec.nodes.unwrap_or(1);
+            match (spec.ntasks, spec.ntasks_per_node) {
+                (Some(t), Some(tpn)) => nodes.max(t.div_ceil(tpn.max(1))).saturating_mul(tpn),
+                (Some(t), None) => t,
+                (None, Some(tpn)) => nodes.saturating_mul(tpn),
+                (None, None) => nodes,
+            }
         };
         v.num_tasks = num_tasks;
         v.cpus_per_task = cpus_per_task;
@@ -442,6 +450,7 @@ fn ask(j: &JobRecord, spec: &SpecRef<'_>, reason: JobReason) -> JobAsk {
         nodes: spec.nodes,
         submit_host: spec.submit_host.map(str::to_string),
         sched_nodes: Vec::new(),
+        wckey: spec.wckey.map(str::to_string),
     }
 }
 

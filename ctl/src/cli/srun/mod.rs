@@ -413,7 +413,7 @@ async fn agent_link(s: Arc<Session>, conn: quinn::Connection) {
                 }
                 if !exit.success() {
                     s.progress.lock().failures.push(match exit.signal {
-                        Some(sig) => format!("{node}: task {task}: Killed by signal {sig}"),
+                        Some(sig) => format!("{node}: task {task}: {}", signal_words(sig)),
                         None => format!("{node}: task {task}: Exited with exit code {}", exit.code),
                     });
                 }
@@ -494,6 +494,48 @@ async fn node_address(c: &mut Client) -> IpAddr {
             loopback
         }
     }
+}
+
+/// The cluster's KillWait (`scontrol show config`), for `-K`; Slurm's
+/// default, 30 s, when the controller does not say.
+async fn kill_wait() -> Duration {
+    let said = match Client::connect().await {
+        Ok(mut c) => match c.ok(Request::Config).await {
+            Ok(Response::Config(kv)) => kv
+                .into_iter()
+                .find(|(k, _)| k == "KillWait")
+                .and_then(|(_, v)| v.trim_end_matches(" sec").parse::<u64>().ok()),
+            _ => None,
+        },
+        Err(_) => None,
+    };
+    Duration::from_secs(said.unwrap_or(30))
+}
+
+/// How srun reports a task a signal ended: the signal's description, as
+/// Slurm's srun prints it (strsignal's words: "Terminated", "Killed").
+fn signal_words(sig: i32) -> String {
+    let known = match sig {
+        1 => "Hangup",
+        2 => "Interrupt",
+        3 => "Quit",
+        4 => "Illegal instruction",
+        5 => "Trace/breakpoint trap",
+        6 => "Aborted",
+        7 => "Bus error",
+        8 => "Floating point exception",
+        9 => "Killed",
+        10 => "User defined signal 1",
+        11 => "Segmentation fault",
+        12 => "User defined signal 2",
+        13 => "Broken pipe",
+        14 => "Alarm clock",
+        15 => "Terminated",
+        24 => "CPU time limit exceeded",
+        25 => "File size limit exceeded",
+        _ => return format!("Unknown signal {sig}"),
+    };
+    known.to_string()
 }
 
 async fn cancel(job: JobId) {
@@ -616,14 +658,14 @@ async fn run(a: SrunArgs) -> i32 {
         loop {
             match client.ok(Request::SubmitStep(spec.clone())).await {
                 Ok(Response::StepCreated { job, step }) => {
-                    if said {
+                    if said && !a.job.quiet {
                         eprintln!("{CMD}: Step created for job {job}");
                     }
                     name = std::env::var("SLURM_JOB_NAME").unwrap_or_default();
                     break (job, Some(step));
                 }
                 Ok(Response::Busy(why)) => {
-                    if !said {
+                    if !said && !a.job.quiet {
                         eprintln!(
                             "{CMD}: Job {job} step creation temporarily disabled, retrying ({why})"
                         );
@@ -761,8 +803,13 @@ async fn run(a: SrunArgs) -> i32 {
             }
         });
     }
+    let kill_on_bad_exit = a.kill_on_bad_exit.is_some_and(|k| k != 0);
+    let kill_wait = match kill_on_bad_exit {
+        true => kill_wait().await,
+        false => Duration::ZERO,
+    };
     let mut watcher = Watcher::new(job, step_mode, addr, Instant::now())
-        .kill_on_bad_exit(a.kill_on_bad_exit.is_some_and(|k| k != 0));
+        .kill_on_bad_exit(kill_on_bad_exit, kill_wait);
     let mut status = StatusLink::default();
     let mut poll = tokio::time::interval(Duration::from_millis(500));
     poll.tick().await;
@@ -780,6 +827,8 @@ async fn run(a: SrunArgs) -> i32 {
         };
         for action in watcher.handle(event) {
             match action {
+                // -Q: errors only.
+                Action::Say(line) if a.job.quiet && !line.contains("error:") => {}
                 Action::Say(line) => eprintln!("{line}"),
                 Action::SignalAll(sig) => {
                     for l in &s.progress.lock().links {

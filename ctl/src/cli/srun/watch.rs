@@ -88,6 +88,11 @@ pub struct Watcher {
     /// `-K`: a task's non-zero exit ends the step; the first such exit.
     kill_on_bad_exit: bool,
     bad_exit: Option<ExitStatus>,
+    /// `-K`: the others got SIGTERM; SIGKILL follows `kill_wait` (the
+    /// cluster's KillWait) after, at `kill_at`, once.
+    kill_wait: Duration,
+    kill_at: Option<Instant>,
+    killed: bool,
 }
 
 impl Watcher {
@@ -108,13 +113,19 @@ impl Watcher {
             ended_unreached: None,
             kill_on_bad_exit: false,
             bad_exit: None,
+            kill_wait: Duration::ZERO,
+            kill_at: None,
+            killed: false,
         }
     }
 
     /// `-K/--kill-on-bad-exit`: the first task to exit non-zero ends the
-    /// step's other tasks, and its exit is srun's.
-    pub fn kill_on_bad_exit(mut self, on: bool) -> Self {
+    /// step's other tasks as Slurm's srun does: SIGTERM (their traps run),
+    /// then SIGKILL `kill_wait` later to those still running. srun's exit
+    /// is then the worst of all (143 for a task the TERM ended).
+    pub fn kill_on_bad_exit(mut self, on: bool, kill_wait: Duration) -> Self {
         self.kill_on_bad_exit = on;
+        self.kill_wait = kill_wait;
         self
     }
 
@@ -162,7 +173,7 @@ impl Watcher {
                             "srun: error: a task of job {} exited with exit code {}: terminating the step's other tasks (--kill-on-bad-exit)",
                             self.job, exit.code
                         )));
-                        out.push(Action::SignalAll(Signal::SIGKILL));
+                        out.push(Action::SignalAll(Signal::SIGTERM));
                     }
                 }
             }
@@ -189,13 +200,23 @@ impl Watcher {
             Event::Tick { at, job } => self.tick(at, job, &mut out),
         }
         if !matches!(out.last(), Some(Action::Finish(_))) && self.done() {
-            out.push(Action::Finish(self.bad_exit.unwrap_or(self.worst).code));
+            out.push(Action::Finish(self.worst.code));
         }
         out
     }
 
     fn tick(&mut self, at: Instant, job: Option<JobState>, out: &mut Vec<Action>) {
         let id = self.job;
+        if self.bad_exit.is_some() && !self.killed && self.exited < self.ntasks {
+            match self.kill_at {
+                None => self.kill_at = Some(at + self.kill_wait),
+                Some(k) if at >= k => {
+                    out.push(Action::SignalAll(Signal::SIGKILL));
+                    self.killed = true;
+                }
+                Some(_) => {}
+            }
+        }
         if let Some(first) = self.first_hello {
             let missing = self.missing();
             if missing == 0 {
@@ -284,18 +305,36 @@ mod tests {
             .any(|a| matches!(a, Action::Say(s) if s.contains(text)))
     }
 
+    /// As Slurm 22.05's srun -K (checked on one, KillWait=5): the others
+    /// get SIGTERM, those still running SIGKILL KillWait later, and
+    /// srun's exit is the worst task's (143 for one the TERM ended, 137
+    /// for one the KILL did, 7 for one whose TERM trap exited 7).
     #[test]
-    fn kill_on_bad_exit_ends_the_others_once_and_exits_with_the_first_bad_code() {
+    fn kill_on_bad_exit_terminates_then_kills_and_exits_with_the_worst_code() {
         let t0 = Instant::now();
         let addr = ADDR.parse().expect("address");
-        let mut w = Watcher::new(JobId(7), true, addr, t0).kill_on_bad_exit(true);
+        let mut w =
+            Watcher::new(JobId(7), true, addr, t0).kill_on_bad_exit(true, Duration::from_secs(5));
         assert!(w.handle(dialed(ms(t0, 10), 1, 3)).is_empty());
         assert!(w.handle(exited(0)).is_empty());
         let a = w.handle(exited(3));
         assert!(says(&a, "exited with exit code 3"), "{a:?}");
-        assert!(a.contains(&Action::SignalAll(Signal::SIGKILL)));
-        // The killed task's 137 is not srun's code: the bad exit is.
-        assert_eq!(w.handle(exited(137)), [Action::Finish(3)]);
+        assert_eq!(a.last(), Some(&Action::SignalAll(Signal::SIGTERM)));
+        let tick = |w: &mut Watcher, at| w.handle(Event::Tick { at, job: None });
+        assert!(tick(&mut w, ms(t0, 1000)).is_empty(), "KillWait starts");
+        assert!(tick(&mut w, ms(t0, 5500)).is_empty());
+        assert_eq!(
+            tick(&mut w, ms(t0, 6000)),
+            [Action::SignalAll(Signal::SIGKILL)]
+        );
+        assert!(tick(&mut w, ms(t0, 7000)).is_empty(), "once");
+        assert_eq!(w.handle(exited(137)), [Action::Finish(137)]);
+        // A task whose TERM ended it: 143, over the first bad exit's 3.
+        let mut w =
+            Watcher::new(JobId(7), true, addr, t0).kill_on_bad_exit(true, Duration::from_secs(5));
+        w.handle(dialed(ms(t0, 10), 1, 2));
+        w.handle(exited(3));
+        assert_eq!(w.handle(exited(143)), [Action::Finish(143)]);
         // Without -K, the others run on and the worst code counts.
         let (mut w, t0) = watcher(true);
         w.handle(dialed(ms(t0, 10), 1, 2));

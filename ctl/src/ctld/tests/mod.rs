@@ -2110,6 +2110,62 @@ fn test_only_says_when_and_where_and_submits_nothing() {
     assert!(ask(&c, whole).is_err());
 }
 
+/// `scontrol update NumNodes=` as Slurm 22.05 takes it (checked on one):
+/// a job given `-N` may not grow past it, one given none grows with its
+/// tasks; and a pending job's task count is its nodes times
+/// `--ntasks-per-node`.
+#[test]
+fn scontrol_update_numnodes_keeps_to_what_the_job_asked() {
+    use corral_proto::msg::JobChanges;
+    let mut c = cluster(3);
+    let nodes = |n: u32, max: Option<u32>| JobChanges {
+        nodes: Some(n),
+        nodes_max: max,
+        ..JobChanges::default()
+    };
+    let held = |f: &dyn Fn(&mut JobSpec)| {
+        let mut s = batch("x");
+        s.hold = true;
+        f(&mut s);
+        s
+    };
+    let one = c.submit(ALICE, held(&|s| s.nodes = Some(1)), 0).unwrap();
+    let e = c.update_job(ALICE, one, &nodes(2, None)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("Node count specification invalid for job {one}")
+    );
+    assert_eq!(view(&c, one).ask().nodes, Some(1), "left as it was");
+    // Naming a larger most is taken.
+    c.update_job(ALICE, one, &nodes(2, Some(2))).unwrap();
+    assert_eq!(view(&c, one).ask().nodes, Some(2));
+    // -n2 without -N: three nodes, three tasks.
+    let two = c.submit(ALICE, held(&|s| s.ntasks = Some(2)), 0).unwrap();
+    c.update_job(ALICE, two, &nodes(3, None)).unwrap();
+    let v = view(&c, two);
+    assert_eq!((v.ask().nodes, v.num_tasks, v.num_cpus), (Some(3), 3, 3));
+    // -N2 --ntasks-per-node=3 -c1 waits as 6 tasks.
+    let six = c
+        .submit(
+            ALICE,
+            held(&|s| {
+                s.nodes = Some(2);
+                s.ntasks_per_node = Some(3);
+                s.cpus_per_task = Some(1);
+            }),
+            0,
+        )
+        .unwrap();
+    let v = view(&c, six);
+    assert_eq!((v.num_tasks, v.num_cpus), (6, 6));
+    // --wckey is kept (squeue's %w), not refused.
+    let keyed = c
+        .submit(ALICE, held(&|s| s.wckey = Some("submitit".into())), 0)
+        .unwrap();
+    assert_eq!(view(&c, keyed).ask().wckey.as_deref(), Some("submitit"));
+    assert_eq!(view(&c, six).ask().wckey, None);
+}
+
 #[test]
 fn scontrol_update_changes_a_pending_job_within_the_owners_rights() {
     use corral_proto::msg::JobChanges;
@@ -2439,8 +2495,9 @@ fn free_texts_are_bounded_at_submission() {
     ok.work_dir = format!("/{}", long(4095));
     c.submit(ALICE, ok, 0).unwrap();
     type Set = fn(&mut JobSpec, String);
-    let cases: [(&str, usize, Set); 7] = [
+    let cases: [(&str, usize, Set); 8] = [
         ("job name", 1025, |s, t| s.name = t),
+        ("wckey", 1025, |s, t| s.wckey = Some(t)),
         ("comment", 1025, |s, t| s.comment = Some(t)),
         ("partition, QOS or account name", 1025, |s, t| {
             s.account = Some(t)
