@@ -550,6 +550,7 @@ impl Agent {
             forgot_ended_before: unix_ms(forgot),
             instance: self.instance,
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
+            os: crate::os_name(),
         }
     }
 

@@ -46,9 +46,11 @@ impl Agent {
             node_index: None,
         };
         let cwd = PathBuf::from(&l.work_dir);
-        let out_path = cwd.join(expand_pattern(stdout, &vars));
+        // Relative files are opened in the directory the script starts
+        // in: its working directory, or /tmp when that cannot be entered.
+        let out_path = PathBuf::from(expand_pattern(stdout, &vars));
         let err_path = match stderr {
-            Some(p) => cwd.join(expand_pattern(p, &vars)),
+            Some(p) => PathBuf::from(expand_pattern(p, &vars)),
             None => out_path.clone(),
         };
         // Per run: an older run ending late removes only its own script.

@@ -318,6 +318,7 @@ impl SimNode {
             forgot_ended_before: crate::agent::unix_ms(forgot),
             instance: self.instance,
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
+            os: crate::os_name(),
         }
     }
 

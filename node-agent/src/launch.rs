@@ -388,7 +388,8 @@ fn stage_error(
 ) -> LaunchError {
     let raw = e.raw_os_error().unwrap_or(0);
     let errno = std::io::Error::from_raw_os_error(raw & 0xffff);
-    let output = |i: i32| outputs.get(i as usize).cloned().unwrap_or_default().0;
+    // A relative file is opened in the task's directory: named with it.
+    let output = |i: i32| cwd.join(outputs.get(i as usize).cloned().unwrap_or_default().0);
     let is_input = |i: i32| outputs.get(i as usize).is_some_and(|(_, input)| *input);
     match (raw >> stage::SHIFT) & 0xff {
         stage::JAIL => {
@@ -628,7 +629,15 @@ impl ChildSetup {
         if let Some(m) = self.umask {
             nix::sys::stat::umask(Mode::from_bits_truncate(m));
         }
-        chdir(self.cwd.as_c_str()).map_err(|e| fail(stage::CHDIR, e))?;
+        // A directory the user cannot enter (missing on this node or in
+        // the jail, or closed to them): the task runs in /tmp and its
+        // standard error says so, as Slurm's slurmstepd does. Tried as
+        // the user, so a closed directory stays closed.
+        let mut moved = None;
+        if let Err(e) = chdir(self.cwd.as_c_str()) {
+            chdir(c"/tmp").map_err(|_| fail(stage::CHDIR, e))?;
+            moved = Some(e);
+        }
         if let Some(groups) = &self.groups {
             let dir = nix::sys::stat::stat(c".").map_err(|e| fail(stage::CHDIR, e))?;
             if foreign((dir.st_uid, dir.st_gid, dir.st_mode), user, groups) {
@@ -665,6 +674,23 @@ impl ChildSetup {
                 dup2(fd, target).map_err(|e| fail(stage::OUTPUT + i, e))?;
             }
             close(fd).map_err(|e| fail(stage::OUTPUT + i, e))?;
+        }
+        if let Some(e) = moved {
+            let cwd = self.cwd.as_bytes();
+            for part in [
+                &b"corral-agent: error: couldn't chdir to `"[..],
+                cwd,
+                b"': ",
+                e.desc().as_bytes(),
+                b": going to /tmp instead\n",
+            ] {
+                // SAFETY: a write of bytes prepared before the clone (or
+                // static) to descriptor 2; async-signal-safe. A lost
+                // note does not stop the task.
+                unsafe {
+                    nix::libc::write(2, part.as_ptr().cast(), part.len());
+                }
+            }
         }
         // A task starts with default signal handling, whatever the agent
         // inherited (an agent started from a background shell has SIGINT
@@ -1099,19 +1125,25 @@ pub(crate) mod tests {
         ));
     }
 
+    /// As Slurm's: a working directory missing on the node runs the task
+    /// in /tmp, and says so on its standard error; relative output files
+    /// land there too.
     #[test]
-    fn a_missing_directory_fails_at_chdir() {
+    fn a_missing_directory_runs_the_task_in_tmp_and_says_so() {
         let tmp = tempfile::tempdir().unwrap();
         let gone = tmp.path().join("gone");
-        let err = spawn_within(task(&["true"], &gone, Io::Null), 10).unwrap_err();
-        assert!(
-            matches!(err, LaunchError::Chdir { ref dir, .. } if *dir == gone),
-            "{err:?}"
-        );
-        let text = corral_proto::error_chain(&err);
-        assert!(
-            text.starts_with("chdir ") && text.contains("No such file"),
-            "{text}"
+        let (out, err) = (tmp.path().join("out"), tmp.path().join("err"));
+        let mut spec = task(&["sh", "-c", "pwd"], &gone, Io::Path(out.clone()));
+        spec.stderr = Io::Path(err.clone());
+        let st = spawn_within(spec, 10).expect("runs");
+        assert!(st.success());
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "/tmp\n");
+        assert_eq!(
+            std::fs::read_to_string(&err).unwrap(),
+            format!(
+                "corral-agent: error: couldn't chdir to `{}': No such file or directory: going to /tmp instead\n",
+                gone.display()
+            )
         );
     }
 

@@ -39,3 +39,34 @@ pub mod step;
 pub mod task;
 
 pub use agent::{Agent, AgentConfig, AgentError, StepError};
+
+/// The kernel as `uname -srv` names it, from `/proc/sys/kernel` (what
+/// `scontrol show node` shows as `OS=`); empty where that cannot be read.
+pub fn os_name() -> String {
+    let read = |f: &str| {
+        std::fs::read_to_string(format!("/proc/sys/kernel/{f}"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let parts = [read("ostype"), read("osrelease"), read("version")];
+    let said: Vec<&str> = parts
+        .iter()
+        .map(String::as_str)
+        .filter(|s| !s.is_empty())
+        .collect();
+    said.join(" ")
+}
+
+#[cfg(test)]
+mod os_tests {
+    #[test]
+    fn the_os_is_the_kernels_own_words() {
+        let os = super::os_name();
+        assert!(os.starts_with("Linux "), "{os}");
+        assert!(os.contains(
+            std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap()
+                .trim()
+        ));
+    }
+}

@@ -89,8 +89,9 @@ pub(crate) fn task_io(
         task: Some(task),
         node_index: Some(l.node_index),
     };
-    let cwd = std::path::Path::new(&l.work_dir);
-    let file = |p: &str| cwd.join(expand_pattern(p, &vars));
+    // Relative to the directory the task starts in (its working
+    // directory, or /tmp when that cannot be entered).
+    let file = |p: &str| std::path::PathBuf::from(expand_pattern(p, &vars));
     let stdin = match files.stdin.as_deref() {
         Some("none") => Io::Null,
         Some(p) => Io::Input(file(p)),

@@ -71,6 +71,9 @@ pub struct Registration {
     /// with another one restarted, and its jobs' processes died with it.
     pub instance: u64,
     pub agent_version: String,
+    /// The node's kernel as `uname` names it (system, release, version):
+    /// `scontrol show node`'s `OS=`.
+    pub os: String,
 }
 
 /// The steps of one run a node was sent. Launches reach a node in the
@@ -2062,6 +2065,8 @@ pub struct NodeView {
     pub boot_time: UnixSecs,
     pub last_seen: UnixSecs,
     pub jobs: Vec<JobId>,
+    /// What its agent said of its kernel (empty: nothing).
+    pub os: String,
 }
 
 /// A partition as `sinfo` and `scontrol show partition` show it.

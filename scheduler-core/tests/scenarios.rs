@@ -594,7 +594,7 @@ fn impossible_requests_are_refused_at_submit() {
 
 #[test]
 fn reasons_for_held_begin_and_partition_limit() {
-    let mut sim = Sim::new().nodes(1, cpus(4));
+    let mut sim = Sim::tuned(|c| c.weights.max_age = 1000).nodes(1, cpus(4));
     let held = sim.submit(job().held());
     let later = sim.submit(job().begin(500));
     let long = sim.submit(job().time(50_000));
@@ -606,6 +606,17 @@ fn reasons_for_held_begin_and_partition_limit() {
     assert_eq!(sim.reason(held), PendingReason::JobHeldUser);
     assert_eq!(sim.reason(later), PendingReason::BeginTime);
     assert_eq!(sim.reason(long), PendingReason::PartitionTimeLimit);
+    // Blocked, they keep a priority (squeue %Q, -S p, scontrol top treat
+    // them as other pending jobs, as Slurm's); a held job's is 0.
+    sim.advance_to(100);
+    sim.pass();
+    let priority = |id| match sim.d.s.job_status(id) {
+        Some(JobStatus::Pending { priority, .. }) => priority,
+        other => panic!("{other:?}"),
+    };
+    assert!(priority(later) > 0 && priority(long) > 0);
+    assert_eq!(priority(held), 0);
+    assert_eq!(sim.reason(later), PendingReason::BeginTime);
     assert_eq!(sim.d.s.next_wakeup(sim.d.now), Some(500));
     sim.d.s.hold(held, HoldKind::Admin).expect("admin hold");
     assert_eq!(

@@ -452,6 +452,12 @@ fn scontrol_shows_and_manages_as_slurm_does() {
     ]);
     let node = env.ok(&["scontrol", "-o", "show", "node", "worker-2"]);
     assert_eq!(get(&node, "State"), "IDLE+DRAIN");
+    // The agent's kernel, as `uname -srv` (Slurm's OS=).
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("release");
+    assert!(
+        node.contains(&format!(" OS=Linux {} ", release.trim())),
+        "{node}"
+    );
     assert!(node.contains(" Reason=fan [root@"), "{node}");
     // State=FAIL: its own word and flag; sinfo -t selects it by name.
     env.ok(&[

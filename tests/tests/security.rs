@@ -167,6 +167,7 @@ fn forged_expired_and_replayed_credentials_are_refused() {
             forgot_ended_before: 0,
             instance: 1,
             agent_version: "test".into(),
+            os: String::new(),
         };
         let (mut send, mut recv) = conn.open_bi().await.unwrap();
         write_frame(&mut send, &Open::Control(reg)).await.unwrap();

@@ -18,6 +18,7 @@ pub fn register_nodes(ctl: &mut Controller, n: usize, now: u64) {
             forgot_ended_before: 0,
             instance: 1,
             agent_version: "bench".into(),
+            os: String::new(),
         };
         ctl.register(reg, now).expect("register");
     }

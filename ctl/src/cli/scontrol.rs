@@ -299,6 +299,8 @@ pub fn show_node(n: &NodeView) -> String {
             "NodeAddr={} NodeHostName={} Version=22.05.8",
             n.name, n.name
         ),
+        // Slurm leaves a blank at its end too.
+        format!("OS={} ", n.os),
         format!(
             "RealMemory={} AllocMem={} FreeMem=N/A Sockets={} Boards=1",
             n.memory_mb, n.alloc_memory_mb, n.cpus

@@ -727,6 +727,7 @@ impl Placeholder for NodeView {
             boot_time: 0,
             last_seen: 0,
             jobs: Vec::new(),
+            os: String::new(),
         }
     }
 }
@@ -798,6 +799,7 @@ pub(crate) mod tests {
             boot_time: 0,
             last_seen: 0,
             jobs: vec![],
+            os: "Linux 6.1.0 #1 SMP".into(),
         }
     }
 

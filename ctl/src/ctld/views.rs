@@ -365,6 +365,7 @@ impl Controller {
                     boot_time: n.boot,
                     last_seen: n.last_seen,
                     jobs: info.jobs.iter().copied().map(wire_id).collect(),
+                    os: n.reg.os.clone(),
                 })
             })
             .collect();

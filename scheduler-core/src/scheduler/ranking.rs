@@ -66,7 +66,9 @@ impl Scheduler {
         // Each candidate is blocked (with a reason) or ranked (with a
         // priority); a second look writes back.
         let mut order: Vec<(i64, Secs, JobId)> = Vec::new();
-        let mut verdicts: Vec<Result<i64, PendingReason>> = Vec::with_capacity(candidates.len());
+        // A job blocked by its begin time, a dependency or a limit still
+        // has its priority, as Slurm's (only a held one reads 0).
+        let mut verdicts: Vec<(i64, Option<PendingReason>)> = Vec::with_capacity(candidates.len());
         for &id in &candidates {
             let j = &self.jobs[&id];
             let part = &self.partitions[j.partition.0 as usize].spec;
@@ -86,10 +88,6 @@ impl Scheduler {
             } else {
                 self.dependency_reason(id, j, &first_of_name)
             };
-            if let Some(reason) = blocked {
-                verdicts.push(Err(reason));
-                continue;
-            }
             let fs = *fs_cache
                 .entry((j.user, j.account))
                 .or_insert_with(|| self.fairshare.factor(now, j.user, j.account, parties));
@@ -110,14 +108,16 @@ impl Scheduler {
                     nice: j.nice,
                 },
             );
-            verdicts.push(Ok(p));
-            order.push((p, j.submit, id));
+            verdicts.push((p, blocked));
+            if blocked.is_none() {
+                order.push((p, j.submit, id));
+            }
         }
-        for (id, verdict) in candidates.into_iter().zip(verdicts) {
+        for (id, (p, blocked)) in candidates.into_iter().zip(verdicts) {
             if let Some(j) = self.jobs.get_mut(&id) {
-                match verdict {
-                    Ok(p) => j.priority = p,
-                    Err(reason) => j.set_pending(reason, None),
+                j.priority = p;
+                if let Some(reason) = blocked {
+                    j.set_pending(reason, None);
                 }
             }
         }

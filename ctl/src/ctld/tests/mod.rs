@@ -70,6 +70,7 @@ fn reg(name: &str, gpus: u32) -> Registration {
         forgot_ended_before: 0,
         instance: 1,
         agent_version: "t".into(),
+        os: String::new(),
     }
 }
 
