@@ -1011,6 +1011,14 @@ pub enum Request {
         /// `uhold`: a user hold even when an operator sets it.
         user: bool,
     },
+    /// The job id of task `task` of array `array`, for `scontrol
+    /// hold|release|update|requeue|top 123_7`: its record's, or, while it
+    /// still waits in its array's record, a record of its own split off
+    /// for it (as Slurm's). Answered with [`Response::Affected`].
+    ArrayTask {
+        array: JobId,
+        task: u32,
+    },
     /// `salloc`'s command ended: the allocation ends with its exit.
     /// `salloc` is alive (every 5 s while its allocation runs).
     AllocationAlive {

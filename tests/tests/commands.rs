@@ -549,3 +549,54 @@ fn scancel_selects_as_slurm_does() {
     let (code, _, err) = env.run(&["scancel", "-w", "worker-[3-1]"]);
     assert!(code == 1 && err.lines().count() == 1, "{code} {err}");
 }
+
+/// `scontrol show|hold|release|update ARRAY_TASK` of a task still waiting
+/// in its array's record, as Slurm 22.05 takes them (checked on one):
+/// `show` prints the array's record for that task alone; the others
+/// split the task off into a job of its own, which the command changes.
+#[test]
+fn scontrol_acts_on_one_waiting_array_task() {
+    let env = Env::start(Opts {
+        nodes: 1,
+        ..Opts::default()
+    });
+    let arr: u64 = env
+        .ok(&[
+            "sbatch",
+            "--parsable",
+            "-H",
+            "--array=0-3",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "true",
+        ])
+        .trim()
+        .parse()
+        .expect("array id");
+    let task = |t: u32| format!("{arr}_{t}");
+    let shown = env.ok(&["scontrol", "show", "job", &task(2)]);
+    assert!(
+        shown.starts_with(&format!("JobId={arr} ArrayJobId={arr} ArrayTaskId=2 ")),
+        "{shown}"
+    );
+    env.ok(&[
+        "scontrol",
+        "update",
+        &format!("JobId={}", task(3)),
+        "TimeLimit=5",
+    ]);
+    env.ok(&["scontrol", "release", &task(2)]);
+    // Task 2 (position 2) runs as job arr + 3, alone.
+    assert_eq!(env.wait_state(arr + 3, &["COMPLETED"], 20), "COMPLETED");
+    let left = env.ok(&["squeue", "-h", "-r", "-j", &arr.to_string(), "-o", "%i %r"]);
+    assert_eq!(
+        left,
+        format!("{arr}_0 JobHeldUser\n{arr}_1 JobHeldUser\n{arr}_3 JobHeldUser\n")
+    );
+    let limit = env.ok(&["squeue", "-h", "-j", &task(3), "-o", "%l"]);
+    assert_eq!(limit.trim(), "5:00");
+    let (code, _, err) = env.run(&["scontrol", "hold", &task(9)]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

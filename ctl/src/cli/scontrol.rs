@@ -405,7 +405,8 @@ pub enum Action {
     ShowConfig(Option<String>),
     /// `show steps [JOB[.STEP]]`.
     ShowSteps(Option<String>),
-    ShowJobs(Option<JobId>),
+    /// `show job [ID|ARRAY_TASK]`.
+    ShowJobs(Option<(JobId, Option<u32>)>),
     ShowNodes(Option<String>),
     ShowPartitions(Option<String>),
 }
@@ -541,9 +542,17 @@ pub fn action(args: &[String]) -> Result<Action, String> {
         (Some("show"), Some("job" | "jobs")) => Ok(Action::ShowJobs(
             args.get(2)
                 .map(|s| {
-                    s.parse::<u64>()
-                        .map(JobId)
-                        .map_err(|_| format!("Invalid job id specified: {s}"))
+                    let bad = || format!("Invalid job id specified: {s}");
+                    match s.split_once('_') {
+                        Some((a, t)) => Ok((
+                            JobId(a.parse().map_err(|_| bad())?),
+                            Some(t.parse().map_err(|_| bad())?),
+                        )),
+                        None => s
+                            .parse::<u64>()
+                            .map(|j| (JobId(j), None))
+                            .map_err(|_| bad()),
+                    }
                 })
                 .transpose()?,
         )),
@@ -633,6 +642,95 @@ pub fn action(args: &[String]) -> Result<Action, String> {
 }
 
 /// The job ids a command names (`3,4 5`): at least one.
+/// The `A_T` pieces of a job list (`12_3,14`): their places and tasks.
+fn task_pieces(list: &str) -> Vec<(usize, JobId, u32)> {
+    list.split(',')
+        .enumerate()
+        .filter_map(|(i, p)| {
+            let (a, t) = p.trim().split_once('_')?;
+            Some((i, JobId(a.parse().ok()?), t.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `hold|release|update|requeue|top|suspend 12_3`: each array task named
+/// becomes its job id, asked of the controller, which splits a task that
+/// still waits in its array's record off into a record of its own (as
+/// Slurm's does), so the command acts on that task alone.
+fn resolve_tasks(rest: &mut [String]) -> Result<(), String> {
+    let command = rest.first().map(|c| c.to_ascii_lowercase());
+    let update = command.as_deref() == Some("update");
+    if !update
+        && !matches!(
+            command.as_deref(),
+            Some(
+                "hold"
+                    | "uhold"
+                    | "holdu"
+                    | "release"
+                    | "top"
+                    | "suspend"
+                    | "resume"
+                    | "requeue"
+                    | "requeuehold"
+            )
+        )
+    {
+        return Ok(());
+    }
+    // (argument, prefix kept, its list)
+    let mut lists: Vec<(usize, String, String)> = Vec::new();
+    for (i, arg) in rest.iter().enumerate().skip(1) {
+        match arg.split_once('=') {
+            Some((k, v)) if update && k.eq_ignore_ascii_case("jobid") => {
+                lists.push((i, format!("{k}="), v.to_string()))
+            }
+            _ if !update => lists.push((i, String::new(), arg.clone())),
+            _ => {}
+        }
+    }
+    if lists.iter().all(|(_, _, l)| task_pieces(l).is_empty()) {
+        return Ok(());
+    }
+    let mut answer: Result<Vec<(usize, String)>, String> = Ok(Vec::new());
+    let out = &mut answer;
+    block_on(CMD, async move {
+        let mut c = match Client::connect().await {
+            Ok(c) => c,
+            Err(e) => {
+                *out = Err(e.to_string());
+                return 1;
+            }
+        };
+        let mut done = Vec::new();
+        for (i, prefix, list) in lists {
+            let mut parts: Vec<String> = list.split(',').map(str::to_string).collect();
+            for (k, array, task) in task_pieces(&list) {
+                match c.ok(Request::ArrayTask { array, task }).await {
+                    Ok(Response::Affected { jobs }) if jobs.len() == 1 => {
+                        parts[k] = jobs[0].to_string()
+                    }
+                    Ok(other) => {
+                        *out = Err(format!("unexpected answer {other:?}"));
+                        return 1;
+                    }
+                    Err(e) => {
+                        *out = Err(e);
+                        return 1;
+                    }
+                }
+            }
+            done.push((i, format!("{prefix}{}", parts.join(","))));
+        }
+        *out = Ok(done);
+        0
+    });
+    for (i, arg) in answer? {
+        rest[i] = arg;
+    }
+    Ok(())
+}
+
 fn job_ids(command: &str, args: &[String]) -> Result<Vec<JobId>, String> {
     let ids: Vec<JobId> = args
         .iter()
@@ -679,6 +777,9 @@ pub fn main(args: &[OsString]) -> i32 {
     if rest.first().is_some_and(|a| a == "-h" || a == "--help") {
         return emit(CMD, "usage: scontrol show job|node|partition [NAME] | show hostnames|hostlist LIST\n       scontrol update NodeName=LIST State=DRAIN|RESUME|DOWN [Reason=TEXT]\n       scontrol hold|release|requeue|requeuehold JOBID[,JOBID]\n");
     }
+    if let Err(e) = resolve_tasks(&mut rest) {
+        return fail(CMD, e);
+    }
     let act = match action(&rest) {
         Ok(a) => a,
         Err(e) => return fail(CMD, e),
@@ -710,13 +811,20 @@ pub fn main(args: &[OsString]) -> i32 {
         }
         other => block_on(CMD, async move {
             let (req, show) = match other {
+                // A task still waiting shows its array's record for it
+                // alone (`ArrayTaskId=7`), as Slurm's.
                 Action::ShowJobs(id) => (
                     Request::Jobs(JobFilter {
-                        ids: id.into_iter().collect(),
+                        ids: id
+                            .filter(|(_, t)| t.is_none())
+                            .map(|(j, _)| j)
+                            .into_iter()
+                            .collect(),
+                        tasks: id.and_then(|(j, t)| Some((j, t?))).into_iter().collect(),
                         detail: true,
                         ..Default::default()
                     }),
-                    Some(id.map(|i| i.to_string())),
+                    Some(id.map(|(j, _)| j.to_string())),
                 ),
                 Action::ShowSteps(which) => {
                     let job = which
@@ -913,7 +1021,16 @@ mod tests {
         );
         assert_eq!(
             action(&words("show job 5")),
-            Ok(Action::ShowJobs(Some(JobId(5))))
+            Ok(Action::ShowJobs(Some((JobId(5), None))))
+        );
+        assert_eq!(
+            action(&words("show job 5_7")),
+            Ok(Action::ShowJobs(Some((JobId(5), Some(7)))))
+        );
+        assert!(action(&words("show job 5_x")).is_err());
+        assert_eq!(
+            task_pieces("12_3,14,15_0"),
+            [(0, JobId(12), 3), (2, JobId(15), 0)]
         );
         assert_eq!(action(&words("show nodes")), Ok(Action::ShowNodes(None)));
         assert_eq!(

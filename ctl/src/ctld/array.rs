@@ -12,6 +12,7 @@ use scheduler_core::{ArrayRequest, JobRequest};
 
 use super::wire::{core_id, job_request};
 use super::{ArrayPart, Controller, CtldError, JobRecord};
+use corral_proto::msg::Ident;
 
 /// The most runs an array's index list may have (`1,3,5,...` is a run
 /// each).
@@ -260,6 +261,42 @@ impl Controller {
 }
 
 impl Controller {
+    /// Task `index` of `array` as a job of its own ([`Request::ArrayTask`]):
+    /// its record if it has one; while it waits, split off the array's
+    /// record (its owner or an operator only) into a pending record of
+    /// its own, id `array + 1 + position`, as one split off to start.
+    ///
+    /// [`Request::ArrayTask`]: corral_proto::msg::Request::ArrayTask
+    pub fn array_task(&mut self, who: Ident, array: JobId, index: u32) -> Result<JobId, CtldError> {
+        let unknown = CtldError::UnknownTask(array, index);
+        let entry = self
+            .jobs
+            .get(&array)
+            .filter(|j| j.array.as_deref().is_some_and(|a| a.task.is_none()))
+            .ok_or(unknown.clone())?;
+        let pos = entry
+            .spec()
+            .array
+            .and_then(|s| s.position(index))
+            .ok_or(unknown.clone())?;
+        let owner = entry.user.uid;
+        let task = JobId(array.0 + 1 + u64::from(pos));
+        if self.jobs.get(&task).is_some() {
+            return Ok(task);
+        }
+        if owner != who.uid && !self.privileged(who) {
+            return Err(CtldError::AccessDenied);
+        }
+        let split = self
+            .sched
+            .split_array_task(core_id(array), pos)
+            .map_err(|_| unknown)?;
+        debug_assert_eq!(super::wire::wire_id(split), task);
+        self.split_task(array, task);
+        self.dirty = true;
+        Ok(task)
+    }
+
     /// Resolves what a selection says of arrays: an array's id selects
     /// its tasks' records too, and `123_7` selects that task's record or,
     /// while it waits, the array's record for that task alone. A task

@@ -865,7 +865,10 @@ impl Controller {
         if j.state == JobState::Running && only_limit {
             return self.update_running_limit(who, id, ch.time_limit.flatten());
         }
-        if j.state != JobState::Pending || j.array.is_some() {
+        // An array's record of waiting tasks is not updated whole; a task
+        // split off it is (`scontrol update JobId=12_3`).
+        let task = j.array.as_deref().is_some_and(|a| a.task.is_some());
+        if j.state != JobState::Pending || (j.array.is_some() && !task) {
             return Err(CtldError::NoLongerPending(id));
         }
         let mut spec = j.spec();
@@ -935,7 +938,10 @@ impl Controller {
             return Err(CtldError::UserByteLimit { bytes: total, max });
         }
         self.admit_array(&mut spec)?;
-        let req = super::wire::job_request(j.user, &spec);
+        let mut req = super::wire::job_request(j.user, &spec);
+        if task {
+            req.array = None;
+        }
         self.sched.update(core_id(id), req)?;
         let partition = self
             .jobs

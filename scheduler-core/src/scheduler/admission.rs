@@ -41,14 +41,26 @@ impl Scheduler {
         if !old.is_pending() {
             return Err(ControlError::NotPending(id).into());
         }
-        if old.array.is_some() {
-            return Err(
-                SubmitError::Invalid("a job array's tasks cannot be updated".into()).into(),
-            );
-        }
+        // A task split off its array (`scontrol update 12_3`) stays its
+        // array's; the entry of waiting tasks is not updated this way.
+        let task_of = match old.array.as_deref() {
+            None => None,
+            Some(role @ super::array::Role::Task { .. }) if req.array.is_none() => {
+                Some(Box::new(role.clone()))
+            }
+            Some(_) => {
+                return Err(SubmitError::Invalid(
+                    "a job array's waiting tasks are updated one by one (ARRAY_TASK)".into(),
+                )
+                .into())
+            }
+        };
         let (submit, hold) = (old.submit, old.hold);
         let mut job = self.validate(submit, req)?;
         job.hold = hold.or(job.hold);
+        if task_of.is_some() {
+            job.array = task_of;
+        }
         self.jobs.insert(id, Box::new(job));
         self.note_hold(id);
         Ok(())

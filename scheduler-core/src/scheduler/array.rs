@@ -141,16 +141,32 @@ impl Scheduler {
     /// Splits the lowest waiting task off the array entry `id`: a pending
     /// job of its own, returned. The entry goes once nothing waits.
     pub(super) fn split_task(&mut self, id: JobId) -> Option<JobId> {
+        let first = match self.jobs.get(&id)?.array.as_deref() {
+            Some(Role::Entry { waiting, .. }) => waiting.first()?.0,
+            _ => return None,
+        };
+        self.split_position(id, first)
+    }
+
+    /// Splits the waiting task at `position` off the array entry `array`
+    /// (`scontrol hold|release|update 123_7` while it waits, as Slurm
+    /// splits it off its array's record): a pending job of its own, as a
+    /// requeued task is, keeping the entry's hold, and taking a slot of
+    /// the array's `%N` once it runs.
+    pub fn split_array_task(&mut self, array: JobId, position: u32) -> Result<JobId, ControlError> {
+        self.split_position(array, position)
+            .ok_or(ControlError::UnknownJob(task_id(array, position)))
+    }
+
+    fn split_position(&mut self, id: JobId, position: u32) -> Option<JobId> {
         let entry = self.jobs.get_mut(&id)?;
         let Some(Role::Entry { waiting, .. }) = entry.array.as_deref_mut() else {
             return None;
         };
-        let &(a, b) = waiting.first()?;
-        if a + 1 == b {
-            waiting.remove(0);
-        } else {
-            waiting[0].0 = a + 1;
+        if !take_position(waiting, position) {
+            return None;
         }
+        let a = position;
         let empty = waiting.is_empty();
         let mut task: Job = (**entry).clone();
         task.array = Some(Box::new(Role::Task { array: id }));

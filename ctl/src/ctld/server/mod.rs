@@ -883,6 +883,10 @@ impl Server {
                 Ok(jobs) => Response::Affected { jobs },
                 Err(e) => Response::Error(e.to_string()),
             },
+            Request::ArrayTask { array, task } => match c.array_task(who, array, task) {
+                Ok(id) => Response::Affected { jobs: vec![id] },
+                Err(e) => Response::Error(e.to_string()),
+            },
             Request::Release { ids } => match c.hold(who, &ids, true) {
                 Ok(jobs) => Response::Affected { jobs },
                 Err(e) => Response::Error(e.to_string()),
