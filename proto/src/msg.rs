@@ -1897,6 +1897,7 @@ static NO_ASK: JobAsk = JobAsk {
     submit_host: None,
     sched_nodes: Vec::new(),
     wckey: None,
+    mem_per_gpu_mb: None,
 };
 
 impl<S> JobView<S> {
@@ -1953,6 +1954,9 @@ pub struct JobAsk {
     pub sched_nodes: Vec<String>,
     /// `--wckey` (squeue's `%w`).
     pub wckey: Option<String>,
+    /// `--mem-per-gpu` (scontrol's `MemPerTres=gres:gpu:N`; the job's
+    /// `mem_mb` is then 0).
+    pub mem_per_gpu_mb: Option<u64>,
 }
 
 /// What `scontrol update JobId=…` changes; `None` leaves a field as it is.
@@ -2169,6 +2173,7 @@ mod listing_tests {
                 submit_host: Some("login".into()),
                 sched_nodes: vec!["worker-2".into()],
                 wckey: Some("submitit".into()),
+                mem_per_gpu_mb: Some(2048),
             })),
             steps: vec![StepView {
                 id: StepId(1),

@@ -186,6 +186,9 @@ pub fn show_job(j: &JobView, now: u64) -> String {
         lines.push(format!("StdOut={}", output_path(j, out)));
     }
     lines.push("Power=".into());
+    if let Some(m) = j.ask().mem_per_gpu_mb {
+        lines.push(format!("MemPerTres=gres:gpu:{m}"));
+    }
     for (key, n) in [
         ("TresPerJob", j.ask().gpus_total),
         ("TresPerNode", j.ask().gpus_per_node),
@@ -1141,6 +1144,20 @@ mod tests {
         let mut two = jobs[0].clone();
         two.ask.get_or_insert_with(Default::default).nodes = Some(2);
         assert!(show_job(&two, 0).contains("   NumNodes=2-2 NumCPUs=2"));
+        // --mem-per-gpu, as Slurm 22.05 shows it (checked on one): no
+        // memory a node, MemPerTres after Power, the memory in TRES.
+        let mut per_gpu = jobs[2].clone();
+        let ask = per_gpu.ask.get_or_insert_with(Default::default);
+        (ask.mem_per_gpu_mb, ask.gpus_per_node) = (Some(1024), Some(2));
+        (per_gpu.mem_mb, per_gpu.gpus) = (0, 2);
+        let shown = show_job(&per_gpu, 1_102);
+        for line in [
+            "   TRES=cpu=2,mem=2G,node=1,billing=2,gres/gpu=2\n",
+            "   MinCPUsNode=2 MinMemoryNode=0 MinTmpDiskNode=0\n",
+            "   Power=\n   MemPerTres=gres:gpu:1024\n   TresPerNode=gres:gpu:2",
+        ] {
+            assert!(shown.contains(line), "{line:?} not in\n{shown}");
+        }
         // Records: a line of three blanks and a blank line after each; one
         // line each with -o, a blank before the newline.
         let recs = records(vec!["A=1\n   B=2".into(), "A=3".into()], false);

@@ -698,9 +698,10 @@ pub fn gres<S>(j: &JobView<S>, n: Option<u32>) -> String {
 /// The job's TRES as Slurm lists them: `cpu=4,mem=8G,node=2,billing=4`
 /// (and `gres/gpu=N`).
 pub fn tres<S>(j: &JobView<S>) -> String {
-    let mem = match j.ask().mem_per_cpu_mb {
-        Some(per_cpu) => per_cpu * u64::from(j.num_cpus),
-        None => j.mem_mb * u64::from(j.num_nodes),
+    let mem = match (j.ask().mem_per_cpu_mb, j.ask().mem_per_gpu_mb) {
+        (Some(per_cpu), _) => per_cpu * u64::from(j.num_cpus),
+        (None, Some(per_gpu)) => per_gpu * u64::from(j.gpus),
+        (None, None) => j.mem_mb * u64::from(j.num_nodes),
     };
     let mut s = format!("cpu={}", j.num_cpus);
     if mem > 0 {

@@ -452,6 +452,7 @@ fn ask(j: &JobRecord, spec: &SpecRef<'_>, reason: JobReason) -> JobAsk {
         submit_host: spec.submit_host.map(str::to_string),
         sched_nodes: Vec::new(),
         wckey: spec.wckey.map(str::to_string),
+        mem_per_gpu_mb: spec.mem_per_gpu_mb,
     }
 }
 
