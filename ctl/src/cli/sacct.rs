@@ -17,6 +17,9 @@ const CMD: &str = "sacct";
 /// Slurm's default fields.
 pub const DEFAULT_FORMAT: &str = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode";
 const BRIEF_FORMAT: &str = "JobID,State,ExitCode";
+/// `-l`: Slurm 22.05's long layout. Corral measures a job's CPU time and
+/// largest RSS only, so most of the usage columns stay empty.
+const LONG_FORMAT: &str = "JobID,JobIDRaw,JobName,Partition,MaxVMSize,MaxVMSizeNode,MaxVMSizeTask,AveVMSize,MaxRSS,MaxRSSNode,MaxRSSTask,AveRSS,MaxPages,MaxPagesNode,MaxPagesTask,AvePages,MinCPU,MinCPUNode,MinCPUTask,AveCPU,NTasks,AllocCPUS,Elapsed,State,ExitCode,AveCPUFreq,ReqCPUFreqMin,ReqCPUFreqMax,ReqCPUFreqGov,ReqMem,ConsumedEnergy,MaxDiskRead,MaxDiskReadNode,MaxDiskReadTask,AveDiskRead,MaxDiskWrite,MaxDiskWriteNode,MaxDiskWriteTask,AveDiskWrite,ReqTRES,AllocTRES,TRESUsageInAve,TRESUsageInMax,TRESUsageInMaxNode,TRESUsageInMaxTask,TRESUsageInMin,TRESUsageInMinNode,TRESUsageInMinTask,TRESUsageInTot,TRESUsageOutMax,TRESUsageOutMaxNode,TRESUsageOutMaxTask,TRESUsageOutAve,TRESUsageOutTot";
 
 /// Display accounting data for jobs and job steps.
 #[derive(Debug, Parser)]
@@ -76,6 +79,9 @@ pub struct SacctArgs {
     /// JobID, State and ExitCode only.
     #[arg(short = 'b', long = "brief")]
     pub brief: bool,
+    /// Slurm's long layout (`-l`).
+    #[arg(short = 'l', long = "long")]
+    pub long: bool,
     /// List the fields -o knows.
     #[arg(short = 'e', long = "helpformat")]
     pub helpformat: bool,
@@ -88,7 +94,15 @@ const FIELDS: &[(&str, i32)] = &[
     ("AllocCPUS", 10),
     ("AllocNodes", 10),
     ("AllocTRES", 10),
+    ("AveCPU", 10),
+    ("AveCPUFreq", 10),
+    ("AveDiskRead", 14),
+    ("AveDiskWrite", 14),
+    ("AvePages", 10),
+    ("AveRSS", 10),
+    ("AveVMSize", 10),
     ("Comment", 14),
+    ("ConsumedEnergy", 14),
     ("CPUTime", 10),
     ("CPUTimeRAW", 10),
     ("DerivedExitCode", 15),
@@ -102,13 +116,33 @@ const FIELDS: &[(&str, i32)] = &[
     ("JobID", -12),
     ("JobIDRaw", -12),
     ("JobName", 10),
+    ("MaxDiskRead", 12),
+    ("MaxDiskReadNode", 15),
+    ("MaxDiskReadTask", 15),
+    ("MaxDiskWrite", 12),
+    ("MaxDiskWriteNode", 16),
+    ("MaxDiskWriteTask", 16),
+    ("MaxPages", 8),
+    ("MaxPagesNode", 12),
+    ("MaxPagesTask", 14),
     ("MaxRSS", 10),
+    ("MaxRSSNode", 10),
+    ("MaxRSSTask", 10),
+    ("MaxVMSize", 10),
+    ("MaxVMSizeNode", 14),
+    ("MaxVMSizeTask", 14),
+    ("MinCPU", 10),
+    ("MinCPUNode", 10),
+    ("MinCPUTask", 10),
     ("NCPUS", 10),
     ("NNodes", 8),
     ("NodeList", 15),
     ("NTasks", 8),
     ("Partition", 10),
     ("Reason", 22),
+    ("ReqCPUFreqGov", 13),
+    ("ReqCPUFreqMax", 13),
+    ("ReqCPUFreqMin", 13),
     ("ReqCPUS", 8),
     ("ReqMem", 10),
     ("ReqNodes", 8),
@@ -120,6 +154,19 @@ const FIELDS: &[(&str, i32)] = &[
     ("Timelimit", 10),
     ("TimelimitRaw", 10),
     ("TotalCPU", 10),
+    ("TRESUsageInAve", 14),
+    ("TRESUsageInMax", 14),
+    ("TRESUsageInMaxNode", 18),
+    ("TRESUsageInMaxTask", 18),
+    ("TRESUsageInMin", 14),
+    ("TRESUsageInMinNode", 18),
+    ("TRESUsageInMinTask", 18),
+    ("TRESUsageInTot", 14),
+    ("TRESUsageOutAve", 15),
+    ("TRESUsageOutMax", 15),
+    ("TRESUsageOutMaxNode", 19),
+    ("TRESUsageOutMaxTask", 19),
+    ("TRESUsageOutTot", 15),
     ("UID", 6),
     ("User", 9),
     ("WCKey", 10),
@@ -388,9 +435,12 @@ fn job_value(j: &AcctJob, field: &str, now: u64) -> String {
         "State" => state_text(j.state, j.cancelled_by),
         "ExitCode" => exit_code(j.exit),
         "DerivedExitCode" => {
+            // The worst of its srun steps (the batch script's own exit is
+            // ExitCode), as Slurm's.
             let worst = j
                 .steps
                 .iter()
+                .filter(|s| s.step != StepId::BATCH)
                 .map(|s| s.exit)
                 .max_by_key(|e| (e.code, e.signal));
             exit_code(worst.unwrap_or_default())
@@ -418,6 +468,8 @@ fn job_value(j: &AcctJob, field: &str, now: u64) -> String {
         "WCKey" => j.wckey.clone(),
         "WCKeyID" => "0".into(),
         "WorkDir" => j.work_dir.clone(),
+        // No frequency was asked for (Slurm's word on a job's line).
+        "ReqCPUFreqMin" | "ReqCPUFreqMax" | "ReqCPUFreqGov" => "Unknown".into(),
         "Restarts" => j.run.to_string(),
         _ => String::new(),
     }
@@ -433,10 +485,28 @@ fn step_value(j: &AcctJob, s: &AcctStep, field: &str, now: u64) -> String {
         "AllocCPUS" | "NCPUS" => s.cpus.to_string(),
         "AllocNodes" | "NNodes" => s.nodes.to_string(),
         "NodeList" => s.nodelist.clone(),
-        "AllocTRES" => tres(None, s.cpus, 0, 0, s.nodes),
+        // The job's memory on the step's nodes (Slurm's step TRES).
+        "AllocTRES" => tres(
+            None,
+            s.cpus,
+            0,
+            j.alloc_mem_mb * u64::from(s.nodes) / u64::from(j.alloc_nodes.max(1)),
+            s.nodes,
+        ),
         "NTasks" => s.tasks.to_string(),
+        // Nothing measured or asked of them: 0, as Slurm's steps show
+        // without an energy plugin.
+        "AveCPUFreq" | "ReqCPUFreqMin" | "ReqCPUFreqMax" | "ReqCPUFreqGov" | "ConsumedEnergy" => {
+            "0".into()
+        }
+        "ReqCPUS" => s.cpus.to_string(),
+        "ReqNodes" => s.nodes.to_string(),
         // A step shows CANCELLED, without who: the job's line says it.
         "State" => state_text(s.state, None),
+        // A step lost with its node never said how it ended.
+        "ExitCode" if j.state == JobState::NodeFail && s.state == JobState::Cancelled => {
+            String::new()
+        }
         "ExitCode" => exit_code(s.exit),
         "Elapsed" => limit(Some(elapsed), "00:00:00"),
         "ElapsedRaw" => elapsed.to_string(),
@@ -444,8 +514,6 @@ fn step_value(j: &AcctJob, s: &AcctStep, field: &str, now: u64) -> String {
         "CPUTimeRAW" => (elapsed * u64::from(s.cpus)).to_string(),
         "Submit" | "Eligible" | "Start" => timestamp(s.start),
         "End" => when(s.end),
-        "UID" => j.user.uid.to_string(),
-        "GID" => j.user.gid.to_string(),
         "Restarts" => j.run.to_string(),
         _ => String::new(),
     }
@@ -599,6 +667,7 @@ pub fn main(args: &[OsString]) -> i32 {
     let format = match (&a.format, a.brief) {
         (Some(f), _) => f.clone(),
         (None, true) => BRIEF_FORMAT.to_string(),
+        (None, false) if a.long => LONG_FORMAT.to_string(),
         (None, false) => DEFAULT_FORMAT.to_string(),
     };
     let columns = match parse_columns(&format) {
@@ -637,6 +706,10 @@ pub fn main(args: &[OsString]) -> i32 {
         }
     })
 }
+
+#[cfg(test)]
+#[path = "sacct_reference.rs"]
+mod reference;
 
 #[cfg(test)]
 mod tests {

@@ -149,21 +149,24 @@ impl JobRecord {
             .steps
             .iter()
             .map(|s| {
-                // A step the job's end cut short (or killed) ends as the
-                // job did.
-                let ended_as_job = matches!(
-                    self.state,
+                // A step the job's end cut short (or killed) is
+                // CANCELLED, as Slurm 22.05's slurmdbd records it for a
+                // job cancelled, timed out, requeued or lost with its
+                // node (checked on one); one the OOM killer ended, so.
+                let cut_by = match self.state {
                     JobState::Cancelled
-                        | JobState::Timeout
-                        | JobState::NodeFail
-                        | JobState::OutOfMemory
-                );
-                let state = match s.end {
-                    Some(_) if s.exit.success() => JobState::Completed,
-                    None if !self.state.is_final() => JobState::Running,
-                    _ if ended_as_job => self.state,
-                    Some(_) => JobState::Failed,
-                    None => JobState::Cancelled,
+                    | JobState::Timeout
+                    | JobState::NodeFail
+                    | JobState::Requeued => Some(JobState::Cancelled),
+                    JobState::OutOfMemory => Some(JobState::OutOfMemory),
+                    _ => None,
+                };
+                let state = match (s.end, cut_by) {
+                    (Some(_), _) if s.exit.success() => JobState::Completed,
+                    (None, _) if !self.state.is_final() => JobState::Running,
+                    (_, Some(state)) => state,
+                    (Some(_), None) => JobState::Failed,
+                    (None, None) => JobState::Cancelled,
                 };
                 AcctStep {
                     step: s.id,
@@ -218,7 +221,14 @@ impl JobRecord {
                 (JobState::Completing, Some(super::Kill::Timeout)) => JobState::Timeout,
                 _ => self.shown_state(),
             },
-            reason: final_reason(self.state, self.failure.is_some()),
+            // Slurm's sacct shows why a job last waited, not why it
+            // ended: None for one that started at once (checked on
+            // 22.05: a FAILED job reads None there, though scontrol says
+            // NonZeroExitCode).
+            reason: match (self.start.get(), &self.failure) {
+                (Some(_), None) => JobReason::None,
+                _ => final_reason(self.state, self.failure.is_some()),
+            },
             // A job ended before its first step reported takes the
             // step's death as its own (a cancelled job's `0:15`).
             // A cancelled job's line shows 0:0 (its batch step the
@@ -226,8 +236,18 @@ impl JobRecord {
             // its first step reported otherwise takes the step's death.
             exit: recorded(
                 match self.steps.iter().find(|s| s.id == self.primary_step()) {
-                    _ if self.state == JobState::Cancelled
-                        || matches!(self.kill.as_ref(), Some(super::Kill::Cancelled)) =>
+                    // Slurm's job line reads 0:0 also for a job that timed
+                    // out, was requeued or lost its node (checked on one).
+                    _ if matches!(
+                        self.state,
+                        JobState::Cancelled
+                            | JobState::Timeout
+                            | JobState::NodeFail
+                            | JobState::Requeued
+                    ) || matches!(
+                        self.kill.as_ref(),
+                        Some(super::Kill::Cancelled | super::Kill::Timeout)
+                    ) =>
                     {
                         ExitStatus::default()
                     }

@@ -18,7 +18,7 @@
 //! checked configuration.
 
 pub mod accounts;
-mod acct;
+pub(crate) mod acct;
 pub mod acctdb;
 mod admission;
 mod array;

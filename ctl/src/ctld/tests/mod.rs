@@ -1765,6 +1765,68 @@ fn records(c: &mut Controller) -> Vec<corral_proto::msg::AcctJob> {
         .collect()
 }
 
+/// A job that timed out, as Slurm 22.05's slurmdbd records it (checked
+/// on one): its line 0:0, its batch step CANCELLED with the signal that
+/// ended it; and, as sacct's Reason, why it waited (None: it started at
+/// once), not why it ended.
+#[test]
+fn a_timed_out_job_is_recorded_as_slurms() {
+    let mut c = accounted_cluster(1);
+    let mut spec = batch("x");
+    spec.time_limit = Some(60);
+    let id = c.submit(ALICE, spec, 0).unwrap();
+    c.schedule(0);
+    let (node, _) = launches(&mut c).remove(0);
+    c.agent_message(
+        &node,
+        AgentMsg::Heartbeat {
+            running: vec![r0(id)],
+        },
+        60,
+    );
+    c.tick(60);
+    let killed = ExitStatus {
+        code: 137,
+        signal: Some(9),
+    };
+    c.agent_message(
+        &node,
+        AgentMsg::StepExited {
+            job: r0(id),
+            step: StepId::BATCH,
+            exit: killed,
+            oom: false,
+        },
+        62,
+    );
+    c.agent_message(
+        &node,
+        AgentMsg::JobCleaned {
+            job: r0(id),
+            usage: None,
+        },
+        62,
+    );
+    let r = records(&mut c);
+    let j = r.iter().find(|j| j.id == id).expect("its record");
+    assert_eq!(
+        (j.state, j.exit, j.reason),
+        (JobState::Timeout, ExitStatus::default(), JobReason::None)
+    );
+    let st: Vec<_> = j.steps.iter().map(|s| (s.step, s.state, s.exit)).collect();
+    assert_eq!(
+        st,
+        [(
+            StepId::BATCH,
+            JobState::Cancelled,
+            ExitStatus {
+                code: 0,
+                signal: Some(9)
+            }
+        )]
+    );
+}
+
 #[test]
 fn each_run_that_ends_leaves_one_accounting_record() {
     let mut c = accounted_cluster(2);
