@@ -277,3 +277,139 @@ fn a_torchrun_like_rendezvous_finds_every_rank() {
     );
     assert!(text.starts_with("head worker-0 "), "{text}");
 }
+
+/// Nextflow's Slurm executor's shape (Nextflow needs a JVM, more than CI
+/// should fetch): each task's `.command.run` with the directives it
+/// writes (`-J`, `-o` its `.command.log`, `--no-requeue`, `--signal
+/// B:USR2@30` with a blank, `-c`, `-t HH:MM:SS`, `--mem NM`, `-p`),
+/// submitted by `sbatch .command.run` from the task's directory, the id
+/// read from "Submitted batch job N", and the states polled with its
+/// `squeue --noheader -o '%i %t' -t all -p QUEUE -u USER`, each line two
+/// columns, until every task is CD or F.
+#[test]
+fn a_nextflow_like_executor_sees_its_tasks_end() {
+    let env = Env::start(Opts {
+        nodes: 1,
+        ..Opts::default()
+    });
+    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .expect("this user's name");
+    let mut ids = Vec::new();
+    for (task, body) in [
+        (
+            "hello",
+            "echo \"hello from $SLURM_JOB_NAME cpus $SLURM_CPUS_PER_TASK\"",
+        ),
+        ("broken", "exit 3"),
+    ] {
+        let dir = env.work.join(format!("work-{task}"));
+        std::fs::create_dir_all(&dir).expect("task directory");
+        let log = dir.join(".command.log");
+        let script = format!(
+            "#!/bin/bash\n#SBATCH -J nf-{task}\n#SBATCH -o {}\n#SBATCH --no-requeue\n\
+             #SBATCH --signal B:USR2@30\n#SBATCH -c 2\n#SBATCH -t 00:10:00\n\
+             #SBATCH --mem 512M\n#SBATCH -p gpu\n{body}\n",
+            log.display()
+        );
+        std::fs::write(dir.join(".command.run"), script).expect("script");
+        let o = env
+            .cmd(&["sbatch", ".command.run"])
+            .current_dir(&dir)
+            .output()
+            .expect("sbatch");
+        let (code, out, err) = corral_e2e::out(o);
+        assert_eq!(code, 0, "{err}");
+        let id: u64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("Submitted batch job "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{out}"));
+        ids.push((id, log));
+    }
+    let t0 = std::time::Instant::now();
+    let states = loop {
+        let out = env.ok(&[
+            "squeue",
+            "--noheader",
+            "-o",
+            "%i %t",
+            "-t",
+            "all",
+            "-p",
+            "gpu",
+            "-u",
+            &user,
+        ]);
+        let states: Vec<(u64, String)> = out
+            .lines()
+            .map(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                assert_eq!(cols.len(), 2, "a line Nextflow reads: {l:?}");
+                (cols[0].parse().expect("an id"), cols[1].to_string())
+            })
+            .collect();
+        let of = |id: u64| {
+            states
+                .iter()
+                .find(|(i, _)| *i == id)
+                .map(|(_, s)| s.clone())
+        };
+        let now: Vec<Option<String>> = ids.iter().map(|(id, _)| of(*id)).collect();
+        if now.iter().all(|s| matches!(s.as_deref(), Some("CD" | "F"))) {
+            break now;
+        }
+        assert!(t0.elapsed().as_secs() < 60, "still {now:?}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    assert_eq!(states, [Some("CD".to_string()), Some("F".to_string())]);
+    let log = std::fs::read_to_string(&ids[0].1).expect("the task's log");
+    assert_eq!(log, "hello from nf-hello cpus 2\n");
+}
+
+/// PyTorch Lightning's SLURM environment, read as Lightning reads it
+/// (`tests/launchers/lightning_env.py`): a 2-node × 2-task job's srun
+/// tasks are detected, have SLURM_NTASKS_PER_NODE, and agree on the main
+/// address and port; and a job named `bash` is not taken for one.
+#[test]
+fn lightning_reads_its_slurm_environment() {
+    let env = Env::start(Opts {
+        nodes: 2,
+        ..Opts::default()
+    });
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("launchers")
+        .join("lightning_env.py");
+    let run = format!("srun python3 {}", script.display());
+    let id = env.sbatch(
+        &[
+            "-J",
+            "train",
+            "-N",
+            "2",
+            "--ntasks-per-node=2",
+            "-o",
+            "lightning.out",
+        ],
+        &format!("#!/bin/sh\n{run}\n"),
+    );
+    let st = env.wait_state(id, &["COMPLETED", "FAILED", "CANCELLED"], 60);
+    let text = env.read("lightning.out");
+    assert_eq!(st, "COMPLETED", "{text}");
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_unstable();
+    let main = format!("main worker-0:{}", 15000 + id % 10000);
+    let want: Vec<String> = [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+        .iter()
+        .map(|(g, l, n)| format!("global {g} local {l} node {n} world 4 per-node 2 {main}"))
+        .collect();
+    assert_eq!(lines, want, "{text}");
+    let bash = env.sbatch(
+        &["-J", "bash", "-o", "bash.out"],
+        &format!("#!/bin/sh\n{run}\n"),
+    );
+    assert_eq!(env.wait_state(bash, &["COMPLETED", "FAILED"], 60), "FAILED");
+    assert!(env.read("bash.out").contains("not detected"));
+}
