@@ -37,6 +37,13 @@ pub(super) fn step_name(argv: &[String]) -> String {
         .unwrap_or_default()
 }
 
+/// How Slurm's accounting records a step the OOM killer ended (`0:125`;
+/// no real signal has that number).
+pub(super) const OOM_EXIT: ExitStatus = ExitStatus {
+    code: 0,
+    signal: Some(125),
+};
+
 /// An exit as Slurm records it: a signal's death is `0:SIG`, not the
 /// shell's `128+SIG`.
 fn recorded(e: ExitStatus) -> ExitStatus {
@@ -163,6 +170,7 @@ impl JobRecord {
                 };
                 let state = match (s.end, cut_by) {
                     (Some(_), _) if s.exit.success() => JobState::Completed,
+                    (Some(_), _) if s.exit == OOM_EXIT => JobState::OutOfMemory,
                     (None, _) if !self.state.is_final() => JobState::Running,
                     (_, Some(state)) => state,
                     (Some(_), None) => JobState::Failed,

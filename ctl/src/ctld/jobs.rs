@@ -28,9 +28,15 @@ impl Controller {
                 exit,
                 oom,
             } => {
-                if oom {
+                // Slurm records a step the OOM killer ended as 0:125
+                // (checked on 22.05 with slurmdbd), whatever its shell
+                // made of the kill.
+                let exit = if oom {
                     self.record_oom(job);
-                }
+                    super::acct::OOM_EXIT
+                } else {
+                    exit
+                };
                 self.step_exited(now, node, job, step, exit, None)
             }
             AgentMsg::LaunchFailed { job, step, message } => {

@@ -245,6 +245,15 @@ fn a_batch_job_alone_on_its_node_ends_in_one_message() {
         15,
     );
     assert_eq!(state(&c, id), JobState::OutOfMemory);
+    // Shown as Slurm's accounting records it (checked on 22.05): 0:125.
+    let oom = c.jobs.get(&id).unwrap().acct(15);
+    let oom_exit = ExitStatus {
+        code: 0,
+        signal: Some(125),
+    };
+    assert_eq!(oom.exit, oom_exit);
+    let steps: Vec<_> = oom.steps.iter().map(|s| (s.state, s.exit)).collect();
+    assert_eq!(steps, [(JobState::OutOfMemory, oom_exit)]);
 }
 
 /// The batch step ends on its own while a cancel's Terminate is on its
