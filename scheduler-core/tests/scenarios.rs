@@ -912,3 +912,25 @@ fn a_suspended_job_keeps_its_nodes_and_its_limit_stops_counting() {
     assert!(sim.d.s.is_suspended(running));
     assert_eq!(sim.d.s.resume(2400, running), Ok(1500));
 }
+
+/// A job's tasks over its nodes as Slurm 22.05 lays them (checked on
+/// 4-CPU nodes): `-N2 -n4` takes 3 + 1 (CPUs follow the tasks, the
+/// first node filled), `-N2 --exclusive -n4` whole nodes with the tasks
+/// dealt round, 2 + 2.
+#[test]
+fn tasks_lie_over_nodes_as_slurms() {
+    let per_node = |exclusive: bool| {
+        let mut sim = Sim::new().nodes(2, cpus(4));
+        let mut j = job().nodes(2).tasks(4).time(100).runs(100);
+        if exclusive {
+            j = j.exclusive();
+        }
+        let id = sim.submit(j);
+        sim.pass();
+        let mut t: Vec<u32> = sim.run(id).nodes.iter().map(|a| a.tasks).collect();
+        t.sort_unstable_by(|a, b| b.cmp(a));
+        t
+    };
+    assert_eq!(per_node(false), [3, 1]);
+    assert_eq!(per_node(true), [2, 2]);
+}

@@ -395,7 +395,28 @@ pub(super) fn select(
     if have < u64::from(tasks) || chosen.len() < nmin || chosen.len() > nmax {
         return None;
     }
-    // One task on each node, then fill nodes in order.
+    // Whole nodes: the tasks dealt round, one at a time to each node with
+    // room, as Slurm lays a job's tasks over whole nodes (checked on
+    // 22.05: `-N2 --exclusive -n4` on 4-CPU nodes runs 2 + 2).
+    if shape.exclusive {
+        let mut counts = vec![1u32; chosen.len()];
+        let mut left = tasks.saturating_sub(chosen.len() as u32);
+        while left > 0 {
+            let before = left;
+            for (n, c) in counts.iter_mut().zip(&chosen) {
+                if left > 0 && *n < c.k {
+                    *n += 1;
+                    left -= 1;
+                }
+            }
+            if left == before {
+                break;
+            }
+        }
+        return Some(chosen.into_iter().zip(counts).collect());
+    }
+    // Otherwise one task on each node, then fill nodes in order (the
+    // CPUs follow the tasks: `-N2 -n4` takes 3 + 1, as Slurm's).
     let mut left = tasks.saturating_sub(chosen.len() as u32);
     Some(
         chosen
