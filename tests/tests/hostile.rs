@@ -1318,11 +1318,10 @@ fn a_full_spool_drains_its_node_until_a_script_fits_again() {
     }
     let _one = serial();
     let env = cluster(1, 30);
-    // The job's own fault first: the node stays in service.
-    let id = env.sbatch(
-        &["-D", "/nonexistent-dir", "-o", "/dev/null"],
-        "#!/bin/sh\ntrue\n",
-    );
+    // The job's own fault first (an output file in a directory that is
+    // not there; a missing working directory runs in /tmp): the node
+    // stays in service.
+    let id = env.sbatch(&["-o", "/nonexistent-dir/out"], "#!/bin/sh\ntrue\n");
     env.wait_state(id, &["FAILED"], 20);
     std::thread::sleep(Duration::from_secs(2));
     let sinfo = env.ok(&["sinfo", "-h", "-N"]);
