@@ -261,6 +261,24 @@ impl Controller {
 }
 
 impl Controller {
+    /// Task `index` of array `array`: its position, its job id
+    /// (`array + 1 + position`) and the array's owner; refused when no
+    /// such array or task is known.
+    fn task_slot(&self, array: JobId, index: u32) -> Result<(u32, JobId, u32), CtldError> {
+        let unknown = || CtldError::UnknownTask(array, index);
+        let entry = self
+            .jobs
+            .get(&array)
+            .filter(|j| j.array.as_deref().is_some_and(|a| a.task.is_none()))
+            .ok_or_else(unknown)?;
+        let pos = entry
+            .spec()
+            .array
+            .and_then(|s| s.position(index))
+            .ok_or_else(unknown)?;
+        Ok((pos, JobId(array.0 + 1 + u64::from(pos)), entry.user.uid))
+    }
+
     /// Task `index` of `array` as a job of its own ([`Request::ArrayTask`]):
     /// its record if it has one; while it waits, split off the array's
     /// record (its owner or an operator only) into a pending record of
@@ -269,18 +287,7 @@ impl Controller {
     /// [`Request::ArrayTask`]: corral_proto::msg::Request::ArrayTask
     pub fn array_task(&mut self, who: Ident, array: JobId, index: u32) -> Result<JobId, CtldError> {
         let unknown = CtldError::UnknownTask(array, index);
-        let entry = self
-            .jobs
-            .get(&array)
-            .filter(|j| j.array.as_deref().is_some_and(|a| a.task.is_none()))
-            .ok_or(unknown.clone())?;
-        let pos = entry
-            .spec()
-            .array
-            .and_then(|s| s.position(index))
-            .ok_or(unknown.clone())?;
-        let owner = entry.user.uid;
-        let task = JobId(array.0 + 1 + u64::from(pos));
+        let (pos, task, owner) = self.task_slot(array, index)?;
         if self.jobs.get(&task).is_some() {
             return Ok(task);
         }
@@ -327,17 +334,7 @@ impl Controller {
         }
         for (array, index) in tasks {
             let unknown = CtldError::UnknownTask(array, index);
-            let entry = self
-                .jobs
-                .get(&array)
-                .filter(|j| j.array.as_deref().is_some_and(|a| a.task.is_none()))
-                .ok_or(unknown.clone())?;
-            let pos = entry
-                .spec()
-                .array
-                .and_then(|s| s.position(index))
-                .ok_or(unknown.clone())?;
-            let task = JobId(array.0 + 1 + u64::from(pos));
+            let (pos, task, _) = self.task_slot(array, index)?;
             if self.jobs.get(&task).is_some() {
                 add.push(task);
             } else if self
